@@ -1,0 +1,502 @@
+"""IPPO and MAPPO: multi-agent PPO with decentralised actors.
+
+Sources: Schulman et al. 2017 (PPO clip, arXiv 1707.06347); Schulman et al.
+2016 (GAE, arXiv 1506.02438); Yu et al. 2022, "The Surprising Effectiveness of
+PPO in Cooperative Multi-Agent Games" (MAPPO, arXiv 2103.01955) and its
+official code (value normalisation, Huber value loss, value clipping, death
+masking, advantage normalisation over active agents). IPPO (de Witt et al.
+2020, arXiv 2011.09533) is the same learner with the critic on the agent's
+own observation.
+
+This file holds the family's RLModule (:class:`PPOModule`), Learner
+(:class:`PPOLearner`) and training step (:class:`PPO`); the engine in
+``marl.engine`` provides sampling, weight sync, checkpoints and logging.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+from marl.algos.networks.mlp import MLP, GRUTrunk
+from marl.engine.trainer import Trainer, TrainingDiverged
+
+NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
+
+
+# ============================================================ value normalisation
+class ValueNorm(nn.Module):
+    """Running normaliser of value targets (Yu et al. 2022, ``utils/valuenorm.py``).
+
+    Debiased exponential moving averages with ``beta``:
+    ``mu <- beta*mu + (1-beta)*mean(x)``, ``mu2 <- beta*mu2 + (1-beta)*mean(x^2)``,
+    ``d <- beta*d + (1-beta)``; ``mean = mu/d``, ``var = max(mu2/d - mean^2, 1e-2)``.
+    The first update is exact (``mean == batch mean``) thanks to the debiasing term.
+    """
+
+    def __init__(self, beta: float = 0.99999, min_var: float = 1e-2):
+        super().__init__()
+        self.beta, self.min_var = beta, min_var
+        self.register_buffer("running_mean", torch.zeros(()))
+        self.register_buffer("running_mean_sq", torch.zeros(()))
+        self.register_buffer("debias", torch.zeros(()))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> None:
+        """Fold in the values ``x`` (any shape); ``mask`` selects the entries to use."""
+        if mask is not None:
+            x = x[mask]
+        if x.numel() == 0:
+            return
+        x = x.double()
+        b = self.beta
+        self.running_mean.mul_(b).add_((1 - b) * x.mean().to(self.running_mean.dtype))
+        self.running_mean_sq.mul_(b).add_((1 - b) * (x**2).mean().to(self.running_mean.dtype))
+        self.debias.mul_(b).add_(1 - b)
+
+    def stats(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        d = self.debias.clamp(min=1e-5)
+        mean = self.running_mean / d
+        var = (self.running_mean_sq / d - mean**2).clamp(min=self.min_var)
+        return mean, var
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self.stats()
+        return (x - mean) / var.sqrt()
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self.stats()
+        return x * var.sqrt() + mean
+
+
+# ============================================================ advantages
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """Generalized advantage estimation (Schulman et al. 2016, eq. 16), time on the last axis.
+
+    Args:
+        rewards: ``[..., T]`` reward of step ``t``.
+        values: ``[..., T]`` ``V(s_t)`` (denormalised).
+        next_values: ``[..., T]`` value of the state after step ``t``: ``V(s_{t+1})``,
+            the value of the final observation where the episode was truncated at
+            ``t`` (time limits bootstrap), and 0 where it terminated.
+        dones: ``[..., T]`` bool, an episode ended at step ``t`` (terminated or
+            truncated): the advantage recursion stops there.
+        gamma, lam: discount and GAE lambda.
+    Returns:
+        ``A_t = delta_t + gamma*lam*(1-done_t)*A_{t+1}`` with
+        ``delta_t = r_t + gamma*next_value_t - V(s_t)``, shape ``[..., T]``.
+    """
+    deltas = rewards + gamma * next_values - values
+    carry = (~dones).to(values.dtype) * (gamma * lam)
+    adv = torch.zeros_like(values)
+    last = torch.zeros_like(values[..., 0])
+    for t in range(values.shape[-1] - 1, -1, -1):
+        last = deltas[..., t] + carry[..., t] * last
+        adv[..., t] = last
+    return adv
+
+
+# ============================================================ RL module
+class PPOModule(TorchRLModule, InferenceOnlyAPI):
+    """Actor (MLP or GRU) with a categorical or diagonal-Gaussian head, plus critic.
+
+    ``model_config`` keys: ``obs_dim``, ``critic_dim``, ``n_actions``,
+    ``discrete``, ``action_low``/``action_high`` (continuous), ``hidden``,
+    ``layers``, ``activation``, ``layer_norm``, ``recurrent``, ``policy_gain``,
+    ``log_std_init``. The critic (an MLP on the critic input: global state plus
+    agent one-hot for MAPPO, the agent's observation for IPPO) and its
+    :class:`ValueNorm` exist only on learners (``inference_only=False``).
+    """
+
+    def setup(self):
+        c = self.model_config
+        self.discrete = bool(c["discrete"])
+        self.recurrent = bool(c.get("recurrent", False))
+        hidden, act, ln = int(c["hidden"]), c.get("activation", "relu"), bool(c.get("layer_norm", True))
+        if self.recurrent:
+            self.trunk = GRUTrunk(c["obs_dim"], hidden, act, ln)
+        else:
+            self.trunk = MLP(c["obs_dim"], None, hidden, int(c["layers"]), act, ln)
+        self.head = MLP(hidden, c["n_actions"], layers=0, layer_norm=False, out_gain=float(c.get("policy_gain", 0.01)))
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((c["n_actions"],), float(c.get("log_std_init", -0.5))))
+        if not self.inference_only:
+            self.critic = MLP(c["critic_dim"], 1, hidden, int(c["layers"]), act, ln)
+            self.value_norm = ValueNorm()
+
+    # --- InferenceOnlyAPI: what env runners do not need
+    def get_non_inference_attributes(self):
+        return ["critic", "value_norm"]
+
+    # --- acting (env runners, greedy policies)
+    def initial_state(self, batch_shape) -> Optional[torch.Tensor]:
+        if not self.recurrent:
+            return None
+        return torch.zeros(*batch_shape, self.trunk.hidden)
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: torch.Tensor,
+        avail: Optional[torch.Tensor],
+        h: Optional[torch.Tensor],
+        explore: bool = True,
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+        """Sample (``explore``) or pick the greedy action for ``[B, N, D]`` observations.
+
+        Returns ``actions`` (``[B, N]`` int64 or ``[B, N, A]`` float32),
+        ``logp`` ``[B, N]`` and the next hidden state ``[B, N, H]`` (``None`` for MLPs).
+        """
+        B, N = obs.shape[:2]
+        x = obs.reshape(B * N, -1)
+        if self.recurrent:
+            h = self.trunk.step(x, h.reshape(B * N, -1))
+            feat = h
+        else:
+            feat = self.trunk(x)
+        out = self.head(feat)
+        if self.discrete:
+            dist = self._categorical(out, None if avail is None else avail.reshape(B * N, -1))
+            a = dist.sample() if explore else dist.probs.argmax(-1)
+            logp = dist.log_prob(a)
+            a = a.reshape(B, N)
+        else:
+            dist = self._gaussian(out)
+            a = dist.sample() if explore else out
+            logp = dist.log_prob(a).sum(-1)
+            a = a.reshape(B, N, -1)
+        return a, logp.reshape(B, N), None if h is None else h.reshape(B, N, -1)
+
+    def _categorical(self, logits, avail):
+        if avail is not None:
+            logits = logits.masked_fill(~avail.bool(), NEG_INF)
+        return torch.distributions.Categorical(logits=logits)
+
+    def _gaussian(self, mean):
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+
+    def _forward(self, batch, **kwargs):  # RLlib's generic inference path (not used by our runner)
+        a, logp, _ = self.act(batch["obs"].unsqueeze(1), None, None, explore=False)
+        return {"actions": a.squeeze(1)}
+
+    # --- training (learners; goes through DDP when num_learners > 1)
+    def _forward_train(self, batch: Dict[str, torch.Tensor], **kwargs) -> Dict[str, torch.Tensor]:
+        """Policy outputs and normalised values for a minibatch.
+
+        MLP: ``obs [M, D]``, ``critic_in [M, C]``. GRU: ``obs [M, L, D]``,
+        ``h0 [M, H]``, ``starts [M, L]`` bool; outputs are flattened to ``M*L`` rows.
+        Returns ``dist_in`` ``[M', A]`` and ``values`` ``[M']`` (normalised units).
+        """
+        obs = batch["obs"]
+        if self.recurrent:
+            feat = self.trunk.unroll(obs, batch["h0"], batch["starts"]).reshape(-1, self.trunk.hidden)
+        else:
+            feat = self.trunk(obs)
+        critic_in = batch["critic_in"].reshape(feat.shape[0], -1)
+        return {"dist_in": self.head(feat), "values": self.critic(critic_in).squeeze(-1)}
+
+    def log_prob_entropy(self, dist_in, actions, avail):
+        """``log pi(a|o)`` and entropy per row: both ``[M]``."""
+        if self.discrete:
+            dist = self._categorical(dist_in, avail)
+            return dist.log_prob(actions.long()), dist.entropy()
+        dist = self._gaussian(dist_in)
+        return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
+
+    def values(self, critic_in: torch.Tensor) -> torch.Tensor:
+        """Normalised values ``[...]`` for critic inputs ``[..., C]``."""
+        return self.critic(critic_in).squeeze(-1)
+
+
+# ============================================================ learner
+def huber(e: torch.Tensor, delta: float) -> torch.Tensor:
+    """Huber loss of residuals ``e`` (elementwise), quadratic inside ``|e| <= delta``."""
+    return F.huber_loss(e, torch.zeros_like(e), reduction="none", delta=delta)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.to(x.dtype)
+    return (x * m).sum() / m.sum().clamp(min=1.0)
+
+
+def ppo_losses(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    adv: torch.Tensor,
+    entropy: torch.Tensor,
+    values: torch.Tensor,
+    values_old: torch.Tensor,
+    targets: torch.Tensor,
+    active: torch.Tensor,
+    clip: float,
+    value_clip: Optional[float],
+    huber_delta: Optional[float],
+) -> Dict[str, torch.Tensor]:
+    """PPO clipped surrogate and clipped value loss over active rows (Yu et al. 2022, eqs. in §2.1).
+
+    All inputs are ``[M]``; ``values``, ``values_old`` and ``targets`` are in
+    normalised units. Returns ``policy_loss`` (to minimise, i.e. the negated
+    clipped surrogate), ``value_loss``, ``entropy``, ``clip_fraction``, ``approx_kl``.
+    """
+    ratio = torch.exp(logp - logp_old)
+    surr = torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
+    policy_loss = -masked_mean(surr, active)
+    err = targets - values
+    loss_v = huber(err, huber_delta) if huber_delta else 0.5 * err**2
+    if value_clip:
+        v_clipped = values_old + (values - values_old).clamp(-value_clip, value_clip)
+        err_c = targets - v_clipped
+        loss_vc = huber(err_c, huber_delta) if huber_delta else 0.5 * err_c**2
+        loss_v = torch.max(loss_v, loss_vc)
+    with torch.no_grad():
+        clip_frac = masked_mean(((ratio - 1).abs() > clip).float(), active)
+        approx_kl = masked_mean((ratio - 1) - (logp - logp_old), active)
+    return {
+        "policy_loss": policy_loss,
+        "value_loss": masked_mean(loss_v, active),
+        "entropy": masked_mean(entropy, active),
+        "clip_fraction": clip_frac,
+        "approx_kl": approx_kl,
+    }
+
+
+class PPOLearner(TorchLearner):
+    """Learner for IPPO/MAPPO: advantages, then epochs x minibatches of PPO steps.
+
+    Input (one ``MultiAgentBatch``, sharded across learners by rows): per module,
+    rows are (env copy, agent) sequences of the rollout, ``[R, T(+1), ...]``
+    (see :func:`rollout_to_sequences`). :meth:`update` computes values with
+    the current critic, GAE on denormalised values and the normalised
+    advantages, then runs ``epochs`` passes of ``num_minibatches`` gradient
+    steps each (every learner takes the same number of steps, as DDP requires).
+    """
+
+    def configure_optimizers_for_module(self, module_id, config=None):
+        # Adam eps 1e-5 as in the MAPPO code (RLlib's default is 1e-8).
+        module = self._module[module_id]
+        params = self.get_parameters(module)
+        opt = torch.optim.Adam(params, eps=float(self.hp["adam_eps"]))
+        self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
+
+    @property
+    def hp(self) -> Dict[str, Any]:
+        return self.config.learner_config_dict
+
+    # ---------------------------------------------------------------- data prep
+    @torch.no_grad()
+    def _prepare(self, mid: str, b: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Values, GAE, returns and normalised advantages for one module's rows ``[R, T]``."""
+        hp = self.hp
+        module = self.module[mid].unwrapped()
+        vn = module.value_norm if hp["value_norm"] else None
+        v_norm = module.values(b["critic_in"])  # [R, T+1] normalised
+        v_final = module.values(b["final_critic_in"])  # [R, T]
+        denorm = vn.denormalize if vn is not None else (lambda x: x)
+        v, vf = denorm(v_norm), denorm(v_final)
+        term, trunc = b["terminated"], b["truncated"]
+        next_v = torch.where(trunc, vf[:, :], v[:, 1:])
+        next_v = torch.where(term, torch.zeros_like(next_v), next_v)
+        adv = gae(b["rewards"], v[:, :-1], next_v, term | trunc, hp["gamma"], hp["gae_lambda"])
+        returns = adv + v[:, :-1]
+        active = b["alive"]
+        if hp["advantage_norm"]:
+            a = adv[active]
+            if a.numel() > 1:
+                adv = (adv - a.mean()) / (a.std() + 1e-5)
+        out = {
+            "obs": b["obs"][:, :-1],
+            "critic_in": b["critic_in"][:, :-1],
+            "actions": b["actions"],
+            "logp_old": b["logp"],
+            "advantages": adv,
+            "returns": returns,
+            "values_old": v_norm[:, :-1],
+            "active": active,
+        }
+        if "avail" in b:
+            out["avail"] = b["avail"]
+        if module.recurrent:
+            out["h"] = b["h"]
+            out["starts"] = b["starts"]
+        self.metrics.log_value((mid, "explained_variance"), _explained_variance(v[:, :-1], returns, active), window=1)
+        self.metrics.log_value((mid, "value_mean"), float(v[:, :-1][active].mean()) if active.any() else 0.0, window=1)
+        return out
+
+    def _minibatches(self, mid: str, data: Dict[str, torch.Tensor], recurrent: bool):
+        """Yield ``num_minibatches`` minibatches of one shuffled epoch.
+
+        MLP actors: rows are single steps (``R*T`` of them). GRU actors: rows are
+        chunks of ``chunk_length`` steps starting from the stored hidden state.
+        """
+        K = int(self.hp["num_minibatches"])
+        if recurrent:
+            R, T = data["actions"].shape[:2]
+            L = int(self.hp["chunk_length"]) if T % int(self.hp["chunk_length"]) == 0 else T
+            flat = {k: v.reshape(R * (T // L), L, *v.shape[2:]) for k, v in data.items()}
+            flat["h0"] = flat.pop("h")[:, 0]
+            flat["starts"] = flat["starts"].clone()
+            flat["starts"][:, 0] = False  # h0 already is the state at the chunk start
+        else:
+            flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in data.items()}
+        n = flat["actions"].shape[0]
+        perm = torch.randperm(n, device=flat["actions"].device)
+        for idx in perm.tensor_split(K):
+            yield {k: v[idx] for k, v in flat.items()}
+
+    # ---------------------------------------------------------------- update
+    def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
+        """One PPO update on a rollout (see the class docstring); returns reduced metrics."""
+        self._check_is_built()
+        if training_data is not None:
+            training_data.solve_refs()
+            batch = training_data.batch
+        self.before_gradient_based_update(timesteps=timesteps or {})
+        batch = self._convert_batch_type(batch)
+        data = {mid: self._prepare(mid, dict(b)) for mid, b in batch.policy_batches.items()}
+        self._weights_seq_no += 1
+        for _ in range(int(self.hp["epochs"])):
+            iters = {
+                mid: self._minibatches(mid, d, self.module[mid].unwrapped().recurrent) for mid, d in data.items()
+            }
+            for _k in range(int(self.hp["num_minibatches"])):
+                mb = {mid: next(it) for mid, it in iters.items()}
+                self._update(mb)
+        self.after_gradient_based_update(timesteps=timesteps or {})
+        return self.metrics.reduce()
+
+    def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+        hp = self.hp
+        module = self.module[module_id].unwrapped()
+        flat = {k: v.reshape(-1, *v.shape[2:]) if module.recurrent else v for k, v in batch.items() if k not in ("h0", "starts")}
+        logp, ent = module.log_prob_entropy(fwd_out["dist_in"], flat["actions"], flat.get("avail"))
+        returns, active = flat["returns"], flat["active"]
+        if hp["value_norm"]:
+            module.value_norm.update(returns, active)
+            targets = module.value_norm.normalize(returns)
+        else:
+            targets = returns
+        parts = ppo_losses(
+            logp, flat["logp_old"], flat["advantages"], ent, fwd_out["values"], flat["values_old"], targets,
+            active, hp["clip"], hp["value_clip"], hp["huber_delta"],
+        )
+        loss = parts["policy_loss"] - hp["entropy_coef"] * parts["entropy"] + hp["value_loss_coef"] * parts["value_loss"]
+        for name in ("policy_loss", "value_loss"):
+            if not torch.isfinite(parts[name]):
+                raise TrainingDiverged(f"{name} of module '{module_id}' is {parts[name].item()} (not finite)")
+        for k, v in parts.items():
+            self.metrics.log_value((module_id, k), v.item(), window=1)
+        return loss
+
+
+def _explained_variance(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> float:
+    """``1 - Var[target - pred] / Var[target]`` over masked entries (1 is perfect, <=0 useless)."""
+    p, t = pred[mask], target[mask]
+    if t.numel() < 2 or t.var() == 0:
+        return 0.0
+    return float(1 - (t - p).var() / t.var())
+
+
+# ============================================================ batch building
+def critic_inputs(kind: str, obs: torch.Tensor, state: torch.Tensor, n_agents: int) -> torch.Tensor:
+    """Critic input per agent.
+
+    Args:
+        kind: ``"state"`` (MAPPO: global state plus agent one-hot) or ``"obs"``
+            (IPPO: the agent's own observation, which already carries the id).
+        obs: ``[..., N, D]``; state: ``[..., S]``.
+    Returns:
+        ``[..., N, C]``.
+    """
+    if kind == "obs":
+        return obs
+    s = state.unsqueeze(-2).expand(*state.shape[:-1], n_agents, state.shape[-1])
+    eye = torch.eye(n_agents, dtype=s.dtype).expand(*state.shape[:-1], n_agents, n_agents)
+    return torch.cat([s, eye], -1)
+
+
+def rollout_to_sequences(rollout: Dict[str, Any], critic: str) -> MultiAgentBatch:
+    """Time-major rollout ``[T, B, N, ...]`` -> per-module rows ``[B*N, T, ...]`` for the learner.
+
+    Rows are (env copy, agent) sequences so that sharding across learners and
+    GAE along time never cut a sequence.
+    """
+    policy_batches = {}
+    state, final_state = rollout["state"], rollout["final_state"]  # [T+1, B, S], [T, B, S]
+    for mid, m in rollout["modules"].items():
+        N = m["obs"].shape[2]
+        cols = {
+            "obs": m["obs"],
+            "critic_in": critic_inputs(critic, m["obs"], state, N),
+            "final_critic_in": critic_inputs(critic, m["final_obs"], final_state, N),
+            "actions": m["actions"],
+            "logp": m["logp"],
+            "rewards": m["rewards"],
+            "alive": m["alive"],
+            "terminated": rollout["terminated"].unsqueeze(-1).expand_as(m["alive"]),
+            "truncated": rollout["truncated"].unsqueeze(-1).expand_as(m["alive"]),
+        }
+        if m.get("avail") is not None:
+            cols["avail"] = m["avail"]
+        if m.get("h") is not None:
+            cols["h"] = m["h"]
+            cols["starts"] = rollout["starts"].unsqueeze(-1).expand_as(m["alive"])
+        rows = {}
+        for k, v in cols.items():  # [T(+1), B, N, ...] -> [B*N, T(+1), ...]
+            v = v.movedim(0, 2)
+            rows[k] = v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]).contiguous().numpy()
+        policy_batches[mid] = SampleBatch(rows)
+    env_steps = int(rollout["terminated"].numel())
+    return MultiAgentBatch(policy_batches, env_steps=env_steps)
+
+
+# ============================================================ algorithm
+class PPO(Trainer):
+    """IPPO / MAPPO training step: sample ``T x B`` steps from every env runner,
+    build per-module sequences, one :class:`PPOLearner` update, sync weights."""
+
+    learner_class = PPOLearner
+    module_class = PPOModule
+
+    @classmethod
+    def module_config(cls, cfg, mapping, mid: str) -> Dict[str, Any]:
+        g = mapping.group_info(mid)
+        n = mapping.n_agents(mid)
+        critic_dim = mapping.obs_dim(mid) if cfg["critic"] == "obs" else mapping.info.state_dim + n
+        mc = {
+            "obs_dim": mapping.obs_dim(mid),
+            "critic_dim": critic_dim,
+            "n_actions": g.n_actions,
+            "discrete": g.discrete,
+            "hidden": cfg["hidden"],
+            "layers": cfg["layers"],
+            "activation": cfg["activation"],
+            "layer_norm": cfg["layer_norm"],
+            "recurrent": cfg["recurrent"],
+            "policy_gain": cfg["policy_gain"],
+            "log_std_init": cfg["log_std_init"],
+        }
+        return mc
+
+    @classmethod
+    def check_env(cls, cfg, info) -> None:
+        """PPO handles discrete and continuous actions of any group: nothing to reject."""
+
+    def training_step(self) -> None:
+        self.rollout = self.sample_rollouts()
+        self.update_learners(rollout_to_sequences(self.rollout, self.marl_config["critic"]))

@@ -1,0 +1,1 @@
+"""Default configurations (YAML), installed as ``marl.configs``."""

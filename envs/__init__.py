@@ -1,0 +1,25 @@
+"""Built-in env families (installed as ``marl.envs``).
+
+Registration is strings only: the adapter modules (and mpe2 / vmas / pettingzoo)
+are imported when an env of that family is first made, not on ``import marl``.
+"""
+from marl.env import register_env
+
+register_env(
+    "mpe",
+    "marl.envs.mpe:make",
+    "Multi-Agent Particle Envs (mpe2), batched fast path",
+    scenarios="marl.envs.mpe:scenarios",
+)
+register_env(
+    "vmas",
+    "marl.envs.vmas:make",
+    "VMAS vectorized multi-agent simulator (torch-native batch)",
+    scenarios="marl.envs.vmas:scenarios",
+)
+register_env(
+    "pettingzoo",
+    "marl.envs.pettingzoo:make",
+    "Any PettingZoo Parallel/AEC env by module path or registry id",
+    scenarios="marl.envs.pettingzoo:scenarios",
+)

@@ -1,0 +1,755 @@
+"""Adapter: any PettingZoo ``ParallelEnv`` or ``AECEnv`` as a batched :class:`~marl.env.MultiAgentEnv`.
+
+``B = num_envs`` independent copies of the PettingZoo env are stepped one after
+the other in Python and their outputs stacked into the tensors described in
+:mod:`marl.env`. Rules (also see :class:`PettingZooEnv`):
+
+* **Agent order** is ``possible_agents`` of the first copy (fixed).
+* **Groups**: agents with the same id prefix (text before the last ``_``:
+  ``"adversary_0"`` -> ``"adversary"``), the same team and identical observation
+  and action spaces. A prefix whose agents differ in spaces (or team) is split
+  into several groups: a one-agent group is named after its agent, otherwise
+  ``f"{prefix}_{k}"``.
+* **Observations**: a ``Dict`` space with an ``"observation"`` key uses that
+  part (and ``"action_mask"`` as the legal actions); every other space is
+  flattened with :func:`gymnasium.spaces.flatten` (Box -> 1-D, Discrete ->
+  one-hot). The global state is the concatenation of all agents' observations
+  in agent order (``env.state()`` is never called: it is slow).
+* **Action masks** come from ``obs["action_mask"]`` or ``info["action_mask"]``;
+  without them every action is legal. An alive agent whose mask is all zero
+  (turn-based games mask every action of the agent that is not to move) gets
+  an all-True mask, and its action is checked when its turn comes (see AEC).
+* **Agents leaving early** (PettingZoo drops them from ``env.agents``): from the
+  step they leave on they have ``alive=False``, observation zeros and, after
+  that step, reward 0; their actions are ignored.
+* **Episode end**: a copy's episode ends when no agent is left. It counts as
+  *truncated* if any agent that finished at that last step was truncated,
+  otherwise as *terminated*. The copy then resets itself (unseeded, continuing
+  its RNG stream); ``final_obs`` / ``final_state`` hold the last observation.
+* **AEC envs**: one batched step is one *cycle*: every live agent acts once,
+  in the env's own turn order, with the action collected for it before the
+  cycle started; rewards of all sub-steps are summed. Because a later agent's
+  action was chosen before earlier agents moved, it may have become illegal
+  under the mask the env reports at its turn; such an action is replaced by a
+  uniformly random legal one (per-copy RNG seeded by :meth:`reset`) and counted
+  in ``step.info["illegal_actions"]`` (``[B]`` int64).
+* **Seeds**: ``reset(seed)`` resets copy ``b`` with ``seed + b``.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from marl.env import (
+    KINDS,
+    EnvInfo,
+    GroupInfo,
+    MarlError,
+    MultiAgentEnv,
+    Step,
+    spaces_equal,
+    unknown_choice,
+)
+
+DEFAULT_NUM_ENVS = 8
+
+# --------------------------------------------------------------------------- shared helpers
+# (also used by marl.envs.mpe and marl.envs.vmas)
+
+
+def agent_prefix(agent: str) -> str:
+    """Group prefix of an agent id: the text before the last ``_`` (``"agent_1"`` -> ``"agent"``)."""
+    return agent.rsplit("_", 1)[0] if "_" in agent else agent
+
+
+def flat_box(space: gym.spaces.Space) -> gym.spaces.Box:
+    """The 1-D float32 ``Box`` an observation of ``space`` is flattened into."""
+    flat = gym.spaces.flatten_space(space)
+    return gym.spaces.Box(
+        low=flat.low.astype(np.float32).reshape(-1),
+        high=flat.high.astype(np.float32).reshape(-1),
+        dtype=np.float32,
+    )
+
+
+def to_gymnasium(space: Any) -> gym.spaces.Space:
+    """Convert an (old ``gym`` or gymnasium) Box / Discrete space to gymnasium.
+
+    Raises:
+        MarlError: the space is neither Box nor Discrete.
+    """
+    if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete)):
+        return space
+    name = type(space).__name__
+    if name == "Discrete":
+        return gym.spaces.Discrete(int(space.n), start=int(getattr(space, "start", 0)))
+    if name == "Box":
+        return gym.spaces.Box(
+            low=np.asarray(space.low, np.float32), high=np.asarray(space.high, np.float32), dtype=np.float32
+        )
+    raise MarlError(f"Unsupported space {space!r}: only Box and Discrete are supported.")
+
+
+def build_groups(
+    agents: Sequence[str],
+    obs_spaces: Mapping[str, gym.spaces.Box],
+    act_spaces: Mapping[str, gym.spaces.Space],
+    team_of: Mapping[str, str],
+) -> Dict[str, GroupInfo]:
+    """Partition ``agents`` into groups (same prefix, team and spaces), in agent order.
+
+    Args:
+        agents: agent ids in their fixed order.
+        obs_spaces / act_spaces: agent -> 1-D observation space / action space.
+        team_of: agent -> team name.
+    Returns:
+        group name -> :class:`GroupInfo`; insertion order follows the first agent of each group.
+    """
+    buckets: List[Tuple[str, str, List[str]]] = []  # (prefix, team, agents)
+    for a in agents:
+        p, t = agent_prefix(a), team_of[a]
+        for bp, bt, members in buckets:
+            ref = members[0]
+            if (
+                bp == p
+                and bt == t
+                and spaces_equal(obs_spaces[ref], obs_spaces[a])
+                and spaces_equal(act_spaces[ref], act_spaces[a])
+            ):
+                members.append(a)
+                break
+        else:
+            buckets.append((p, t, [a]))
+    per_prefix: Dict[str, int] = {}
+    for p, _, _ in buckets:
+        per_prefix[p] = per_prefix.get(p, 0) + 1
+    groups: Dict[str, GroupInfo] = {}
+    seen: Dict[str, int] = {}
+    for p, t, members in buckets:
+        if per_prefix[p] == 1:
+            name = p
+        elif len(members) == 1:
+            name = members[0]
+        else:
+            name = f"{p}_{seen.get(p, 0)}"
+        seen[p] = seen.get(p, 0) + 1
+        while name in groups:  # pathological ids; keep names unique
+            name += "_"
+        ref = members[0]
+        groups[name] = GroupInfo(name, list(members), obs_spaces[ref], act_spaces[ref], team=t)
+    return groups
+
+
+def default_teams(
+    agents: Sequence[str],
+    kind: Optional[str] = None,
+    teams: Optional[Mapping[str, Sequence[str]]] = None,
+) -> Tuple[str, Dict[str, str]]:
+    """Resolve the env kind and each agent's team.
+
+    Args:
+        agents: all agent ids.
+        kind: ``"cooperative"``, ``"competitive"``, ``"mixed"`` or ``None`` (infer).
+        teams: optional team -> list of agent ids or agent prefixes. Agents not
+            listed keep their default team.
+    Defaults: without ``teams``, one prefix -> ``"cooperative"`` and team
+    ``"team"``; several prefixes -> ``"mixed"`` with one team per prefix; with
+    ``teams``, one team -> cooperative, several -> mixed.
+
+    Raises:
+        MarlError: unknown kind, or a team member that is neither an agent nor a prefix.
+    """
+    if kind is not None and kind not in KINDS:
+        raise unknown_choice("env kind", kind, KINDS)
+    prefixes = list(dict.fromkeys(agent_prefix(a) for a in agents))
+    if teams:
+        team_of = {}
+        for team, members in teams.items():
+            for m in [members] if isinstance(members, str) else members:
+                hit = [a for a in agents if a == m or agent_prefix(a) == m]
+                if not hit:
+                    raise unknown_choice(f"member of team '{team}' (agent or prefix)", m, list(agents) + prefixes)
+                team_of.update({a: str(team) for a in hit})
+        for a in agents:
+            team_of.setdefault(a, agent_prefix(a))
+        n_teams = len(set(team_of.values()))
+    else:
+        single = len(prefixes) == 1 or kind == "cooperative"
+        team_of = {a: ("team" if single else agent_prefix(a)) for a in agents}
+        n_teams = len(set(team_of.values()))
+    if kind is None:
+        kind = "cooperative" if n_teams == 1 else "mixed"
+    return kind, team_of
+
+
+class AgentLayout:
+    """Where each agent lives in the flat ``[B, state_dim]`` buffer and in the group tensors.
+
+    The global state is the concatenation of per-agent observations in agent
+    order; group observations are gathered from it with one fancy index per group.
+    """
+
+    def __init__(self, agents: Sequence[str], groups: Mapping[str, GroupInfo]):
+        self.agents = list(agents)
+        self.index = {a: i for i, a in enumerate(self.agents)}
+        self.groups = dict(groups)
+        dims = {a: g.obs_dim for g in groups.values() for a in g.agents}
+        self.obs_dims = [dims[a] for a in self.agents]
+        self.offsets = np.concatenate([[0], np.cumsum(self.obs_dims)]).astype(int)
+        self.state_dim = int(self.offsets[-1])
+        self.slices = [slice(int(self.offsets[i]), int(self.offsets[i + 1])) for i in range(len(self.agents))]
+        self.cols = {
+            name: np.concatenate([np.arange(self.offsets[self.index[a]], self.offsets[self.index[a] + 1]) for a in g.agents])
+            for name, g in groups.items()
+        }
+        self.pos = {name: np.array([self.index[a] for a in g.agents], dtype=np.int64) for name, g in groups.items()}
+
+    def obs(self, state: np.ndarray) -> Dict[str, torch.Tensor]:
+        """``[B, state_dim]`` float32 -> group -> fresh ``[B, N_g, obs_dim_g]`` tensors."""
+        B = state.shape[0]
+        return {
+            name: torch.from_numpy(state[:, self.cols[name]].reshape(B, g.n_agents, g.obs_dim))
+            for name, g in self.groups.items()
+        }
+
+    def per_group(self, arr: np.ndarray) -> Dict[str, torch.Tensor]:
+        """``[B, N]`` per-agent array -> group -> fresh ``[B, N_g]`` tensors."""
+        return {name: torch.from_numpy(arr[:, self.pos[name]]) for name in self.groups}
+
+    def split_actions(self, actions: Mapping[str, torch.Tensor], num_envs: int) -> List[np.ndarray]:
+        """Group action tensors -> per-agent numpy arrays in agent order.
+
+        Discrete agents get ``[B]`` int64 (validated to ``[0, n)``), continuous
+        agents ``[B, act_dim]`` float32 clipped to the action space bounds.
+
+        Raises:
+            MarlError: a group is missing, or a tensor has the wrong shape or an out-of-range action.
+        """
+        out: List[Optional[np.ndarray]] = [None] * len(self.agents)
+        for name, g in self.groups.items():
+            if name not in actions:
+                raise MarlError(f"Missing actions for group '{name}'. Expected groups: {', '.join(self.groups)}.")
+            a = actions[name]
+            a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+            if g.discrete:
+                if a.shape != (num_envs, g.n_agents):
+                    raise MarlError(
+                        f"Actions of group '{name}' must have shape {(num_envs, g.n_agents)} (int64), got {tuple(a.shape)}."
+                    )
+                a = a.astype(np.int64, copy=False)
+                if a.size and (a.min() < 0 or a.max() >= g.n_actions):
+                    raise MarlError(
+                        f"Actions of group '{name}' must lie in [0, {g.n_actions}), got values in [{a.min()}, {a.max()}]."
+                    )
+            else:
+                want = (num_envs, g.n_agents, g.n_actions)
+                if a.shape != want:
+                    raise MarlError(f"Actions of group '{name}' must have shape {want} (float32), got {tuple(a.shape)}.")
+                # a fresh clipped array: mpe2 keeps views of it (comm state) after the step
+                a = np.clip(a.astype(np.float32), g.action_space.low, g.action_space.high).astype(np.float32)
+            for j, agent in enumerate(g.agents):
+                out[self.index[agent]] = a[:, j]
+        return out  # type: ignore[return-value]
+
+
+def check_kwargs(what: str, given: Mapping[str, Any], valid: Sequence[str]) -> None:
+    """Raise a :class:`MarlError` naming the valid kwargs if ``given`` holds an unknown one."""
+    bad = [k for k in given if k not in valid]
+    if bad:
+        err = unknown_choice(f"keyword argument for {what}", bad[0], valid)
+        raise MarlError(str(err).replace("Valid choices", "Valid kwargs"))
+
+
+# --------------------------------------------------------------------------- PettingZoo adapter
+
+
+def _is_aec(env: Any) -> bool:
+    from pettingzoo import AECEnv, ParallelEnv
+
+    if isinstance(env, ParallelEnv):
+        return False
+    if isinstance(env, AECEnv):
+        return True
+    return hasattr(env, "last") and hasattr(env, "agent_selection")
+
+
+def _is_instance(obj: Any) -> bool:
+    return not isinstance(obj, type) and hasattr(obj, "possible_agents") and hasattr(obj, "step")
+
+
+class _AgentIO:
+    """How to read one agent's observation / mask and write its action."""
+
+    def __init__(self, obs_space: gym.spaces.Space, act_space: gym.spaces.Space, agent: str):
+        self.mask_in_obs = isinstance(obs_space, gym.spaces.Dict) and "action_mask" in obs_space.spaces
+        if isinstance(obs_space, gym.spaces.Dict) and "observation" in obs_space.spaces:
+            self.raw_space = obs_space.spaces["observation"]
+            self.key = "observation"
+        else:
+            self.raw_space = obs_space
+            self.key = None
+        self.obs_space = flat_box(self.raw_space)
+        self.plain_box = isinstance(self.raw_space, gym.spaces.Box)
+        if isinstance(act_space, gym.spaces.Discrete):
+            self.start = int(act_space.start)
+            self.n = int(act_space.n)
+            self.action_space: gym.spaces.Space = gym.spaces.Discrete(self.n)
+        elif isinstance(act_space, gym.spaces.Box):
+            self.n = 0
+            self.shape, self.dtype = act_space.shape, act_space.dtype
+            self.action_space = gym.spaces.Box(
+                low=act_space.low.astype(np.float32).reshape(-1),
+                high=act_space.high.astype(np.float32).reshape(-1),
+                dtype=np.float32,
+            )
+        else:
+            raise MarlError(
+                f"Agent '{agent}' has action space {act_space!r}; only Discrete and Box are supported."
+            )
+
+    def flat(self, obs: Any) -> np.ndarray:
+        if self.key is not None:
+            obs = obs[self.key]
+        if self.plain_box:
+            return np.asarray(obs, dtype=np.float32).reshape(-1)
+        return np.asarray(gym.spaces.flatten(self.raw_space, obs), dtype=np.float32)
+
+    def mask(self, obs: Any, info: Optional[Mapping]) -> Optional[np.ndarray]:
+        if not self.n:
+            return None
+        m = None
+        if self.mask_in_obs and obs is not None:
+            m = obs["action_mask"]
+        elif info and "action_mask" in info:
+            m = info["action_mask"]
+        return None if m is None else np.asarray(m).reshape(-1).astype(bool)
+
+    def to_env(self, a: Any) -> Any:
+        if self.n:
+            return int(a) + self.start
+        return np.asarray(a, dtype=self.dtype).reshape(self.shape)
+
+
+class PettingZooEnv(MultiAgentEnv):
+    """``B`` copies of a PettingZoo env (Parallel or AEC) as one batched env.
+
+    Build it with :meth:`from_object` (an env instance, a constructor, or a
+    module exposing ``parallel_env`` / ``env``), :meth:`from_name` (a dotted
+    module path such as ``"mpe2.simple_tag_v3"`` or a PettingZoo registry id
+    such as ``"classic/tictactoe-v3"``) or :func:`make` (what
+    ``make_env("pettingzoo", name)`` calls). See the module docstring for the
+    rules on groups, masks, early leavers, episode ends and AEC cycles.
+
+    Args:
+        envs: the ``B`` PettingZoo env copies (all Parallel or all AEC).
+        scenario: name recorded in :attr:`info`.
+        kind: ``"cooperative"`` / ``"competitive"`` / ``"mixed"``; ``None`` infers
+            it (one prefix -> cooperative, several -> mixed).
+        teams: optional team -> agent ids or prefixes (see :func:`default_teams`).
+        shared_reward: recorded in :attr:`info` (default ``False``).
+        episode_limit: recorded in :attr:`info`; ``None`` reads ``max_cycles`` of
+            the unwrapped env if it has one, else 0.
+        seed: seed used by ``reset()`` when called without one (``None``: unseeded).
+        family: family name recorded in :attr:`info`.
+
+    Shapes: ``obs[g]`` ``[B, N_g, obs_dim_g]`` float32, ``state`` ``[B, sum obs_dim]``,
+    ``reward[g]`` ``[B, N_g]`` float32, ``avail_actions[g]`` ``[B, N_g, n_g]`` bool
+    (``None`` for continuous groups), ``alive[g]`` ``[B, N_g]`` bool.
+
+    Raises:
+        MarlError: no env given, an unsupported action space, copies that
+            disagree on agents, bad actions, or ``step`` before ``reset``.
+    """
+
+    def __init__(
+        self,
+        envs: Sequence[Any],
+        *,
+        scenario: str = "custom",
+        kind: Optional[str] = None,
+        teams: Optional[Mapping[str, Sequence[str]]] = None,
+        shared_reward: bool = False,
+        episode_limit: Optional[int] = None,
+        seed: Optional[int] = None,
+        family: str = "pettingzoo",
+    ):
+        if not envs:
+            raise MarlError("PettingZooEnv needs at least one env copy (num_envs >= 1).")
+        self._envs = list(envs)
+        first = self._envs[0]
+        self._aec = _is_aec(first)
+        agents = list(first.possible_agents)
+        for e in self._envs[1:]:
+            if list(e.possible_agents) != agents:
+                raise MarlError(f"Env copies disagree on possible_agents: {agents} vs {list(e.possible_agents)}.")
+        self._io = [_AgentIO(first.observation_space(a), first.action_space(a), a) for a in agents]
+        kind, team_of = default_teams(agents, kind, teams)
+        groups = build_groups(
+            agents,
+            {a: io.obs_space for a, io in zip(agents, self._io)},
+            {a: io.action_space for a, io in zip(agents, self._io)},
+            team_of,
+        )
+        if episode_limit is None:
+            episode_limit = int(getattr(getattr(first, "unwrapped", first), "max_cycles", 0) or 0)
+        self.layout = AgentLayout(agents, groups)
+        self.info = EnvInfo(
+            family=family,
+            scenario=scenario,
+            agents=agents,
+            groups=groups,
+            state_dim=self.layout.state_dim,
+            episode_limit=episode_limit,
+            kind=kind,
+            shared_reward=bool(shared_reward),
+            num_envs=len(self._envs),
+        )
+        self._default_seed = seed
+        self._rngs = [np.random.default_rng(seed) for _ in self._envs]
+        self._started = False
+        B, N = len(self._envs), len(agents)
+        self._state = np.zeros((B, self.layout.state_dim), np.float32)
+        self._alive = np.zeros((B, N), bool)
+        self._masks = {
+            name: np.ones((B, g.n_agents, g.n_actions), bool) for name, g in groups.items() if g.discrete
+        }
+        self._mask_slot = {a: (name, j) for name, g in groups.items() for j, a in enumerate(g.agents)}
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_object(cls, obj: Any, num_envs: int = DEFAULT_NUM_ENVS, **kwargs) -> "PettingZooEnv":
+        """Build from an env instance, a constructor / callable, or a module.
+
+        Copy rule: with an *instance*, copy 0 is the instance itself and copies
+        ``1..B-1`` are ``copy.deepcopy(instance)`` (PettingZoo envs built on
+        ``EzPickle`` re-run their constructor with the original arguments when
+        deep-copied). With a *callable* it is called ``B`` times with no
+        arguments. A *module* uses its ``parallel_env`` (else ``env``).
+
+        Args:
+            obj: the env, constructor or module.
+            num_envs: ``B``.
+            **kwargs: :class:`PettingZooEnv` options (``kind``, ``teams``, ``seed``, ...).
+        Raises:
+            MarlError: ``obj`` is none of these, or the instance cannot be deep-copied.
+        """
+        num_envs = _check_num_envs(num_envs)
+        if inspect.ismodule(obj):
+            ctor = getattr(obj, "parallel_env", None) or getattr(obj, "env", None)
+            if ctor is None:
+                raise MarlError(f"Module {obj.__name__} has neither parallel_env nor env.")
+            kwargs.setdefault("scenario", obj.__name__)
+            return cls([ctor() for _ in range(num_envs)], **kwargs)
+        if _is_instance(obj):
+            copies = [obj]
+            for _ in range(num_envs - 1):
+                try:
+                    copies.append(copy.deepcopy(obj))
+                except Exception as e:  # noqa: BLE001 - any failure means "cannot copy"
+                    raise MarlError(
+                        f"Cannot deep-copy {type(obj).__name__} to make {num_envs} copies ({e}). "
+                        "Pass a constructor (e.g. lambda: my_env()) instead of an instance."
+                    ) from e
+            kwargs.setdefault("scenario", _env_name(obj))
+            return cls(copies, **kwargs)
+        if callable(obj):
+            copies = [obj() for _ in range(num_envs)]
+            if not _is_instance(copies[0]):
+                raise MarlError(f"{obj!r} did not return a PettingZoo env (got {type(copies[0]).__name__}).")
+            kwargs.setdefault("scenario", _env_name(copies[0]))
+            return cls(copies, **kwargs)
+        raise MarlError(
+            f"Cannot build a PettingZoo env from {type(obj).__name__}: pass an env instance, a constructor or a module."
+        )
+
+    @classmethod
+    def from_name(cls, name: str, num_envs: int = DEFAULT_NUM_ENVS, adapter_kwargs: Optional[dict] = None, **env_kwargs):
+        """Build from ``"pkg.module"`` / ``"pkg.module:callable"`` or a PettingZoo registry id.
+
+        A module path imports the module and calls its ``parallel_env(**env_kwargs)``
+        (``env(...)`` for AEC-only modules). An id such as ``"classic/tictactoe-v3"``
+        goes through ``pettingzoo.make`` (parallel registry first, then AEC).
+
+        Raises:
+            MarlError: the module / id does not exist (the message lists close matches).
+        """
+        num_envs = _check_num_envs(num_envs)
+        ctor = _resolve_ctor(name)
+        try:
+            copies = [ctor(**env_kwargs) for _ in range(num_envs)]
+        except TypeError as e:
+            raise MarlError(f"Bad keyword arguments for PettingZoo env '{name}': {e}") from e
+        return cls(copies, scenario=name, **(adapter_kwargs or {}))
+
+    # ------------------------------------------------------------------ stepping
+
+    def reset(self, seed: Optional[int] = None) -> Step:
+        """Reset all copies (copy ``b`` with ``seed + b``) and return the first :class:`Step`."""
+        if seed is None:
+            seed = self._default_seed
+        B = self.num_envs
+        for b, env in enumerate(self._envs):
+            s = None if seed is None else int(seed) + b
+            self._rngs[b] = np.random.default_rng(s)
+            self._reset_copy(b, env, s)
+        self._started = True
+        zero = np.zeros((B, len(self.info.agents)), np.float32)
+        false = torch.zeros(B, dtype=torch.bool)
+        return self._make_step(zero, false, false.clone(), None, np.zeros(B, np.int64))
+
+    def step(self, actions: Dict[str, torch.Tensor]) -> Step:
+        """Apply one joint action per copy (see :meth:`MultiAgentEnv.step`); ended copies auto-reset."""
+        if not self._started:
+            raise MarlError("Call reset() before step().")
+        B, N = self.num_envs, len(self.info.agents)
+        per_agent = self.layout.split_actions(actions, B)
+        rewards = np.zeros((B, N), np.float32)
+        terminated = np.zeros(B, bool)
+        truncated = np.zeros(B, bool)
+        illegal = np.zeros(B, np.int64)
+        final_state = None
+        for b, env in enumerate(self._envs):
+            acts = [a[b] for a in per_agent]
+            if self._aec:
+                ended, trunc, last = self._step_aec(b, env, acts, rewards[b], illegal)
+            else:
+                ended, trunc, last = self._step_parallel(b, env, acts, rewards[b])
+            if ended:
+                if final_state is None:
+                    final_state = self._state.copy()
+                final_state[b] = last
+                terminated[b], truncated[b] = not trunc, trunc
+                self._reset_copy(b, env, None)
+        return self._make_step(
+            rewards, torch.from_numpy(terminated), torch.from_numpy(truncated), final_state, illegal
+        )
+
+    def close(self) -> None:
+        for env in self._envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+    # ------------------------------------------------------------------ internals
+
+    def _make_step(self, rewards, terminated, truncated, final_state, illegal) -> Step:
+        lay = self.layout
+        obs = lay.obs(self._state)
+        state = torch.from_numpy(self._state.copy())
+        if final_state is None:
+            final_obs, final_st = obs, state
+        else:
+            final_obs, final_st = lay.obs(final_state), torch.from_numpy(final_state)
+        avail = {
+            name: (torch.from_numpy(self._masks[name].copy()) if g.discrete else None)
+            for name, g in self.info.groups.items()
+        }
+        return Step(
+            obs=obs,
+            state=state,
+            avail_actions=avail,
+            alive=lay.per_group(self._alive),
+            reward=lay.per_group(rewards),
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=final_obs,
+            final_state=final_st,
+            info={"illegal_actions": torch.from_numpy(illegal)} if self._aec else {},
+        )
+
+    def _write(self, b: int, agent: str, obs: Any, info: Optional[Mapping], alive: bool) -> None:
+        """Store one agent's observation, mask and alive flag in row ``b``."""
+        i = self.layout.index[agent]
+        io = self._io[i]
+        row = self._state[b]
+        sl = self.layout.slices[i]
+        self._alive[b, i] = alive
+        if not alive or obs is None:
+            row[sl] = 0.0
+        else:
+            row[sl] = io.flat(obs)
+        if io.n:
+            name, j = self._mask_slot[agent]
+            m = io.mask(obs, info) if alive else None
+            # an alive agent with no legal action yet (not its turn) may pick any action
+            self._masks[name][b, j] = True if m is None or not m.any() else m
+
+    def _reset_copy(self, b: int, env: Any, seed: Optional[int]) -> None:
+        if self._aec:
+            env.reset(seed=seed)
+            infos = env.infos
+            present = set(env.agents)
+            for a in self.info.agents:
+                alive = a in present
+                self._write(b, a, env.observe(a) if alive else None, infos.get(a), alive)
+        else:
+            obs, infos = env.reset(seed=seed)
+            infos = infos or {}
+            present = set(env.agents)
+            for a in self.info.agents:
+                alive = a in present
+                self._write(b, a, obs.get(a), infos.get(a), alive)
+
+    def _step_parallel(self, b: int, env: Any, acts: List[Any], rew_row: np.ndarray):
+        idx = self.layout.index
+        live = list(env.agents)
+        obs, rew, term, trunc, infos = env.step({a: self._io[idx[a]].to_env(acts[idx[a]]) for a in live})
+        for a, r in rew.items():
+            if a in idx:
+                rew_row[idx[a]] = r
+        done_now = [a for a in live if term.get(a, False) or trunc.get(a, False)]
+        present = set(env.agents) - set(done_now)
+        ended = not present
+        last = None
+        if ended:
+            # the episode's last observation (agents that left earlier stay zero)
+            last = self._state[b].copy()
+            for a in done_now:
+                if a in obs:
+                    i = idx[a]
+                    last[self.layout.slices[i]] = self._io[i].flat(obs[a])
+        for a in self.info.agents:
+            self._write(b, a, obs.get(a), infos.get(a) if infos else None, a in present)
+        truncd = any(trunc.get(a, False) for a in done_now)
+        return ended, truncd, last
+
+    def _step_aec(self, b: int, env: Any, acts: List[Any], rew_row: np.ndarray, illegal: np.ndarray):
+        idx = self.layout.index
+        last_obs: Dict[str, Any] = {}
+        truncd: Dict[str, bool] = {}
+
+        def retire(agent: str) -> None:
+            # keep the leaving agent's last observation, then let PettingZoo remove it
+            last_obs[agent] = env.observe(agent)
+            truncd[agent] = bool(env.truncations[agent]) and not env.terminations[agent]
+            env.step(None)
+
+        acted = set()
+        budget = 4 * len(idx) + 4  # guards against envs whose turn order never returns
+        while env.agents and budget > 0:
+            budget -= 1
+            agent = env.agent_selection
+            if env.terminations[agent] or env.truncations[agent]:
+                retire(agent)
+                continue
+            if agent in acted:
+                break
+            i = idx[agent]
+            io = self._io[i]
+            a = acts[i]
+            if io.n:
+                m = io.mask(env.observe(agent), env.infos.get(agent))
+                if m is not None and m.any() and not m[int(a)]:
+                    a = int(self._rngs[b].choice(np.flatnonzero(m)))
+                    illegal[b] += 1
+            env.step(io.to_env(a))
+            acted.add(agent)
+            for other in env.agents:
+                rew_row[idx[other]] += env.rewards[other]
+        while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
+            retire(env.agent_selection)
+        present = set(env.agents)
+        ended = not present
+        last = None
+        if ended:
+            last = self._state[b].copy()
+            for a, o in last_obs.items():
+                i = idx[a]
+                last[self.layout.slices[i]] = self._io[i].flat(o)
+        infos = env.infos
+        for a in self.info.agents:
+            alive = a in present
+            self._write(b, a, env.observe(a) if alive else None, infos.get(a), alive)
+        return ended, any(truncd.values()), last
+
+
+def _check_num_envs(num_envs: Any) -> int:
+    if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+        raise MarlError(f"num_envs must be a positive int, got {num_envs!r}.")
+    return int(num_envs)
+
+
+def _env_name(env: Any) -> str:
+    meta = getattr(env, "metadata", None) or {}
+    return str(meta.get("name") or type(getattr(env, "unwrapped", env)).__module__)
+
+
+def _registry_ids() -> List[str]:
+    try:
+        from pettingzoo.env_registry.registration import aec_registry, parallel_registry
+    except ImportError:  # older PettingZoo without a registry
+        return []
+    return sorted(set(aec_registry) | set(parallel_registry))
+
+
+def _resolve_ctor(name: str) -> Callable[..., Any]:
+    """Turn a module path / registry id into a constructor taking env kwargs."""
+    if not isinstance(name, str) or not name:
+        raise MarlError(f"PettingZoo env name must be a non-empty string, got {name!r}.")
+    if "/" in name:  # registry id, e.g. "classic/tictactoe-v3"
+        import pettingzoo
+        from pettingzoo.env_registry.registration import aec_registry, parallel_registry
+
+        kind = "parallel" if name in parallel_registry else "aec" if name in aec_registry else None
+        if kind is None:
+            raise unknown_choice("PettingZoo env id", name, _registry_ids())
+        return lambda **kw: pettingzoo.make(kind, name, **kw)
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        if e.name and module_name.startswith(e.name) or e.name == module_name:
+            raise unknown_choice("PettingZoo env module", name, scenarios()) from e
+        raise MarlError(f"Importing PettingZoo env '{name}' failed: {e}") from e
+    if attr:
+        if not hasattr(module, attr):
+            raise unknown_choice(f"callable in {module_name}", attr, [k for k in dir(module) if not k.startswith("_")])
+        return getattr(module, attr)
+    ctor = getattr(module, "parallel_env", None) or getattr(module, "env", None)
+    if ctor is None:
+        raise MarlError(f"Module '{module_name}' has neither parallel_env nor env; name a callable as '{module_name}:fn'.")
+    return ctor
+
+
+_ADAPTER_KWARGS = ("kind", "teams", "shared_reward", "episode_limit", "seed")
+
+
+def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, **kwargs) -> PettingZooEnv:
+    """Registry factory of the ``"pettingzoo"`` family: ``make_env("pettingzoo", name, **kw)``.
+
+    Args:
+        scenario: a module path (``"mpe2.simple_tag_v3"``, ``"pkg.mod:fn"``) or a
+            PettingZoo registry id (``"classic/tictactoe-v3"``).
+        num_envs: ``B`` (default 8).
+        **kwargs: adapter options ``kind``, ``teams``, ``shared_reward``,
+            ``episode_limit``, ``seed``; everything else goes to the env constructor.
+    Raises:
+        MarlError: no / unknown name, or bad constructor kwargs.
+    """
+    if scenario is None:
+        raise MarlError(
+            "make_env('pettingzoo', name) needs a name: a module path such as 'mpe2.simple_tag_v3' "
+            f"or a PettingZoo registry id such as 'classic/tictactoe-v3'. Known: {', '.join(scenarios())}."
+        )
+    adapter = {k: kwargs.pop(k) for k in _ADAPTER_KWARGS if k in kwargs}
+    return PettingZooEnv.from_name(scenario, num_envs=num_envs, adapter_kwargs=adapter, **kwargs)
+
+
+def scenarios() -> List[str]:
+    """Known names: mpe2 modules (``"mpe2.simple_spread_v3"``, ...) and PettingZoo registry ids."""
+    names: List[str] = []
+    try:
+        from marl.envs.mpe import mpe2_modules
+
+        names += [f"mpe2.{m}" for m in mpe2_modules().values()]
+    except ImportError:
+        pass
+    return sorted(names) + _registry_ids()

@@ -1,0 +1,252 @@
+"""Trainer: an RLlib ``Algorithm`` running marl's batched data path.
+
+RLlib provides the distributed engine (``EnvRunnerGroup`` of remote sampling
+actors, ``LearnerGroup`` with DDP / GPU learners, checkpoints, fault
+tolerance); algorithm families subclass :class:`Trainer` and implement
+``training_step`` with :meth:`Trainer.sample_rollouts` and
+:meth:`Trainer.update_learners`.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.policy.policy import PolicySpec
+from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+from marl.engine.runner import BatchedEnvRunner, MappingFn
+from marl.env import MultiAgentEnv
+from marl.mapping import PolicyMapping
+
+
+class TrainingDiverged(FloatingPointError):
+    """A loss became NaN or infinite; the message names the loss and the module."""
+
+
+class TrainerConfig(AlgorithmConfig):
+    """AlgorithmConfig whose default module spec is the algorithm family's RLModule."""
+
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        return RLModuleSpec(module_class=self.algo_class.module_class)
+
+    def get_default_learner_class(self):
+        return self.algo_class.learner_class
+
+
+def module_spaces(mapping: PolicyMapping) -> Dict[str, PolicySpec]:
+    """Per module: observation space widened by the agent one-hot, and the action space."""
+    out = {}
+    for mid in mapping.modules:
+        g = mapping.group_info(mid)
+        obs = gym.spaces.Box(-np.inf, np.inf, (mapping.obs_dim(mid),), np.float32)
+        out[mid] = PolicySpec(observation_space=obs, action_space=g.action_space)
+    return out
+
+
+def build_algorithm_config(algo_cls, cfg: Dict[str, Any], env: MultiAgentEnv, mapping: PolicyMapping, env_token: str):
+    """Translate a validated marl config into an RLlib ``AlgorithmConfig`` for ``algo_cls``."""
+    spaces = module_spaces(mapping)
+    specs = {
+        mid: RLModuleSpec(
+            module_class=algo_cls.module_class,
+            observation_space=spaces[mid].observation_space,
+            action_space=spaces[mid].action_space,
+            model_config=algo_cls.module_config(cfg, mapping, mid),
+        )
+        for mid in mapping.modules
+    }
+    learner_cfg = dict(cfg)
+    learner_cfg.update(
+        env_spec=vars(env.spec) if env.spec is not None else None,
+        env_object=env if env.spec is None else None,
+        env_token=env_token,
+        agent_to_module=dict(mapping.agent_to_module),
+        module_spaces=spaces,
+        num_envs=env.num_envs,
+    )
+    config = (
+        TrainerConfig(algo_class=algo_cls)
+        .environment(observation_space=None, action_space=None, disable_env_checking=True)
+        .env_runners(
+            env_runner_cls=BatchedEnvRunner,
+            num_env_runners=int(cfg["num_env_runners"]),
+            num_envs_per_env_runner=env.num_envs,
+            num_cpus_per_env_runner=float(cfg["num_cpus_per_env_runner"]),
+            rollout_fragment_length=int(cfg["rollout_length"]),
+        )
+        .learners(
+            num_learners=int(cfg["num_learners"]),
+            num_gpus_per_learner=float(cfg["num_gpus_per_learner"]),
+            num_cpus_per_learner=float(cfg["num_cpus_per_learner"]) if cfg["num_learners"] else "auto",
+            learner_config_dict=learner_cfg,
+        )
+        .multi_agent(policies=spaces, policy_mapping_fn=MappingFn(mapping.agent_to_module))
+        .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
+        .training(
+            lr=float(cfg["lr"]),
+            grad_clip=float(cfg["max_grad_norm"]) if cfg.get("max_grad_norm") else None,
+            grad_clip_by="global_norm",
+            train_batch_size_per_learner=int(cfg["rollout_length"]) * env.num_envs,
+        )
+        .debugging(seed=int(cfg["seed"]), log_level="ERROR")
+        .reporting(metrics_num_episodes_for_smoothing=1)
+    )
+    config.learner_config_dict = learner_cfg
+    return config
+
+
+class Trainer(Algorithm):
+    """Base of marl's algorithms (an RLlib ``Algorithm``).
+
+    Subclasses set ``module_class`` and ``learner_class`` and implement
+    ``training_step`` (which must return ``None``), ``module_config`` and
+    ``check_env``. Progress counters live in :attr:`progress` and are saved
+    in checkpoints, so a resumed run continues its step count.
+    """
+
+    module_class = None
+    learner_class = None
+
+    @classmethod
+    def get_default_config(cls) -> AlgorithmConfig:
+        return TrainerConfig(algo_class=cls)
+
+    def setup(self, config):
+        super().setup(config)
+        self.marl_config: Dict[str, Any] = self.config.learner_config_dict
+        self.progress = {"env_steps": 0, "iterations": 0, "episodes": 0, "time_s": 0.0}
+        self.last_metrics: Dict[str, Any] = {}
+
+    # --------------------------------------------------------------- data path
+    def sample_rollouts(self) -> Dict[str, Any]:
+        """One rollout per env runner, concatenated along the env axis ``B``."""
+        t0 = time.perf_counter()
+        group = self.env_runner_group
+        if group.num_remote_env_runners() == 0:
+            parts = [group.local_env_runner.sample()]
+        else:
+            parts = group.foreach_env_runner(lambda r: r.sample(), local_env_runner=False)
+        rollout = _concat_rollouts(parts)
+        self._sample_time = time.perf_counter() - t0
+        return rollout
+
+    def update_learners(self, batch) -> None:
+        """One learner-group update on ``batch``, then push the new weights to the runners."""
+        t0 = time.perf_counter()
+        results = self.learner_group.update(
+            batch=batch, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.progress["env_steps"]}
+        )
+        self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+        self._learn_time = time.perf_counter() - t0
+        self._learner_results = _reduce_learner_results(results)
+
+    # --------------------------------------------------------------- iteration
+    def train_iteration(self) -> Dict[str, Any]:
+        """Run one ``training_step`` and return flat metrics (floats) for logging."""
+        t0 = time.perf_counter()
+        self._learner_results = {}
+        self._sample_time = self._learn_time = 0.0
+        self.rollout = None
+        self.training_step()  # RLlib convention: returns None; our subclasses leave self.rollout
+        rollout = self.rollout
+        dt = time.perf_counter() - t0
+        m = rollout["metrics"]
+        p = self.progress
+        p["env_steps"] += m["env_steps"]
+        p["iterations"] += 1
+        p["episodes"] += len(m.get("episode_return", []))
+        p["time_s"] += dt
+        out: Dict[str, Any] = {
+            "env_steps": p["env_steps"],
+            "iteration": p["iterations"],
+            "episodes": p["episodes"],
+            "time_s": p["time_s"],
+            "env_steps_per_s": m["env_steps"] / dt,
+            "sample_time_s": self._sample_time,
+            "learn_time_s": self._learn_time,
+        }
+        for k, v in m.items():
+            if isinstance(v, list) and v:
+                out[f"{k}_mean"] = float(np.mean(v))
+        out.update(self._learner_results)
+        self.last_metrics = out
+        return out
+
+    def step(self):
+        # RLlib's train() -> step(): restore crashed env runners (fault tolerance),
+        # then one of our iterations, whose flat metrics become the result.
+        self.restore_env_runners(self.env_runner_group)
+        return {"marl": self.train_iteration()}
+
+    # --------------------------------------------------------------- checkpoints
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        state["marl_progress"] = dict(self.progress)
+        return state
+
+    def set_state(self, state):
+        super().set_state(state)
+        if "marl_progress" in state:
+            self.progress.update(state["marl_progress"])
+
+    # --------------------------------------------------------------- hooks
+    @classmethod
+    def module_config(cls, cfg: Dict[str, Any], mapping: PolicyMapping, mid: str) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def check_env(cls, cfg: Dict[str, Any], info) -> None:
+        """Raise :class:`marl.MarlError` if this algorithm cannot handle the env."""
+
+
+def _concat_rollouts(parts: List[Dict[str, Any]]) -> Dict[str, Any]:
+    if len(parts) == 1:
+        return parts[0]
+    out: Dict[str, Any] = {}
+    for k, v in parts[0].items():
+        if k == "modules":
+            out[k] = {
+                mid: {c: torch.cat([p[k][mid][c] for p in parts], dim=1) for c in cols}
+                for mid, cols in v.items()
+            }
+        elif k == "metrics":
+            merged: Dict[str, Any] = {"env_steps": sum(p[k]["env_steps"] for p in parts)}
+            for p in parts:
+                for mk, mv in p[k].items():
+                    if isinstance(mv, list):
+                        merged.setdefault(mk, []).extend(mv)
+            out[k] = merged
+        else:
+            out[k] = torch.cat([p[k] for p in parts], dim=1)
+    return out
+
+
+def _reduce_learner_results(results) -> Dict[str, float]:
+    """Flatten RLlib learner results (list of nested dicts of Stats) to ``{"module/key": float}``."""
+    from ray.rllib.utils.metrics.stats.base import StatsBase as Stats
+
+    flat: Dict[str, List[float]] = {}
+
+    def walk(prefix, d):
+        for k, v in d.items():
+            key = f"{prefix}/{k}" if prefix else str(k)
+            if isinstance(v, dict):
+                walk(key, v)
+            else:
+                val = v.peek() if isinstance(v, Stats) else v
+                if isinstance(val, (int, float, np.floating, np.integer)) or (
+                    torch.is_tensor(val) and val.numel() == 1
+                ):
+                    flat.setdefault(key, []).append(float(val))
+
+    for r in results if isinstance(results, list) else [results]:
+        walk("", r)
+    keep = ("policy_loss", "value_loss", "entropy", "explained_variance", "approx_kl", "clip_fraction", "value_mean", "total_loss")
+    return {k: float(np.mean(v)) for k, v in flat.items() if k.split("/")[-1] in keep and "__all_modules__" not in k}

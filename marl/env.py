@@ -1,0 +1,372 @@
+"""The standardized, batched multi-agent environment (DESIGN.md §3).
+
+Every algorithm in marl sees one interface, :class:`MultiAgentEnv`. It steps
+``B = num_envs`` copies of a task at once and speaks in torch tensors grouped
+by agent *groups* (agents with equal spaces on the same side), so the sampler
+never loops over agents or env copies in Python.
+
+Shapes used throughout (``B`` env copies, ``N_g`` agents in group ``g``):
+
+=================  ======================================  ==========================
+field              shape                                   meaning
+=================  ======================================  ==========================
+``obs[g]``         ``[B, N_g, obs_dim_g]`` float32          per-agent observation
+``state``          ``[B, state_dim]`` float32               global state
+``avail_actions``  ``[B, N_g, n_actions_g]`` bool           legal actions (discrete);
+                                                           ``None`` for continuous
+``alive[g]``       ``[B, N_g]`` bool                        agent still acting
+``reward[g]``      ``[B, N_g]`` float32                     reward of the last step
+``terminated``     ``[B]`` bool                             episode ended (absorbing)
+``truncated``      ``[B]`` bool                             episode cut (time limit);
+                                                           never a termination
+=================  ======================================  ==========================
+
+Envs reset themselves: when copy ``b`` ends at a step, the returned ``obs`` and
+``state`` of row ``b`` already belong to the next episode, and ``final_obs`` /
+``final_state`` hold the last observation of the episode that ended (needed to
+bootstrap values of truncated episodes).
+"""
+from __future__ import annotations
+
+import abc
+import difflib
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+KINDS = ("cooperative", "competitive", "mixed")
+
+
+class MarlError(ValueError):
+    """Base class of marl's user-facing errors (bad names, bad config, bad input)."""
+
+
+def closest(name: str, choices: Sequence[str]) -> str:
+    """Return ``" Did you mean 'x'?"`` for the closest of ``choices``, or ``""``."""
+    match = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
+    return f" Did you mean '{match[0]}'?" if match else ""
+
+
+def unknown_choice(what: str, name: Any, choices: Sequence[str]) -> MarlError:
+    """Build the error for an unknown name: it lists the valid choices and the closest."""
+    return MarlError(
+        f"Unknown {what} '{name}'.{closest(name, choices)} "
+        f"Valid choices: {', '.join(sorted(map(str, choices)))}."
+    )
+
+
+@dataclass
+class GroupInfo:
+    """A group: agents with identical spaces on the same side, stacked as one tensor.
+
+    Attributes:
+        name: group id, e.g. ``"agent"``, ``"adversary"``.
+        agents: agent ids of the group in their fixed order (index ``i`` of dim ``N_g``).
+        obs_space: per-agent observation space (a 1-D ``gym.spaces.Box``).
+        action_space: per-agent action space (``Discrete`` or 1-D ``Box``).
+        team: the side the group plays for; value decomposition mixes within a team.
+    """
+
+    name: str
+    agents: List[str]
+    obs_space: gym.spaces.Box
+    action_space: gym.spaces.Space
+    team: str = "team"
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def obs_dim(self) -> int:
+        return int(np.prod(self.obs_space.shape))
+
+    @property
+    def discrete(self) -> bool:
+        return isinstance(self.action_space, gym.spaces.Discrete)
+
+    @property
+    def n_actions(self) -> int:
+        """Number of discrete actions, or the dimension of a continuous action."""
+        if self.discrete:
+            return int(self.action_space.n)
+        return int(np.prod(self.action_space.shape))
+
+
+@dataclass
+class EnvInfo:
+    """Static description of a task, shared by all algorithms and the policy mapping.
+
+    Attributes:
+        family: env family name (``"mpe"``, ``"vmas"``, ``"pettingzoo"``, ...).
+        scenario: scenario / task name inside the family.
+        agents: all agent ids in a fixed order.
+        groups: group name -> :class:`GroupInfo` (insertion order is fixed).
+        state_dim: size of the global state vector.
+        episode_limit: maximum steps per episode (truncation), 0 if unbounded.
+        kind: ``"cooperative"`` (one team, shared goal), ``"competitive"`` (teams
+            with opposed rewards) or ``"mixed"``.
+        shared_reward: all agents of a team receive the same reward.
+        num_envs: number of batched env copies ``B``.
+        entity_layout: optional description of entity slices of observations
+            (used by entity-aware networks; ``None`` where the env gives none).
+    """
+
+    family: str
+    scenario: str
+    agents: List[str]
+    groups: Dict[str, GroupInfo]
+    state_dim: int
+    episode_limit: int
+    kind: str = "cooperative"
+    shared_reward: bool = False
+    num_envs: int = 1
+    entity_layout: Optional[Dict[str, Any]] = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise unknown_choice("env kind", self.kind, KINDS)
+        grouped = [a for g in self.groups.values() for a in g.agents]
+        if sorted(grouped) != sorted(self.agents):
+            raise MarlError(f"groups {grouped} do not partition the agents {self.agents}")
+
+    def locate(self, agent: str) -> tuple:
+        """Return ``(group_name, index_in_group)`` of ``agent``.
+
+        Raises:
+            MarlError: ``agent`` is not an agent of this env.
+        """
+        for g in self.groups.values():
+            if agent in g.agents:
+                return g.name, g.agents.index(agent)
+        raise unknown_choice("agent", agent, self.agents)
+
+    def group_of(self, agent: str) -> GroupInfo:
+        return self.groups[self.locate(agent)[0]]
+
+    @property
+    def teams(self) -> Dict[str, List[str]]:
+        """Team name -> group names playing for it."""
+        out: Dict[str, List[str]] = {}
+        for g in self.groups.values():
+            out.setdefault(g.team, []).append(g.name)
+        return out
+
+    @property
+    def homogeneous(self) -> bool:
+        """All agents share one observation and action space."""
+        gs = list(self.groups.values())
+        return all(
+            spaces_equal(g.obs_space, gs[0].obs_space)
+            and spaces_equal(g.action_space, gs[0].action_space)
+            for g in gs
+        )
+
+
+def spaces_equal(a: gym.spaces.Space, b: gym.spaces.Space) -> bool:
+    """Structural equality of two gymnasium spaces (type, shape, bounds, n)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, gym.spaces.Discrete):
+        return int(a.n) == int(b.n) and int(a.start) == int(b.start)
+    if isinstance(a, gym.spaces.Box):
+        return (
+            a.shape == b.shape
+            and np.array_equal(a.low, b.low)
+            and np.array_equal(a.high, b.high)
+        )
+    return a == b
+
+
+@dataclass
+class Step:
+    """One batched transition (see the module docstring for shapes).
+
+    ``reward``, ``terminated`` and ``truncated`` describe the step just taken
+    (all zero / False after :meth:`MultiAgentEnv.reset`). ``final_obs`` and
+    ``final_state`` equal ``obs`` / ``state`` except in rows whose episode ended
+    at this step, where they hold that episode's last observation.
+    """
+
+    obs: Dict[str, torch.Tensor]
+    state: torch.Tensor
+    avail_actions: Dict[str, Optional[torch.Tensor]]
+    alive: Dict[str, torch.Tensor]
+    reward: Dict[str, torch.Tensor]
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    final_obs: Optional[Dict[str, torch.Tensor]] = None
+    final_state: Optional[torch.Tensor] = None
+    info: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> torch.Tensor:
+        """``terminated | truncated``: ``[B]`` bool."""
+        return self.terminated | self.truncated
+
+
+@dataclass
+class EnvSpec:
+    """How to rebuild an env in another process (remote env runners, checkpoints)."""
+
+    family: str
+    scenario: Optional[str]
+    kwargs: Dict[str, Any]
+
+    def make(self, **overrides) -> "MultiAgentEnv":
+        kw = {**self.kwargs, **overrides}
+        return make_env(self.family, self.scenario, **kw)
+
+
+class MultiAgentEnv(abc.ABC):
+    """Batched multi-agent environment: ``B`` copies stepped as one.
+
+    Subclasses set :attr:`info` (an :class:`EnvInfo`) and implement
+    :meth:`reset` and :meth:`step`. Copies reset themselves when their episode
+    ends (see :class:`Step`).
+    """
+
+    info: EnvInfo
+    spec: Optional[EnvSpec] = None
+
+    @property
+    def num_envs(self) -> int:
+        return self.info.num_envs
+
+    @abc.abstractmethod
+    def reset(self, seed: Optional[int] = None) -> Step:
+        """Reset all ``B`` copies (copy ``b`` seeded with ``seed + b``) and return the first :class:`Step`."""
+
+    @abc.abstractmethod
+    def step(self, actions: Dict[str, torch.Tensor]) -> Step:
+        """Apply one joint action per copy.
+
+        Args:
+            actions: group -> ``[B, N_g]`` int64 (discrete) or ``[B, N_g, act_dim]``
+                float32 (continuous, clipped to the action space by the env).
+        Returns:
+            The next :class:`Step`; ended copies are already reset.
+        """
+
+    def close(self) -> None:
+        """Release simulator resources."""
+
+    def random_actions(self, step: Step, generator: Optional[torch.Generator] = None) -> Dict[str, torch.Tensor]:
+        """Uniformly random legal actions for every agent (for baselines and tests)."""
+        out = {}
+        for name, g in self.info.groups.items():
+            B, N = self.num_envs, g.n_agents
+            if g.discrete:
+                avail = step.avail_actions.get(name)
+                logits = torch.zeros(B, N, g.n_actions)
+                if avail is not None:
+                    logits = logits.masked_fill(~avail, float("-inf"))
+                probs = torch.softmax(logits, -1).reshape(B * N, -1)
+                out[name] = torch.multinomial(probs, 1, generator=generator).reshape(B, N)
+            else:
+                low = torch.as_tensor(g.action_space.low, dtype=torch.float32)
+                high = torch.as_tensor(g.action_space.high, dtype=torch.float32)
+                u = torch.rand(B, N, g.n_actions, generator=generator)
+                out[name] = low + u * (high - low)
+        return out
+
+    def fit(self, algo: str, **overrides):
+        """Train ``algo`` on this env; see :func:`marl.fit` for the arguments."""
+        from marl.api import fit
+
+        return fit(self, algo, **overrides)
+
+    def __repr__(self) -> str:
+        i = self.info
+        groups = ", ".join(f"{g.name}x{g.n_agents}" for g in i.groups.values())
+        return f"<{type(self).__name__} {i.family}:{i.scenario} B={i.num_envs} [{groups}] {i.kind}>"
+
+
+# --------------------------------------------------------------------------- registry
+
+@dataclass
+class _Family:
+    factory: str  # "module:callable", imported lazily so marl core never imports an env family
+    description: str
+    scenarios: Optional[str] = None  # "module:callable" returning the scenario names
+
+
+_FAMILIES: Dict[str, _Family] = {}
+
+
+def register_env(family: str, factory: str, description: str = "", scenarios: Optional[str] = None) -> None:
+    """Register an env family.
+
+    Args:
+        family: the name users pass to :func:`make_env`.
+        factory: ``"module:callable"``; the callable takes ``(scenario, **kwargs)``
+            and returns a :class:`MultiAgentEnv`.
+        description: one line shown by ``marl list``.
+        scenarios: optional ``"module:callable"`` returning the list of scenario names.
+    """
+    _FAMILIES[family] = _Family(factory, description, scenarios)
+
+
+def _load(path: str) -> Callable:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _builtin_families() -> Dict[str, _Family]:
+    import marl.envs  # noqa: F401  (registers the built-in families)
+
+    return _FAMILIES
+
+
+def list_envs(with_scenarios: bool = False) -> Dict[str, Any]:
+    """Registered env families -> description (or, with ``with_scenarios``, their scenario names)."""
+    fams = _builtin_families()
+    if not with_scenarios:
+        return {k: f.description for k, f in fams.items()}
+    out = {}
+    for k, f in fams.items():
+        try:
+            out[k] = list(_load(f.scenarios)()) if f.scenarios else []
+        except ImportError as e:  # an optional extra that is not installed
+            out[k] = [f"<unavailable: {e}>"]
+    return out
+
+
+def scenarios_of(family: str) -> List[str]:
+    fams = _builtin_families()
+    f = fams[family]
+    return list(_load(f.scenarios)()) if f.scenarios else []
+
+
+def make_env(name: Any, scenario: Optional[str] = None, **kwargs) -> MultiAgentEnv:
+    """Build a batched :class:`MultiAgentEnv`.
+
+    Args:
+        name: a family name (``"mpe"``, ``"vmas"``, ``"pettingzoo"``, see
+            :func:`list_envs`), ``"family:scenario"``, a PettingZoo env instance,
+            or a callable returning one.
+        scenario: scenario name inside the family (e.g. ``"simple_spread"``);
+            for ``"pettingzoo"`` a dotted path such as ``"mpe2.simple_tag_v3"``.
+        **kwargs: ``num_envs`` (batch size ``B``), ``seed`` and family-specific
+            options (e.g. ``N=3``, ``continuous_actions=True``).
+
+    Raises:
+        MarlError: unknown family or scenario; the message lists the valid choices.
+    """
+    if not isinstance(name, str):
+        from marl.envs.pettingzoo import PettingZooEnv
+
+        return PettingZooEnv.from_object(name, **kwargs)
+    if ":" in name and scenario is None:
+        name, scenario = name.split(":", 1)
+    fams = _builtin_families()
+    if name not in fams:
+        raise unknown_choice("env", name, list(fams))
+    env = _load(fams[name].factory)(scenario, **kwargs)
+    if env.spec is None:
+        env.spec = EnvSpec(name, scenario, dict(kwargs))
+    return env

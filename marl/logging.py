@@ -1,0 +1,118 @@
+"""Run logging: a progress bar (tqdm), TensorBoard scalars and a CSV of the same metrics."""
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from tqdm import tqdm
+
+from torch.utils.tensorboard import SummaryWriter
+
+# Metric -> TensorBoard tag; anything else goes under "train/".
+_TAGS = {
+    "episode_return_mean": "return/team_sum",
+    "episode_length_mean": "episode/length",
+    "env_steps_per_s": "perf/env_steps_per_s",
+    "sample_time_s": "perf/sample_time_s",
+    "learn_time_s": "perf/learn_time_s",
+}
+
+
+def _tag(key: str) -> str:
+    if key in _TAGS:
+        return _TAGS[key]
+    if key.startswith("return_"):
+        return "return/" + key[len("return_"):].removesuffix("_mean")
+    return "train/" + key
+
+
+class RunLogger:
+    """Writes every iteration's metrics to TensorBoard (``<run>/tb``), ``<run>/progress.csv``
+    and a progress bar showing env steps, steps/s, mean return and time left.
+
+    Args:
+        run_dir: folder of the run.
+        total: the ``stop`` criteria (used for the bar's length and time left).
+        show: draw the progress bar (a plain line per iteration when not a TTY).
+    """
+
+    def __init__(self, run_dir: Path, stop: Dict[str, float], show: bool = True, initial_steps: int = 0):
+        self.run_dir = Path(run_dir)
+        self.tb_dir = self.run_dir / "tb"
+        self.writer = SummaryWriter(str(self.tb_dir))
+        self.csv_path = self.run_dir / "progress.csv"
+        self._csv_file = None
+        self._csv = None
+        self._fields = None
+        self.stop = stop
+        self.show = show
+        self._tty = sys.stderr.isatty()
+        self.bar = None
+        if show and self._tty:
+            total = int(stop["env_steps"]) if "env_steps" in stop else None
+            self.bar = tqdm(total=total, initial=initial_steps, unit="step", unit_scale=True, dynamic_ncols=True)
+        self._last_steps = initial_steps
+
+    def log(self, m: Dict[str, Any]) -> None:
+        step = int(m["env_steps"])
+        for k, v in m.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and k != "env_steps":
+                self.writer.add_scalar(_tag(k), v, step)
+        self._write_csv(m)
+        self._show(m)
+
+    def _write_csv(self, m: Dict[str, Any]) -> None:
+        if self._csv is None:
+            new = not self.csv_path.exists()
+            self._csv_file = open(self.csv_path, "a", newline="")
+            self._fields = list(m.keys())
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=self._fields, extrasaction="ignore")
+            if new:
+                self._csv.writeheader()
+        self._csv.writerow({k: m.get(k, "") for k in self._fields})
+        self._csv_file.flush()
+
+    def _time_left(self, m: Dict[str, Any]) -> Optional[float]:
+        rate = m["env_steps"] / max(m["time_s"], 1e-9)
+        left = []
+        if "env_steps" in self.stop:
+            left.append((self.stop["env_steps"] - m["env_steps"]) / max(rate, 1e-9))
+        if "time_s" in self.stop:
+            left.append(self.stop["time_s"] - m["time_s"])
+        if "iterations" in self.stop:
+            per_it = m["time_s"] / max(m["iteration"], 1)
+            left.append((self.stop["iterations"] - m["iteration"]) * per_it)
+        return max(0.0, min(left)) if left else None
+
+    def _show(self, m: Dict[str, Any]) -> None:
+        if not self.show:
+            return
+        ret = m.get("episode_return_mean")
+        left = self._time_left(m)
+        desc = {
+            "it": m["iteration"],
+            "steps/s": f"{m['env_steps_per_s']:.0f}",
+            "return": "-" if ret is None else f"{ret:.2f}",
+        }
+        if self.bar is not None:
+            self.bar.update(int(m["env_steps"]) - self._last_steps)
+            self.bar.set_postfix(desc)
+        else:
+            eta = "" if left is None else f" left {left:.0f}s"
+            print(
+                f"[marl] it {m['iteration']:>5} | steps {m['env_steps']:>9} | {desc['steps/s']:>6} steps/s"
+                f" | return {desc['return']:>8}{eta}",
+                flush=True,
+            )
+        self._last_steps = int(m["env_steps"])
+
+    def close(self) -> None:
+        self.writer.flush()
+        self.writer.close()
+        if self._csv_file:
+            self._csv_file.close()
+        if self.bar is not None:
+            self.bar.close()

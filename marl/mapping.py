@@ -1,0 +1,171 @@
+"""Policy mapping: agents -> groups -> module ids (DESIGN.md §4).
+
+A *module* is one set of network parameters. Several agents may share a
+module; their data are stacked along the agent axis, and when a module serves
+more than one agent a one-hot of the agent's index inside the module is
+appended to its observation so a shared network can still tell agents apart
+(Yu et al. 2022, MAPPO, "agent id" input; Rashid et al. 2018, QMIX).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Tuple, Union
+
+import torch
+
+from marl.env import EnvInfo, MarlError, spaces_equal, unknown_choice
+
+SHARE_MODES = ("auto", "all", "group", "individual")
+Share = Union[str, Callable[[str], str]]
+
+
+@dataclass(frozen=True)
+class ModuleSlot:
+    """Where a module's agents live in the env's group tensors.
+
+    ``rows`` are the positions (along the module's agent axis) filled from
+    ``group``'s agent indices ``index``.
+    """
+
+    group: str
+    index: Tuple[int, ...]
+    rows: Tuple[int, ...]
+
+
+class PolicyMapping:
+    """Map every agent of an env to a module id.
+
+    Args:
+        info: the env's :class:`~marl.env.EnvInfo`.
+        share: ``"all"`` (one module ``"shared"`` for all agents; all spaces must
+            be equal), ``"group"`` (one module per group, named after it),
+            ``"individual"`` (one module per agent, named after it), a callable
+            ``agent_id -> module_id``, or ``"auto"``: cooperative and
+            homogeneous -> ``"all"``, otherwise ``"group"``.
+        agent_id: append a one-hot agent index to observations of modules that
+            serve more than one agent.
+
+    Raises:
+        MarlError: unknown ``share`` mode, or two agents with different
+            observation/action spaces mapped to one module (checked here, at
+            build time, not in a matmul later).
+    """
+
+    def __init__(self, info: EnvInfo, share: Share = "auto", agent_id: bool = True):
+        self.info = info
+        self.share = share
+        self.agent_id = agent_id
+        self.mode = self._resolve_mode(info, share)
+        self.agent_to_module: Dict[str, str] = {a: str(self._module_of(a)) for a in info.agents}
+        self.modules: Dict[str, List[str]] = {}
+        for a in info.agents:  # keeps the env's fixed agent order inside each module
+            self.modules.setdefault(self.agent_to_module[a], []).append(a)
+        self._check_spaces()
+        self.slots: Dict[str, List[ModuleSlot]] = {m: self._slots(m) for m in self.modules}
+
+    # ------------------------------------------------------------------ building
+    @staticmethod
+    def _resolve_mode(info: EnvInfo, share: Share) -> str:
+        if callable(share):
+            return "callable"
+        if share not in SHARE_MODES:
+            raise unknown_choice("share mode", share, SHARE_MODES)
+        if share == "auto":
+            return "all" if info.kind == "cooperative" and info.homogeneous else "group"
+        return share
+
+    def _module_of(self, agent: str) -> str:
+        if self.mode == "callable":
+            return self.share(agent)
+        if self.mode == "all":
+            return "shared"
+        if self.mode == "group":
+            return self.info.locate(agent)[0]
+        return agent
+
+    def _check_spaces(self) -> None:
+        for mid, agents in self.modules.items():
+            g0 = self.info.group_of(agents[0])
+            for a in agents[1:]:
+                g = self.info.group_of(a)
+                if not (spaces_equal(g.obs_space, g0.obs_space) and spaces_equal(g.action_space, g0.action_space)):
+                    raise MarlError(
+                        f"Agents '{agents[0]}' and '{a}' map to the same module '{mid}' but have different "
+                        f"spaces (obs {g0.obs_space.shape} vs {g.obs_space.shape}, actions {g0.action_space} vs "
+                        f"{g.action_space}). Use share='group' or 'individual', or a mapping that keeps them apart."
+                    )
+
+    def _slots(self, mid: str) -> List[ModuleSlot]:
+        by_group: Dict[str, Tuple[List[int], List[int]]] = {}
+        for row, a in enumerate(self.modules[mid]):
+            g, i = self.info.locate(a)
+            idx, rows = by_group.setdefault(g, ([], []))
+            idx.append(i)
+            rows.append(row)
+        return [ModuleSlot(g, tuple(i), tuple(r)) for g, (i, r) in by_group.items()]
+
+    # ------------------------------------------------------------------ queries
+    def group_info(self, mid: str):
+        """The :class:`GroupInfo` giving module ``mid``'s spaces."""
+        return self.info.group_of(self.modules[mid][0])
+
+    def n_agents(self, mid: str) -> int:
+        return len(self.modules[mid])
+
+    def uses_agent_id(self, mid: str) -> bool:
+        return self.agent_id and self.n_agents(mid) > 1
+
+    def obs_dim(self, mid: str) -> int:
+        """Input size of module ``mid``: observation plus the agent one-hot if used."""
+        return self.group_info(mid).obs_dim + (self.n_agents(mid) if self.uses_agent_id(mid) else 0)
+
+    # ------------------------------------------------------------------ tensors
+    def gather(self, mid: str, per_group: Dict[str, torch.Tensor]) -> torch.Tensor:
+        """Stack module ``mid``'s agents from group tensors.
+
+        Args:
+            per_group: group -> ``[..., N_g, *F]`` (agent axis at ``dim=-1-len(F)``
+                is taken as the axis right after the leading batch axes; here we
+                require the agent axis to be dim 1 for ``[B, N_g, ...]`` tensors).
+        Returns:
+            ``[B, N_m, *F]`` tensor in the module's agent order.
+        """
+        slots = self.slots[mid]
+        if len(slots) == 1 and slots[0].rows == tuple(range(len(slots[0].rows))):
+            s = slots[0]
+            t = per_group[s.group]
+            if s.index == tuple(range(t.shape[1])):
+                return t  # the common case: a module is exactly one group, no copy
+            return t[:, list(s.index)]
+        parts = [(s.rows, per_group[s.group][:, list(s.index)]) for s in slots]
+        first = parts[0][1]
+        out = first.new_zeros((first.shape[0], self.n_agents(mid)) + tuple(first.shape[2:]))
+        for rows, t in parts:
+            out[:, list(rows)] = t
+        return out
+
+    def scatter(self, per_module: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Inverse of :meth:`gather`: module tensors ``[B, N_m, *F]`` -> group tensors ``[B, N_g, *F]``."""
+        out: Dict[str, torch.Tensor] = {}
+        for mid, t in per_module.items():
+            for s in self.slots[mid]:
+                g = self.info.groups[s.group]
+                if s.rows == tuple(range(t.shape[1])) and s.index == tuple(range(g.n_agents)):
+                    out[s.group] = t
+                    continue
+                if s.group not in out:
+                    out[s.group] = t.new_zeros((t.shape[0], g.n_agents) + tuple(t.shape[2:]))
+                out[s.group][:, list(s.index)] = t[:, list(s.rows)]
+        return out
+
+    def add_agent_id(self, mid: str, obs: torch.Tensor) -> torch.Tensor:
+        """Append the agent one-hot: ``[B, N_m, D] -> [B, N_m, D + N_m]`` (unchanged if unused)."""
+        if not self.uses_agent_id(mid):
+            return obs
+        n = self.n_agents(mid)
+        eye = torch.eye(n, dtype=obs.dtype, device=obs.device).expand(obs.shape[0], n, n)
+        return torch.cat([obs, eye], dim=-1)
+
+    def __repr__(self) -> str:
+        mods = ", ".join(f"{m}: {a}" for m, a in self.modules.items())
+        return f"PolicyMapping(mode={self.mode}, {{{mods}}})"

@@ -1,0 +1,197 @@
+"""Result of :func:`marl.fit` and the greedy policy it carries; :func:`load` reads a checkpoint."""
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from marl.env import EnvSpec, MarlError, MultiAgentEnv, Step
+from marl.mapping import PolicyMapping
+
+META_FILE = "marl_meta.pkl"
+
+
+class Policy:
+    """Decentralised policy of a trained run: one module per module id.
+
+    Call :meth:`act` with a batched :class:`~marl.env.Step` (or its ``obs`` /
+    ``avail_actions`` dicts, group -> ``[B, N_g, D]``) to get group ->
+    ``[B, N_g]`` actions (``[B, N_g, A]`` for continuous groups), or with a
+    PettingZoo-style dict ``agent_id -> observation`` for one env. Recurrent
+    modules keep their hidden state between calls; :meth:`reset` clears it.
+    """
+
+    def __init__(self, mapping: PolicyMapping, modules: Dict[str, Any], explore: bool = False):
+        self.mapping = mapping
+        self.modules = modules
+        self.explore = explore
+        self._h: Dict[str, Optional[torch.Tensor]] = {}
+
+    def reset(self) -> None:
+        self._h = {}
+
+    def act(self, obs, avail_actions: Optional[Dict[str, torch.Tensor]] = None, done: Optional[torch.Tensor] = None):
+        """Greedy actions (sampled if ``explore``).
+
+        Args:
+            obs: a :class:`Step`, group -> ``[B, N_g, D]`` tensors, or ``agent_id -> array``.
+            avail_actions: group -> ``[B, N_g, A]`` bool (taken from the Step if given one).
+            done: ``[B]`` bool, episodes that ended at the previous step (resets hidden state).
+        """
+        if isinstance(obs, Step):
+            obs, avail_actions, done = obs.obs, obs.avail_actions, obs.done
+        if obs and next(iter(obs)) in self.mapping.info.agents:
+            return self._act_single(obs)
+        avail_actions = avail_actions or {}
+        out = {}
+        m = self.mapping
+        for mid, module in self.modules.items():
+            o = m.add_agent_id(mid, m.gather(mid, {g: torch.as_tensor(v, dtype=torch.float32) for g, v in obs.items()}))
+            g = m.group_info(mid)
+            av = m.gather(mid, avail_actions) if g.discrete and avail_actions.get(g.name) is not None else None
+            h = self._h.get(mid)
+            if h is None or h.shape[0] != o.shape[0]:
+                h = module.initial_state(o.shape[:2])
+            elif done is not None:
+                h = h * (~done).view(-1, 1, 1).to(h.dtype)
+            a, _, self._h[mid] = module.act(o, av, h, explore=self.explore)
+            out[mid] = a
+        return m.scatter(out)
+
+    __call__ = act
+
+    def _act_single(self, obs: Dict[str, Any]) -> Dict[str, Any]:
+        info = self.mapping.info
+        batched = {}
+        for name, g in info.groups.items():
+            rows = [np.asarray(obs[a], dtype=np.float32).reshape(-1) if a in obs else np.zeros(g.obs_dim, np.float32) for a in g.agents]
+            batched[name] = torch.as_tensor(np.stack(rows))[None]
+        acts = self.act(batched)
+        out = {}
+        for name, g in info.groups.items():
+            for i, a in enumerate(g.agents):
+                if a in obs:
+                    v = acts[name][0, i]
+                    out[a] = int(v) if g.discrete else v.numpy()
+        return out
+
+
+def run_episodes(env: MultiAgentEnv, policy: Policy, num_episodes: int, seed: int = 12345) -> Dict[str, List[float]]:
+    """Play until ``num_episodes`` episodes ended on the batched ``env``; per-episode statistics.
+
+    Returns lists (length ``num_episodes``): ``episode_return`` (sum over all
+    agents and steps), ``episode_length``, ``return_<group>``, and any
+    env-provided ``episode_metrics`` (e.g. win rate).
+    """
+    step = env.reset(seed=seed)
+    policy.reset()
+    B = env.num_envs
+    ret, length = torch.zeros(B), torch.zeros(B)
+    group_ret = {g: torch.zeros(B) for g in env.info.groups}
+    out: Dict[str, List[float]] = {"episode_return": [], "episode_length": []}
+    limit = (env.info.episode_limit or 1000) * (num_episodes // B + 2)
+    for _ in range(limit):
+        step = env.step(policy.act(step))
+        for g, r in step.reward.items():
+            group_ret[g] += r.sum(-1)
+            ret += r.sum(-1)
+        length += 1
+        d = step.done
+        if d.any():
+            out["episode_return"] += ret[d].tolist()
+            out["episode_length"] += length[d].tolist()
+            for g, r in group_ret.items():
+                out.setdefault(f"return_{g}", []).extend(r[d].tolist())
+                r[d] = 0
+            for k, v in step.info.get("episode_metrics", {}).items():
+                out.setdefault(k, []).extend(v[d].tolist())
+            ret[d], length[d] = 0, 0
+        if len(out["episode_return"]) >= num_episodes:
+            break
+    return {k: v[:num_episodes] for k, v in out.items()}
+
+
+@dataclass
+class Result:
+    """What :func:`marl.fit` returns.
+
+    Attributes:
+        metrics: last iteration's metrics (env steps, returns, losses, steps/s).
+        history: metrics of every iteration.
+        checkpoint: path of the final checkpoint (reload with :func:`marl.load`).
+        log_dir: run folder (TensorBoard logs in ``<log_dir>/tb``, ``progress.csv``).
+        policy: greedy :class:`Policy`.
+        eval: statistics of the greedy evaluation at the end of training (may be empty).
+    """
+
+    metrics: Dict[str, Any]
+    history: List[Dict[str, Any]]
+    checkpoint: Optional[str]
+    log_dir: Optional[str]
+    policy: Policy
+    env_spec: Optional[EnvSpec] = None
+    config: Dict[str, Any] = field(default_factory=dict)
+    eval: Dict[str, float] = field(default_factory=dict)
+
+    def evaluate(self, episodes: int = 32, env: Optional[MultiAgentEnv] = None, num_envs: Optional[int] = None) -> Dict[str, float]:
+        """Greedy evaluation: mean of each episode statistic over ``episodes`` episodes."""
+        if env is None:
+            if self.env_spec is None:
+                raise MarlError("This result has no env spec; pass env=marl.make_env(...).")
+            env = self.env_spec.make(num_envs=num_envs or min(episodes, 32))
+        stats = run_episodes(env, self.policy, episodes)
+        return {f"{k}_mean": float(np.mean(v)) for k, v in stats.items() if v}
+
+    def __repr__(self) -> str:
+        r = self.metrics.get("episode_return_mean")
+        return f"Result(env_steps={self.metrics.get('env_steps')}, return={r}, checkpoint={self.checkpoint!r})"
+
+
+def load(path: str) -> Result:
+    """Load a checkpoint (a checkpoint folder, or a run folder: its latest checkpoint) without Ray.
+
+    Raises:
+        MarlError: no marl checkpoint at ``path``.
+    """
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    ckpt = resolve_checkpoint(path)
+    with open(ckpt / META_FILE, "rb") as f:
+        meta = pickle.load(f)
+    env = meta["env_spec"].make(num_envs=1) if meta.get("env_spec") else None
+    info = env.info if env is not None else meta["env_info"]
+    from marl.engine.runner import MappingFn
+
+    mapping = PolicyMapping(info, share=MappingFn(meta["agent_to_module"]), agent_id=meta["config"]["agent_id"])
+    modules = {}
+    for mid in mapping.modules:
+        m = RLModule.from_checkpoint(str(ckpt / "learner_group" / "learner" / "rl_module" / mid))
+        m.eval()
+        modules[mid] = m
+    if env is not None:
+        env.close()
+    return Result(
+        metrics=meta.get("metrics", {}),
+        history=[],
+        checkpoint=str(ckpt),
+        log_dir=str(ckpt.parent.parent),
+        policy=Policy(mapping, modules),
+        env_spec=meta.get("env_spec"),
+        config=meta["config"],
+    )
+
+
+def resolve_checkpoint(path: str) -> Path:
+    """A checkpoint folder, or the latest checkpoint inside a run folder."""
+    p = Path(path)
+    if (p / META_FILE).exists():
+        return p
+    cands = sorted((p / "checkpoints").glob("checkpoint_*")) if (p / "checkpoints").is_dir() else []
+    cands = [c for c in cands if (c / META_FILE).exists()]
+    if not cands:
+        raise MarlError(f"No marl checkpoint at '{path}' (expected '{META_FILE}' or a run folder with checkpoints/).")
+    return cands[-1]

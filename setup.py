@@ -1,0 +1,33 @@
+"""Install marl. `envs/`, `algos/` and `configs/` sit at the top of the repository
+but install as `marl.envs`, `marl.algos` and `marl.configs` (DESIGN.md §1)."""
+from setuptools import find_packages, setup
+
+core = find_packages(include=["marl", "marl.*"])
+envs = ["marl.envs"] + ["marl.envs." + p for p in find_packages("envs")]
+algos = ["marl.algos"] + ["marl.algos." + p for p in find_packages("algos")]
+
+setup(
+    name="marl",
+    version="0.1.0",
+    description="Multi-agent reinforcement learning: one call from MPE to StarCraft, on RLlib",
+    python_requires=">=3.10",
+    packages=core + envs + algos + ["marl.configs"],
+    package_dir={"marl.envs": "envs", "marl.algos": "algos", "marl.configs": "configs"},
+    package_data={"marl.configs": ["algos/*.yaml", "envs/*.yaml", "benchmarks/*.yaml"]},
+    include_package_data=True,
+    install_requires=[
+        "torch>=2.1",  # the README / CI install path pins torch==2.13.0 (CPU wheel)
+        "ray[rllib]==2.60.*",
+        "pettingzoo>=1.25",
+        "mpe2>=1.1",
+        "vmas>=1.5",
+        "gymnasium>=1.0",
+        "tensorboard",
+        "pyyaml",
+        "tqdm",
+    ],
+    extras_require={
+        "dev": ["pytest>=8", "pytest-timeout"],
+    },
+    entry_points={"console_scripts": ["marl=marl.cli:main"]},
+)

@@ -1,0 +1,53 @@
+"""Small batched envs for engine tests (no external simulator)."""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from marl.env import EnvInfo, GroupInfo, MultiAgentEnv, Step
+
+
+class MatchEnv(MultiAgentEnv):
+    """Each agent sees a one-hot cue and is rewarded 1 for choosing the cued action.
+
+    ``N`` agents, ``A`` actions, episodes of ``T`` steps (time-limit truncation).
+    Random play earns ``T*N/A`` per episode (team sum), optimal ``T*N``.
+    """
+
+    def __init__(self, num_envs=8, N=2, A=3, T=5, seed=0):
+        box = gym.spaces.Box(0.0, 1.0, (A,), np.float32)
+        agents = [f"agent_{i}" for i in range(N)]
+        self.info = EnvInfo("toy", "match", agents, {"agent": GroupInfo("agent", agents, box, gym.spaces.Discrete(A))},
+                            state_dim=N * A, episode_limit=T, kind="cooperative", shared_reward=False, num_envs=num_envs)
+        self.N, self.A, self.T = N, A, T
+        self.g = torch.Generator().manual_seed(seed)
+
+    def _cue(self, n):
+        return torch.randint(0, self.A, (n, self.N), generator=self.g)
+
+    def _step(self, reward, term, trunc, final_obs=None, final_state=None):
+        obs = torch.nn.functional.one_hot(self.cue, self.A).float()
+        B = self.num_envs
+        return Step({"agent": obs}, obs.reshape(B, -1), {"agent": torch.ones(B, self.N, self.A, dtype=torch.bool)},
+                    {"agent": torch.ones(B, self.N, dtype=torch.bool)}, {"agent": reward}, term, trunc,
+                    final_obs, final_state)
+
+    def reset(self, seed=None):
+        if seed is not None:
+            self.g.manual_seed(seed)
+        self.cue = self._cue(self.num_envs)
+        self.t = torch.zeros(self.num_envs, dtype=torch.long)
+        B = self.num_envs
+        return self._step(torch.zeros(B, self.N), torch.zeros(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool))
+
+    def step(self, actions):
+        a = actions["agent"]
+        reward = (a == self.cue).float()
+        self.t += 1
+        trunc = self.t >= self.T
+        old = torch.nn.functional.one_hot(self.cue, self.A).float()
+        self.cue = self._cue(self.num_envs)
+        self.t[trunc] = 0
+        B = self.num_envs
+        return self._step(reward, torch.zeros(B, dtype=torch.bool), trunc, {"agent": old}, old.reshape(B, -1))
