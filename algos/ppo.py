@@ -14,10 +14,9 @@ This file holds the family's RLModule (:class:`PPOModule`), Learner
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, Optional, Tuple
 
-import numpy as np
+import gymnasium as gym
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -29,6 +28,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from marl.algos.networks.mlp import MLP, GRUTrunk
 from marl.engine.trainer import Trainer, TrainingDiverged
+from marl.env import MarlError
 
 NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
 
@@ -110,6 +110,23 @@ def gae(
         last = deltas[..., t] + carry[..., t] * last
         adv[..., t] = last
     return adv
+
+
+def next_values(
+    values: torch.Tensor, final_values: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor
+) -> torch.Tensor:
+    """Value of the state after each step, ``[..., T]``.
+
+    Args:
+        values: ``[..., T+1]`` values of the observed states (the last is the bootstrap state).
+        final_values: ``[..., T]`` values of the final observation of episodes that ended at ``t``.
+        terminated, truncated: ``[..., T]`` bool.
+    Returns:
+        ``values[t+1]`` normally; ``final_values[t]`` where the episode was truncated
+        (a time limit is not the end of the task, so it bootstraps); 0 where it terminated.
+    """
+    nxt = torch.where(truncated, final_values, values[..., 1:])
+    return torch.where(terminated, torch.zeros_like(nxt), nxt)
 
 
 # ============================================================ RL module
@@ -224,6 +241,14 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         return self.critic(critic_in).squeeze(-1)
 
 
+def normalize_advantages(adv: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """Zero mean, unit std over active entries only (dead agents excluded; MAPPO code)."""
+    a = adv[active]
+    if a.numel() < 2:
+        return adv
+    return (adv - a.mean()) / (a.std() + 1e-5)
+
+
 # ============================================================ learner
 def huber(e: torch.Tensor, delta: float) -> torch.Tensor:
     """Huber loss of residuals ``e`` (elementwise), quadratic inside ``|e| <= delta``."""
@@ -310,15 +335,12 @@ class PPOLearner(TorchLearner):
         denorm = vn.denormalize if vn is not None else (lambda x: x)
         v, vf = denorm(v_norm), denorm(v_final)
         term, trunc = b["terminated"], b["truncated"]
-        next_v = torch.where(trunc, vf[:, :], v[:, 1:])
-        next_v = torch.where(term, torch.zeros_like(next_v), next_v)
+        next_v = next_values(v, vf, term, trunc)
         adv = gae(b["rewards"], v[:, :-1], next_v, term | trunc, hp["gamma"], hp["gae_lambda"])
         returns = adv + v[:, :-1]
         active = b["alive"]
         if hp["advantage_norm"]:
-            a = adv[active]
-            if a.numel() > 1:
-                adv = (adv - a.mean()) / (a.std() + 1e-5)
+            adv = normalize_advantages(adv, active)
         out = {
             "obs": b["obs"][:, :-1],
             "critic_in": b["critic_in"][:, :-1],
@@ -495,7 +517,22 @@ class PPO(Trainer):
 
     @classmethod
     def check_env(cls, cfg, info) -> None:
-        """PPO handles discrete and continuous actions of any group: nothing to reject."""
+        """PPO handles ``Discrete`` and 1-D ``Box`` actions; anything else is rejected before Ray starts.
+
+        Raises:
+            MarlError: a group's action space is of another type (named, with the supported ones).
+        """
+        for g in info.groups.values():
+            ok = isinstance(g.action_space, gym.spaces.Discrete) or (
+                isinstance(g.action_space, gym.spaces.Box) and len(g.action_space.shape) == 1
+            )
+            if not ok:
+                raise MarlError(
+                    f"{cfg['algo']} cannot handle the action space {g.action_space} of group '{g.name}' "
+                    f"({info.family}:{info.scenario}); supported: Discrete, 1-D Box."
+                )
+        if cfg["critic"] not in ("state", "obs"):
+            raise MarlError(f"Unknown critic '{cfg['critic']}'. Valid choices: obs, state.")
 
     def training_step(self) -> None:
         self.rollout = self.sample_rollouts()

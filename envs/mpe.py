@@ -311,7 +311,7 @@ def _build_raw_envs(name: str, B: int, continuous: bool, max_cycles: int, kwargs
             env = raw_cls(max_cycles=max_cycles, continuous_actions=continuous, **kwargs)
         except (TypeError, ValueError, AssertionError) as e:
             raise MarlError(
-                f"Invalid kwargs {kwargs} for MPE scenario '{name}': {e or type(e).__name__}. "
+                f"Invalid kwargs {kwargs} for MPE scenario '{name}': {str(e).rstrip('.') or type(e).__name__}. "
                 f"Valid kwargs: {', '.join(valid)}."
             ) from e
         if b:

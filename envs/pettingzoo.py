@@ -9,7 +9,7 @@ the other in Python and their outputs stacked into the tensors described in
   ``"adversary_0"`` -> ``"adversary"``), the same team and identical observation
   and action spaces. A prefix whose agents differ in spaces (or team) is split
   into several groups: a one-agent group is named after its agent, otherwise
-  ``f"{prefix}_{k}"``.
+  ``f"{prefix}_g{k}"`` (``k``: index among that prefix's groups).
 * **Observations**: a ``Dict`` space with an ``"observation"`` key uses that
   part (and ``"action_mask"`` as the legal actions); every other space is
   flattened with :func:`gymnasium.spaces.flatten` (Box -> 1-D, Discrete ->
@@ -53,6 +53,7 @@ from marl.env import (
     MarlError,
     MultiAgentEnv,
     Step,
+    closest,
     spaces_equal,
     unknown_choice,
 )
@@ -137,7 +138,7 @@ def build_groups(
         elif len(members) == 1:
             name = members[0]
         else:
-            name = f"{p}_{seen.get(p, 0)}"
+            name = f"{p}_g{seen.get(p, 0)}"
         seen[p] = seen.get(p, 0) + 1
         while name in groups:  # pathological ids; keep names unique
             name += "_"
@@ -158,9 +159,11 @@ def default_teams(
         kind: ``"cooperative"``, ``"competitive"``, ``"mixed"`` or ``None`` (infer).
         teams: optional team -> list of agent ids or agent prefixes. Agents not
             listed keep their default team.
-    Defaults: without ``teams``, one prefix -> ``"cooperative"`` and team
-    ``"team"``; several prefixes -> ``"mixed"`` with one team per prefix; with
-    ``teams``, one team -> cooperative, several -> mixed.
+    Defaults without ``teams``: ``kind=None`` -> one prefix: ``"cooperative"``,
+    one team ``"team"``; several prefixes: ``"mixed"``, one team per prefix.
+    ``kind="cooperative"`` -> one team. ``kind="competitive"``/``"mixed"`` -> one
+    team per prefix, or per agent if all agents share one prefix (e.g. the two
+    players of a board game). With ``teams``: one team -> cooperative, several -> mixed.
 
     Raises:
         MarlError: unknown kind, or a team member that is neither an agent nor a prefix.
@@ -178,13 +181,14 @@ def default_teams(
                 team_of.update({a: str(team) for a in hit})
         for a in agents:
             team_of.setdefault(a, agent_prefix(a))
-        n_teams = len(set(team_of.values()))
+    elif kind == "cooperative" or (kind is None and len(prefixes) == 1):
+        team_of = {a: "team" for a in agents}
+    elif len(prefixes) > 1:
+        team_of = {a: agent_prefix(a) for a in agents}
     else:
-        single = len(prefixes) == 1 or kind == "cooperative"
-        team_of = {a: ("team" if single else agent_prefix(a)) for a in agents}
-        n_teams = len(set(team_of.values()))
+        team_of = {a: a for a in agents}
     if kind is None:
-        kind = "cooperative" if n_teams == 1 else "mixed"
+        kind = "cooperative" if len(set(team_of.values())) == 1 else "mixed"
     return kind, team_of
 
 
@@ -259,11 +263,15 @@ class AgentLayout:
 
 
 def check_kwargs(what: str, given: Mapping[str, Any], valid: Sequence[str]) -> None:
-    """Raise a :class:`MarlError` naming the valid kwargs if ``given`` holds an unknown one."""
+    """Raise a :class:`MarlError` naming the valid kwargs if ``given`` holds one not in ``valid``."""
     bad = [k for k in given if k not in valid]
     if bad:
-        err = unknown_choice(f"keyword argument for {what}", bad[0], valid)
-        raise MarlError(str(err).replace("Valid choices", "Valid kwargs"))
+        same_case = [v for v in valid if v.lower() == str(bad[0]).lower()]
+        hint = f" Did you mean '{same_case[0]}'?" if same_case else closest(bad[0], valid)
+        raise MarlError(
+            f"Unknown keyword argument '{bad[0]}' for {what}.{hint} "
+            f"Valid kwargs: {', '.join(sorted(valid)) or '(none)'}."
+        )
 
 
 # --------------------------------------------------------------------------- PettingZoo adapter
@@ -441,6 +449,7 @@ class PettingZooEnv(MultiAgentEnv):
             MarlError: ``obj`` is none of these, or the instance cannot be deep-copied.
         """
         num_envs = _check_num_envs(num_envs)
+        check_kwargs("PettingZooEnv.from_object", kwargs, _ADAPTER_KWARGS + ("scenario", "family"))
         if inspect.ismodule(obj):
             ctor = getattr(obj, "parallel_env", None) or getattr(obj, "env", None)
             if ctor is None:
@@ -646,7 +655,7 @@ class PettingZooEnv(MultiAgentEnv):
             io = self._io[i]
             a = acts[i]
             if io.n:
-                m = io.mask(env.observe(agent), env.infos.get(agent))
+                m = io.mask(env.observe(agent) if io.mask_in_obs else None, env.infos.get(agent))
                 if m is not None and m.any() and not m[int(a)]:
                     a = int(self._rngs[b].choice(np.flatnonzero(m)))
                     illegal[b] += 1

@@ -6,7 +6,6 @@ import importlib
 import os
 import pickle
 import shutil
-import time
 import uuid
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -16,9 +15,9 @@ import yaml
 from marl.config import list_algos, load_config, validate_stop
 from marl.env import MarlError, MultiAgentEnv
 from marl.mapping import PolicyMapping
-from marl.results import META_FILE, Policy, Result, load, resolve_checkpoint, run_episodes
+from marl.results import META_FILE, Policy, Result, load, resolve_checkpoint
 
-__all__ = ["fit", "load", "list_algos"]
+__all__ = ["fit", "build_trainer", "load", "list_algos"]
 
 DEFAULT_STOP = {"env_steps": 1_000_000}
 
@@ -114,6 +113,27 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
     return cfg, algo_cls, env, mapping
 
 
+def build_trainer(env: MultiAgentEnv, algo: str, **overrides: Any):
+    """Validate, start Ray and build the RLlib algorithm without training it.
+
+    Returns ``(trainer, env, mapping, cfg, env_token)``; call ``trainer.train()``
+    for iterations and ``trainer.stop()`` at the end. :func:`fit` is built on this.
+    """
+    from marl.engine.runner import LOCAL_ENVS
+    from marl.engine.trainer import build_algorithm_config
+
+    cfg, algo_cls, env, mapping = prepare(env, algo, overrides)
+    cfg = init_ray(cfg)
+    token = uuid.uuid4().hex
+    LOCAL_ENVS[token] = env
+    try:
+        trainer = build_algorithm_config(algo_cls, cfg, env, mapping, token).build_algo()
+    except Exception:
+        LOCAL_ENVS.pop(token, None)
+        raise
+    return trainer, env, mapping, cfg, token
+
+
 def fit(
     env: MultiAgentEnv,
     algo: str,
@@ -141,20 +161,16 @@ def fit(
             kept and named in the message.
     """
     from marl.engine.runner import LOCAL_ENVS
-    from marl.engine.trainer import TrainingDiverged, build_algorithm_config
+    from marl.engine.trainer import TrainingDiverged
     from marl.logging import RunLogger
 
-    cfg, algo_cls, env, mapping = prepare(env, algo, overrides)
     stop = validate_stop(stop if stop is not None else DEFAULT_STOP)
-    cfg = init_ray(cfg)
+    trainer, env, mapping, cfg, token = build_trainer(env, algo, **overrides)
     run_dir = _run_dir(cfg, env, resume)
     with open(run_dir / "config.yaml", "w") as f:
         yaml.safe_dump(_yaml_safe({**cfg, "stop": stop}), f, sort_keys=False)
-    token = uuid.uuid4().hex
-    LOCAL_ENVS[token] = env
     meta = {"algo": algo, "config": _yaml_safe(cfg), "env_spec": env.spec, "env_info": env.info,
             "agent_to_module": dict(mapping.agent_to_module)}
-    trainer = build_algorithm_config(algo_cls, cfg, env, mapping, token).build_algo()
     logger = None
     history, last_ckpt = [], None
     try:

@@ -64,9 +64,15 @@ def env_overrides(family: str, algo: str) -> Dict[str, Any]:
 def parse_value(text: str) -> Any:
     """Parse a command-line value with YAML rules (``1e-3``, ``true``, ``[64, 64]``)."""
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    if isinstance(value, str):  # YAML 1.1 reads "7e-4" and "1e6" as strings
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _check_type(key: str, value: Any, default: Any) -> Any:

@@ -51,3 +51,26 @@ class MatchEnv(MultiAgentEnv):
         self.t[trunc] = 0
         B = self.num_envs
         return self._step(reward, torch.zeros(B, dtype=torch.bool), trunc, {"agent": old}, old.reshape(B, -1))
+
+
+class NaNAfterEnv(MatchEnv):
+    """MatchEnv whose rewards become NaN after ``after`` steps (to test divergence handling)."""
+
+    def __init__(self, after=20, **kw):
+        super().__init__(**kw)
+        self.after, self.n = after, 0
+
+    def step(self, actions):
+        out = super().step(actions)
+        self.n += 1
+        if self.n > self.after:
+            out.reward["agent"] = torch.full_like(out.reward["agent"], float("nan"))
+        return out
+
+
+class MultiDiscreteEnv(MatchEnv):
+    """MatchEnv that declares a MultiDiscrete action space (unsupported by PPO)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.info.groups["agent"].action_space = gym.spaces.MultiDiscrete([2, 2])

@@ -1,0 +1,94 @@
+"""Command line: ``marl train | eval | list | bench``.
+
+    marl train env=mpe:simple_spread algo=mappo stop.env_steps=1000000 lr=7e-4
+    marl train env=mpe:simple_adversary algo=ippo env.num_envs=16 share=group
+    marl eval marl_runs/<run>            # or a checkpoint folder; episodes=100
+    marl list
+    marl bench throughput --iters 10
+
+``train`` takes ``key=value`` pairs: ``env=family:scenario``, ``algo=name``,
+``env.<kwarg>=value`` for the env (e.g. ``env.N=4``), ``stop.<criterion>=value``,
+``resume=path``, and any config key of the algorithm (see ``configs/``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional
+
+from marl.env import MarlError
+
+
+def _train(items: List[str]) -> int:
+    import marl
+    from marl.config import parse_cli_overrides
+
+    env_kwargs = parse_cli_overrides([i[len("env."):] for i in items if i.startswith("env.")])
+    kv = parse_cli_overrides([i for i in items if not i.startswith("env.")])
+    env_name = kv.pop("env", None)
+    algo = kv.pop("algo", None)
+    if not env_name or not algo:
+        raise MarlError("marl train needs env=<family>:<scenario> and algo=<name>, e.g. "
+                        "'marl train env=mpe:simple_spread algo=mappo'.")
+    family, _, scenario = str(env_name).partition(":")
+    env = marl.make_env(family, scenario or None, **env_kwargs)
+    stop = kv.pop("stop", None)
+    resume = kv.pop("resume", None)
+    result = marl.fit(env, algo, stop=stop, resume=resume, **kv)
+    print(json.dumps({"env_steps": result.metrics.get("env_steps"),
+                      "episode_return_mean": result.metrics.get("episode_return_mean"),
+                      "eval": result.eval, "checkpoint": result.checkpoint, "log_dir": result.log_dir}, indent=2))
+    return 0
+
+
+def _eval(items: List[str]) -> int:
+    import marl
+    from marl.config import parse_cli_overrides
+
+    if not items:
+        raise MarlError("marl eval needs a checkpoint or run folder: 'marl eval <path> [episodes=100]'.")
+    path, rest = items[0], parse_cli_overrides(items[1:])
+    result = marl.load(path)
+    stats = result.evaluate(episodes=int(rest.get("episodes", 100)))
+    print(json.dumps({"checkpoint": result.checkpoint, **stats}, indent=2))
+    return 0
+
+
+def _list(_: List[str]) -> int:
+    from marl.config import list_algos
+    from marl.env import list_envs
+
+    print("Environments (marl.make_env(family, scenario)):")
+    for fam, scen in list_envs(with_scenarios=True).items():
+        shown = ", ".join(scen[:40]) + (" ..." if len(scen) > 40 else "")
+        print(f"  {fam:<11} {shown or '(any: pass an env object or module path)'}")
+    print("Algorithms (env.fit(algo)):")
+    for name, desc in list_algos().items():
+        print(f"  {name:<11} {desc}")
+    return 0
+
+
+def _bench(items: List[str]) -> int:
+    from marl import bench
+
+    return bench.main(items)
+
+
+COMMANDS = {"train": _train, "eval": _eval, "list": _list, "bench": _bench}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="marl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=sorted(COMMANDS), help="what to do")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="key=value arguments of the command")
+    ns = parser.parse_args(argv)
+    try:
+        return COMMANDS[ns.command](ns.args)
+    except MarlError as e:
+        print(f"marl {ns.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

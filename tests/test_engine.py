@@ -1,0 +1,100 @@
+"""Engine integration: fit, checkpoints, resume, remote env runners, DDP learners, errors (Ray)."""
+import csv
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import marl
+from marl.api import build_trainer
+from marl.engine.trainer import TrainingDiverged
+from marl.env import MarlError
+from toy_envs import MatchEnv, MultiDiscreteEnv, NaNAfterEnv
+
+QUICK = dict(progress=False, eval_episodes=0, rollout_length=10, epochs=2)
+
+
+def spread(B=8, **kw):
+    return marl.make_env("mpe", "simple_spread", num_envs=B, **kw)
+
+
+def test_fit_logs_checkpoint_and_reload_gives_same_actions(ray_session, run_dir):
+    env = spread()
+    res = env.fit("mappo", stop={"iterations": 2}, log_dir=run_dir, **{**QUICK, "rollout_length": 25})
+    assert res.metrics["env_steps"] == 2 * 25 * 8 and res.metrics["iteration"] == 2
+    run = Path(res.log_dir)
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    rows = list(csv.DictReader(open(run / "progress.csv")))
+    assert len(rows) == 2 and float(rows[1]["env_steps"]) == 400
+    assert "shared/value_loss" in res.metrics and "episode_return_mean" in res.metrics
+    loaded = marl.load(res.log_dir)  # run folder -> its latest checkpoint
+    step = spread(B=4).reset(seed=7)
+    a, b = res.policy.act(step), loaded.policy.act(step)
+    assert torch.equal(a["agent"], b["agent"])
+    single = {aid: step.obs["agent"][0, i].numpy() for i, aid in enumerate(env.info.agents)}
+    assert loaded.policy(single) == {aid: int(a["agent"][0, i]) for i, aid in enumerate(env.info.agents)}
+
+
+def test_resume_continues_step_count(ray_session, run_dir):
+    res = spread().fit("ippo", stop={"iterations": 2}, log_dir=run_dir, **QUICK)
+    more = spread().fit("ippo", stop={"iterations": 3}, resume=res.checkpoint, **QUICK)
+    assert more.metrics["iteration"] == 3 and more.metrics["env_steps"] == 3 * 80
+    assert more.log_dir == res.log_dir
+
+
+def test_two_remote_env_runners(ray_session, run_dir):
+    res = spread(B=4).fit("mappo", stop={"iterations": 2}, log_dir=run_dir, num_env_runners=2, **QUICK)
+    assert res.metrics["env_steps"] == 2 * (2 * 10 * 4)  # both runners sample each iteration
+
+
+def test_two_ddp_learners_keep_identical_parameters(ray_session):
+    trainer, *_ , token = build_trainer(spread(B=4), "mappo", num_learners=2, **QUICK)
+    try:
+        trainer.train()
+        sums = trainer.learner_group.foreach_learner(
+            lambda l: float(sum(p.detach().double().sum() for p in l.module["shared"].parameters())))
+        sums = [s.get() if hasattr(s, "get") else s for s in sums]
+        assert len(sums) == 2 and sums[0] == pytest.approx(sums[1], rel=1e-9)
+    finally:
+        trainer.stop()
+
+
+def test_heterogeneous_envs_train_with_auto_mapping(ray_session, run_dir):
+    adv = marl.make_env("mpe", "simple_adversary", num_envs=4).fit("mappo", stop={"iterations": 1}, log_dir=run_dir, **QUICK)
+    assert {"adversary", "agent"} <= {k.split("/")[0] for k in adv.metrics if "/" in k}
+    sl = marl.make_env("mpe", "simple_speaker_listener", num_envs=4).fit("ippo", stop={"iterations": 1}, log_dir=run_dir, **QUICK)
+    assert {"speaker", "listener"} <= {k.split("/")[0] for k in sl.metrics if "/" in k}
+
+
+def test_continuous_actions_and_gru_actor(ray_session, run_dir):
+    res = spread(B=4, continuous_actions=True).fit("mappo", stop={"iterations": 2}, log_dir=run_dir, **QUICK)
+    assert res.policy.act(spread(B=2, continuous_actions=True).reset(seed=1))["agent"].shape == (2, 3, 5)
+    res = spread(B=4).fit("mappo", stop={"iterations": 2}, log_dir=run_dir, recurrent=True, chunk_length=5, **QUICK)
+    assert res.metrics["iteration"] == 2
+
+
+def test_nan_loss_stops_run_names_loss_and_keeps_checkpoint(ray_session, run_dir):
+    env = NaNAfterEnv(after=35, num_envs=4)  # 10 steps per iteration: iterations 1-3 are clean
+    with pytest.raises(TrainingDiverged, match=r"(policy|value)_loss of module 'shared'.*last good checkpoint: (\S+)") as e:
+        env.fit("mappo", stop={"iterations": 10}, log_dir=run_dir, checkpoint_every=1, **QUICK)
+    ckpt = str(e.value).split("last good checkpoint: ")[1].split(";")[0]
+    assert os.path.isdir(ckpt) and marl.load(ckpt).policy is not None
+
+
+def test_bad_input_errors_before_ray(monkeypatch):
+    import marl.api as api
+
+    monkeypatch.setattr(api, "init_ray", lambda cfg: (_ for _ in ()).throw(AssertionError("Ray started")))
+    with pytest.raises(MarlError, match="cannot handle the action space MultiDiscrete"):
+        api.fit(MultiDiscreteEnv(), "mappo")
+    with pytest.raises(MarlError, match="Unknown algorithm 'qmixx'"):
+        api.fit(MatchEnv(), "qmixx")
+    with pytest.raises(MarlError, match="Unknown config key 'lrr'.*Did you mean 'lr'"):
+        api.fit(MatchEnv(), "mappo", lrr=1e-3)
+    with pytest.raises(MarlError, match="Unknown stop criterion"):
+        api.fit(MatchEnv(), "mappo", stop={"steps": 5})
+    with pytest.raises(MarlError, match="different spaces"):
+        api.fit(marl.make_env("mpe", "simple_adversary", num_envs=2), "mappo", share="all")
+    with pytest.raises(MarlError, match="Unknown env 'mpee'. Did you mean 'mpe'"):
+        marl.make_env("mpee", "simple_spread")

@@ -1,0 +1,189 @@
+"""IPPO/MAPPO math on hand-computed values and properties (reference: algorithms.md §2.7). No Ray."""
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from marl.algos.ppo import (PPOModule, ValueNorm, critic_inputs, gae, masked_mean, next_values,
+                            normalize_advantages, ppo_losses)
+
+
+def test_value_norm_roundtrip_and_first_update_exact():
+    vn = ValueNorm()
+    x = torch.tensor([1.0, 2.0, 3.0, 10.0])
+    vn.update(x)
+    mean, var = vn.stats()
+    assert mean.item() == pytest.approx(4.0, rel=1e-5)  # debiasing makes the first update exact
+    assert var.item() == pytest.approx(float(((x - 4.0) ** 2).mean()), rel=1e-4)
+    y = torch.randn(100) * 7 + 3
+    assert torch.allclose(vn.denormalize(vn.normalize(y)), y, atol=1e-4)
+
+
+def test_value_norm_converges_and_var_floor():
+    torch.manual_seed(0)
+    vn = ValueNorm(beta=0.99)
+    for _ in range(2000):
+        vn.update(torch.randn(256) * 3.0 + 5.0)
+    mean, var = vn.stats()
+    assert mean.item() == pytest.approx(5.0, abs=0.1)
+    assert var.item() == pytest.approx(9.0, rel=0.05)
+    const = ValueNorm()
+    const.update(torch.full((10,), 2.0))
+    assert const.stats()[1].item() >= 1e-2 * (1 - 1e-6)  # floor (float32)
+
+
+def test_value_norm_mask_ignores_inactive():
+    vn = ValueNorm()
+    vn.update(torch.tensor([1.0, 1000.0]), mask=torch.tensor([True, False]))
+    assert vn.stats()[0].item() == pytest.approx(1.0)
+
+
+def test_gae_lambda_one_gamma_one_is_return_minus_value():
+    r = torch.tensor([1.0, 2.0, 3.0])
+    v = torch.tensor([0.5, 0.2, 0.1, 4.0])  # V_0..V_3 (V_3 bootstraps)
+    done = torch.zeros(3, dtype=torch.bool)
+    adv = gae(r, v[:-1], v[1:], done, gamma=1.0, lam=1.0)
+    expected = torch.tensor([1 + 2 + 3 + 4.0 - 0.5, 2 + 3 + 4.0 - 0.2, 3 + 4.0 - 0.1])
+    assert torch.allclose(adv, expected)
+
+
+def test_gae_lambda_zero_is_td_error_and_hand_computed():
+    r = torch.tensor([1.0, 0.0, 2.0])
+    v = torch.tensor([0.5, 1.0, -1.0, 2.0])
+    done = torch.zeros(3, dtype=torch.bool)
+    g = 0.9
+    assert torch.allclose(gae(r, v[:-1], v[1:], done, g, 0.0), r + g * v[1:] - v[:-1])
+    lam = 0.8
+    d = r + g * v[1:] - v[:-1]
+    a2 = d[2]
+    a1 = d[1] + g * lam * a2
+    a0 = d[0] + g * lam * a1
+    assert torch.allclose(gae(r, v[:-1], v[1:], done, g, lam), torch.stack([a0, a1, a2]))
+
+
+def test_gae_stops_at_episode_end_and_truncation_bootstraps():
+    r = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    v = torch.tensor([0.0, 0.0, 0.0, 0.0, 5.0])
+    v_final = torch.tensor([0.0, 7.0, 0.0, 0.0])
+    term = torch.tensor([False, False, False, False])
+    trunc = torch.tensor([False, True, False, False])  # time limit after step 1
+    nv = next_values(v, v_final, term, trunc)
+    assert nv.tolist() == [0.0, 7.0, 0.0, 5.0]  # bootstraps from the final observation
+    adv = gae(r, v[:-1], nv, term | trunc, 1.0, 1.0)
+    assert adv.tolist() == [1.0 + 1.0 + 7.0, 1.0 + 7.0, 1.0 + 1.0 + 5.0, 1.0 + 5.0]
+    term2 = torch.tensor([False, True, False, False])
+    nv2 = next_values(v, v_final, term2, torch.zeros(4, dtype=torch.bool))
+    assert nv2[1] == 0.0  # termination: no bootstrap
+
+
+def test_advantage_normalisation_over_active_only():
+    adv = torch.tensor([1.0, 3.0, 100.0])
+    active = torch.tensor([True, True, False])
+    out = normalize_advantages(adv, active)
+    assert out[:2].mean().item() == pytest.approx(0.0, abs=1e-6)
+    assert out[:2].std().item() == pytest.approx(1.0, abs=1e-3)
+
+
+def _losses(logp, adv, values=None, values_old=None, targets=None, active=None, clip=0.2, value_clip=0.2):
+    n = logp.shape[0]
+    z = torch.zeros(n)
+    return ppo_losses(logp, z, adv, z, z if values is None else values, z if values_old is None else values_old,
+                      z if targets is None else targets, torch.ones(n, dtype=torch.bool) if active is None else active,
+                      clip, value_clip, 10.0)
+
+
+def test_ppo_clip_gradient_zero_outside_trust_region():
+    # ratio = exp(logp - 0): 1.5 > 1.2 with A > 0, and 0.5 < 0.8 with A < 0 -> no gradient
+    logp = torch.log(torch.tensor([1.5, 0.5, 1.1])).requires_grad_()
+    adv = torch.tensor([1.0, -1.0, 1.0])
+    _losses(logp, adv)["policy_loss"].backward()
+    assert logp.grad[0] == 0 and logp.grad[1] == 0
+    assert logp.grad[2] != 0  # inside the region the surrogate has gradient
+
+
+def test_clipped_value_loss_equals_plain_inside_clip():
+    v = torch.tensor([0.1, -0.05])
+    v_old = torch.tensor([0.0, 0.0])
+    tgt = torch.tensor([1.0, 2.0])
+    clipped = _losses(torch.zeros(2), torch.zeros(2), v, v_old, tgt)["value_loss"]
+    plain = _losses(torch.zeros(2), torch.zeros(2), v, v_old, tgt, value_clip=None)["value_loss"]
+    assert clipped.item() == pytest.approx(plain.item())
+
+
+def test_inactive_rows_give_zero_gradient():
+    logp = torch.zeros(3, requires_grad=True)
+    values = torch.zeros(3, requires_grad=True)
+    out = _losses(logp, torch.tensor([1.0, 2.0, 3.0]), values, torch.zeros(3), torch.ones(3),
+                  active=torch.tensor([True, False, True]))
+    (out["policy_loss"] + out["value_loss"]).backward()
+    assert logp.grad[1] == 0 and values.grad[1] == 0
+    assert logp.grad[0] != 0 and values.grad[0] != 0
+
+
+def _module(discrete=True, recurrent=False, obs_dim=4, n_actions=3):
+    space = gym.spaces.Discrete(n_actions) if discrete else gym.spaces.Box(-1, 1, (n_actions,), np.float32)
+    cfg = dict(obs_dim=obs_dim, critic_dim=6, n_actions=n_actions, discrete=discrete, hidden=16, layers=2,
+               activation="relu", layer_norm=True, recurrent=recurrent, policy_gain=1.0, log_std_init=-0.5)
+    return PPOModule(observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
+                     action_space=space, model_config=cfg)
+
+
+def test_action_mask_gives_zero_probability_and_finite_logp():
+    torch.manual_seed(0)
+    m = _module()
+    obs = torch.randn(64, 2, 4)
+    avail = torch.tensor([True, False, True]).expand(64, 2, 3)
+    a, logp, _ = m.act(obs, avail, None, explore=True)
+    assert not (a == 1).any()
+    assert torch.isfinite(logp).all()
+    out = m._forward_train({"obs": obs.reshape(-1, 4), "critic_in": torch.zeros(128, 6)})
+    lp, _ = m.log_prob_entropy(out["dist_in"], torch.ones(128), avail.reshape(-1, 3))
+    assert (lp < -1e5).all()  # the unavailable action has (numerically) zero probability
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_training_forward_reproduces_rollout_logp(discrete, recurrent):
+    """Before any update, ratio = 1: the learner's forward (whole-sequence unroll with
+    episode-start resets) gives the log-probs the sampler recorded step by step."""
+    torch.manual_seed(1)
+    m = _module(discrete=discrete, recurrent=recurrent)
+    B, N, T = 3, 2, 6
+    obs = torch.randn(T, B, N, 4)
+    starts = torch.zeros(T, B, dtype=torch.bool)
+    starts[0] = True
+    starts[3, 1] = True  # env 1 starts a new episode at t=3
+    h = m.initial_state((B, N))
+    acts, logps, hs = [], [], []
+    for t in range(T):
+        if h is not None:
+            h = h * (~starts[t]).view(B, 1, 1).float()
+            hs.append(h)
+        a, lp, h = m.act(obs[t], None, h, explore=True)
+        acts.append(a)
+        logps.append(lp)
+    acts, logps = torch.stack(acts), torch.stack(logps)
+    rows = lambda x: x.movedim(0, 2).reshape(B * N, T, *x.shape[3:])  # noqa: E731
+    batch = {"obs": rows(obs), "critic_in": torch.zeros(B * N, T, 6)}
+    if recurrent:
+        batch["h0"] = torch.zeros(B * N, m.trunk.hidden)
+        batch["starts"] = rows(starts.unsqueeze(-1).expand(T, B, N))
+    else:
+        batch = {"obs": batch["obs"].reshape(-1, 4), "critic_in": batch["critic_in"].reshape(-1, 6)}
+    out = m._forward_train(batch)
+    a_rows = rows(acts).reshape(B * N * T, *acts.shape[3:])
+    lp, _ = m.log_prob_entropy(out["dist_in"], a_rows, None)
+    assert torch.allclose(lp, rows(logps).reshape(-1), atol=1e-5)
+
+
+def test_critic_inputs_ippo_vs_mappo():
+    obs = torch.randn(5, 3, 7)
+    state = torch.randn(5, 21)
+    assert critic_inputs("obs", obs, state, 3).shape == (5, 3, 7)
+    c = critic_inputs("state", obs, state, 3)
+    assert c.shape == (5, 3, 21 + 3)
+    assert torch.equal(c[:, 1, :21], state) and torch.equal(c[:, 1, 21:], torch.tensor([0.0, 1.0, 0.0]).expand(5, 3))
+
+
+def test_masked_mean_ignores_masked():
+    assert masked_mean(torch.tensor([1.0, 100.0]), torch.tensor([True, False])).item() == 1.0
