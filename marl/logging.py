@@ -46,7 +46,8 @@ class RunLogger:
         self.csv_path = self.run_dir / "progress.csv"
         self._csv_file = None
         self._csv = None
-        self._fields = None
+        self._fields: list = []
+        self._rows: list = self._read_existing()
         self.stop = stop
         self.show = show
         self._tty = sys.stderr.isatty()
@@ -55,6 +56,15 @@ class RunLogger:
             total = int(stop["env_steps"]) if "env_steps" in stop else None
             self.bar = tqdm(total=total, initial=initial_steps, unit="step", unit_scale=True, dynamic_ncols=True)
         self._last_steps = initial_steps
+
+    def _read_existing(self) -> list:
+        """Rows of a resumed run's CSV, so the file keeps the whole history."""
+        if not self.csv_path.exists():
+            return []
+        with open(self.csv_path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        self._fields = list(rows[0].keys()) if rows else []
+        return rows
 
     def log(self, m: Dict[str, Any]) -> None:
         step = int(m["env_steps"])
@@ -65,14 +75,21 @@ class RunLogger:
         self._show(m)
 
     def _write_csv(self, m: Dict[str, Any]) -> None:
-        if self._csv is None:
-            new = not self.csv_path.exists()
-            self._csv_file = open(self.csv_path, "a", newline="")
-            self._fields = list(m.keys())
-            self._csv = csv.DictWriter(self._csv_file, fieldnames=self._fields, extrasaction="ignore")
-            if new:
-                self._csv.writeheader()
-        self._csv.writerow({k: m.get(k, "") for k in self._fields})
+        # Metrics can appear late (no episode ends in the first iteration): when the
+        # set of columns grows, the file is rewritten with the wider header.
+        row = {k: v for k, v in m.items() if isinstance(v, (int, float, str))}
+        self._rows.append(row)
+        new_keys = [k for k in row if k not in self._fields]
+        if new_keys or self._csv is None:
+            self._fields += new_keys
+            if self._csv_file:
+                self._csv_file.close()
+            self._csv_file = open(self.csv_path, "w", newline="")
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=self._fields)
+            self._csv.writeheader()
+            self._csv.writerows(self._rows)
+        else:
+            self._csv.writerow(row)
         self._csv_file.flush()
 
     def _time_left(self, m: Dict[str, Any]) -> Optional[float]:

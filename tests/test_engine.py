@@ -26,7 +26,7 @@ def test_fit_logs_checkpoint_and_reload_gives_same_actions(ray_session, run_dir)
     run = Path(res.log_dir)
     assert list((run / "tb").glob("events.out.tfevents.*"))
     rows = list(csv.DictReader(open(run / "progress.csv")))
-    assert len(rows) == 2 and float(rows[1]["env_steps"]) == 400
+    assert len(rows) == 2 and float(rows[1]["env_steps"]) == 400 and "episode_return_mean" in rows[0]
     assert "shared/value_loss" in res.metrics and "episode_return_mean" in res.metrics
     loaded = marl.load(res.log_dir)  # run folder -> its latest checkpoint
     step = spread(B=4).reset(seed=7)
