@@ -277,12 +277,7 @@ class MPEEnv(MultiAgentEnv):
 
     def _make_step(self, rewards: np.ndarray, terminated, truncated, final_state) -> Step:
         lay, B = self.layout, self.num_envs
-        obs = lay.obs(self._state)
-        state = torch.from_numpy(self._state.copy())
-        if final_state is None:
-            final_obs, final_st = obs, state
-        else:
-            final_obs, final_st = lay.obs(final_state), torch.from_numpy(final_state)
+        obs, state, final_obs, final_st = lay.observe(self._state, final_state)
         groups = self.info.groups
         return Step(
             obs=obs,

@@ -222,6 +222,14 @@ class AgentLayout:
             for name, g in self.groups.items()
         }
 
+    def observe(self, state: np.ndarray, final_state: Optional[np.ndarray]):
+        """``(obs, state, final_obs, final_state)`` tensors of a step from the state buffers;
+        ``final_state`` is ``None`` when no episode ended (then finals alias the current ones)."""
+        obs, st = self.obs(state), torch.from_numpy(state.copy())
+        if final_state is None:
+            return obs, st, obs, st
+        return obs, st, self.obs(final_state), torch.from_numpy(final_state)
+
     def per_group(self, arr: np.ndarray) -> Dict[str, torch.Tensor]:
         """``[B, N]`` per-agent array -> group -> fresh ``[B, N_g]`` tensors."""
         return {name: torch.from_numpy(arr[:, self.pos[name]]) for name in self.groups}
@@ -551,12 +559,7 @@ class PettingZooEnv(MultiAgentEnv):
 
     def _make_step(self, rewards, terminated, truncated, final_state, illegal) -> Step:
         lay = self.layout
-        obs = lay.obs(self._state)
-        state = torch.from_numpy(self._state.copy())
-        if final_state is None:
-            final_obs, final_st = obs, state
-        else:
-            final_obs, final_st = lay.obs(final_state), torch.from_numpy(final_state)
+        obs, state, final_obs, final_st = lay.observe(self._state, final_state)
         avail = {
             name: (torch.from_numpy(self._masks[name].copy()) if g.discrete else None)
             for name, g in self.info.groups.items()
