@@ -116,8 +116,9 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
 def build_trainer(env: MultiAgentEnv, algo: str, **overrides: Any):
     """Validate, start Ray and build the RLlib algorithm without training it.
 
-    Returns ``(trainer, env, mapping, cfg, env_token)``; call ``trainer.train()``
-    for iterations and ``trainer.stop()`` at the end. :func:`fit` is built on this.
+    Returns ``(trainer, env, mapping, cfg)``; ``trainer.train()["marl"]`` runs one
+    iteration and returns its metrics; call ``trainer.stop()`` at the end.
+    :func:`fit` is built on this.
     """
     from marl.engine.runner import LOCAL_ENVS
     from marl.engine.trainer import build_algorithm_config
@@ -131,7 +132,7 @@ def build_trainer(env: MultiAgentEnv, algo: str, **overrides: Any):
     except Exception:
         LOCAL_ENVS.pop(token, None)
         raise
-    return trainer, env, mapping, cfg, token
+    return trainer, env, mapping, cfg
 
 
 def fit(
@@ -160,12 +161,11 @@ def fit(
         TrainingDiverged: a loss became NaN/inf; the last good checkpoint is
             kept and named in the message.
     """
-    from marl.engine.runner import LOCAL_ENVS
     from marl.engine.trainer import TrainingDiverged
     from marl.logging import RunLogger
 
     stop = validate_stop(stop if stop is not None else DEFAULT_STOP)
-    trainer, env, mapping, cfg, token = build_trainer(env, algo, **overrides)
+    trainer, env, mapping, cfg = build_trainer(env, algo, **overrides)
     run_dir = _run_dir(cfg, env, resume)
     with open(run_dir / "config.yaml", "w") as f:
         yaml.safe_dump(_yaml_safe({**cfg, "stop": stop}), f, sort_keys=False)
@@ -200,7 +200,6 @@ def fit(
         if logger is not None:
             logger.close()
         trainer.stop()
-        LOCAL_ENVS.pop(token, None)
     result = Result(metrics=m, history=history, checkpoint=last_ckpt, log_dir=str(run_dir), policy=policy,
                     env_spec=env.spec, config=cfg)
     if int(cfg["eval_episodes"]) > 0:

@@ -52,16 +52,14 @@ settings and ``os.getloadavg()`` at start and end.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import math
 import os
 import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 __all__ = ["SideResult", "RllibAnchor", "bench_ours", "bench_rllib", "bench_vmas", "run", "throughput",
            "format_report", "parse_report", "build_parser", "main"]
@@ -133,34 +131,6 @@ def _init_ray() -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _iteration_marks(
-    cls: Any, method: str, between: Optional[Callable[[], Any]] = None
-) -> Iterator[List[Tuple[Clock, Clock]]]:
-    """Patch ``cls.method`` (called once at the end of every training iteration) for the block.
-
-    Each call appends ``(end, resume)``: the clock when the call returned (the
-    end of that iteration) and the clock after ``between()`` ran (the start of
-    the next iteration's time), so the time of ``between`` is not counted.
-    """
-    marks: List[Tuple[Clock, Clock]] = []
-    orig = getattr(cls, method)
-
-    def wrapper(self, *args, **kwargs):
-        out = orig(self, *args, **kwargs)
-        end = _now()
-        if between is not None:
-            between()
-        marks.append((end, _now()))
-        return out
-
-    setattr(cls, method, wrapper)
-    try:
-        yield marks
-    finally:
-        setattr(cls, method, orig)
-
-
 def _timed(fn: Callable, sink: List[float], on_result: Optional[Callable[[Any], None]] = None) -> Callable:
     """Wrap ``fn`` so that each call's duration is appended to ``sink``."""
 
@@ -211,38 +181,44 @@ def bench_ours(
         **overrides: more ``marl.fit`` config keys (``num_minibatches=1``, ``hidden=64``, ...).
 
     Returns:
-        A :class:`SideResult`. An iteration ends when ``marl.fit`` has logged it
-        (the end of its ``RunLogger.log`` call), so the time covers the whole
-        loop iteration: ``trainer.train()`` and the logging.
+        A :class:`SideResult`. Each iteration is one ``trainer.train()`` call of
+        the trainer :func:`marl.fit` uses (:func:`marl.api.build_trainer`),
+        timed from call to return; ``between`` runs outside that time.
     """
     import torch
 
     import marl
-    from marl.logging import RunLogger
+    from marl.api import build_trainer
 
     torch.set_num_threads(1)
     env = marl.make_env(family, scenario, num_envs=num_envs, **dict(env_kwargs or {}))
     cfg: Dict[str, Any] = {"rollout_length": rollout_length, **overrides}
     if epochs is not None:
         cfg["epochs"] = epochs
-    stop = {"time_s": float(seconds)} if seconds else {"iterations": max(2, int(iters))}
-    notes: List[str] = []
-    with tempfile.TemporaryDirectory(prefix="marl-bench-") as tmp, _iteration_marks(RunLogger, "log", between) as marks:
-        res = marl.fit(env, "mappo", stop=stop, progress=False, eval_episodes=0, checkpoint_every=0,
-                       log_dir=tmp, **cfg)
-    hist = res.history
-    if len(hist) < 2:
-        raise RuntimeError(f"{name}: only {len(hist)} iteration(s) ran; need at least 2 (the first is warm-up).")
-    measured = hist[1:]
+    trainer, env, _, c = build_trainer(env, "mappo", progress=False, eval_episodes=0, checkpoint_every=0, **cfg)
+    hist: List[Dict[str, Any]] = []
+    walls: List[float] = []
+    cpus: List[float] = []
+    try:
+        t_start = time.perf_counter()
+        while True:
+            (w0, c0) = _now()
+            hist.append(trainer.train()["marl"])
+            (w1, c1) = _now()
+            walls.append(w1 - w0)
+            cpus.append(c1 - c0)
+            if between is not None:
+                between()
+            enough = time.perf_counter() - t_start >= float(seconds) if seconds else len(hist) >= int(iters)
+            if enough and len(hist) >= 2:
+                break
+    finally:
+        trainer.stop()
+    measured = hist[1:]  # the first iteration is warm-up
     env_steps = int(hist[-1]["env_steps"] - hist[0]["env_steps"])
     inner = float(hist[-1]["time_s"] - hist[0]["time_s"])  # marl's own timing: training_step only
-    if len(marks) == len(hist):
-        wall = sum(marks[i][0][0] - marks[i - 1][1][0] for i in range(1, len(marks)))
-        cpu = sum(marks[i][0][1] - marks[i - 1][1][1] for i in range(1, len(marks)))
-    else:  # the logger hook did not fire once per iteration: fall back to fit's own timing
-        wall, cpu = inner, float("nan")
-        notes.append("wall time is marl's per-iteration time_s (RunLogger.log hook did not fire)")
-    c = res.config
+    wall, cpu = sum(walls[1:]), sum(cpus[1:])
+    notes: List[str] = []
     settings = {
         "env": repr(env),
         "B": env.num_envs,

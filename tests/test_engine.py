@@ -49,7 +49,7 @@ def test_two_remote_env_runners(ray_session, run_dir):
 
 
 def test_two_ddp_learners_keep_identical_parameters(ray_session):
-    trainer, *_ , token = build_trainer(spread(B=4), "mappo", num_learners=2, **QUICK)
+    trainer, *_ = build_trainer(spread(B=4), "mappo", num_learners=2, **QUICK)
     try:
         trainer.train()
         sums = trainer.learner_group.foreach_learner(

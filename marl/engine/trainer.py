@@ -21,7 +21,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.policy import PolicySpec
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from marl.engine.runner import BatchedEnvRunner, MappingFn
+from marl.engine.runner import LOCAL_ENVS, BatchedEnvRunner, MappingFn
 from marl.env import MultiAgentEnv
 from marl.mapping import PolicyMapping
 
@@ -184,6 +184,10 @@ class Trainer(Algorithm):
         # then one of our iterations, whose flat metrics become the result.
         self.restore_env_runners(self.env_runner_group)
         return {"marl": self.train_iteration()}
+
+    def stop(self):
+        super().stop()
+        LOCAL_ENVS.pop(self.marl_config.get("env_token"), None)  # the driver's env instance is no longer needed
 
     # --------------------------------------------------------------- checkpoints
     def get_state(self, components=None, *, not_components=None, **kwargs):

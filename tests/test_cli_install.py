@@ -1,0 +1,62 @@
+"""Command line and packaging: `marl list|train|eval`, and `pip install .` / `-e .` both import
+marl.envs and marl.algos."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from marl.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_list(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "mpe" in out and "simple_spread" in out and "mappo" in out and "vmas" in out
+
+
+def test_train_then_eval(ray_session, run_dir, capsys):
+    code = main(["train", "env=mpe:simple_spread", "algo=ippo", "env.num_envs=4", "stop.iterations=1",
+                 f"log_dir={run_dir}", "progress=false", "eval_episodes=0", "epochs=1"])
+    assert code == 0
+    summary = capsys.readouterr().out
+    assert '"checkpoint"' in summary and '"env_steps": 100' in summary
+    ckpts = list(Path(run_dir).glob("*/checkpoints/checkpoint_*"))
+    assert len(ckpts) == 1
+    assert main(["eval", str(ckpts[0]), "episodes=4"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["episode_length_mean"] == 25.0 and "episode_return_mean" in stats
+
+
+def test_cli_errors_name_choices(capsys):
+    assert main(["train", "env=mpe:simple_sprad", "algo=mappo"]) == 2
+    err = capsys.readouterr().err
+    assert "simple_sprad" in err and "simple_spread" in err
+    assert main(["train", "env=mpe:simple_spread"]) == 2
+
+
+def test_editable_install_maps_envs_and_algos_to_repo_folders():
+    import marl.algos
+    import marl.envs
+
+    # CI installs with `pip install -e .`: the packages must resolve to the top-level folders.
+    assert Path(marl.envs.__file__).resolve().parent == REPO / "envs"
+    assert Path(marl.algos.__file__).resolve().parent == REPO / "algos"
+
+
+def test_regular_install_imports_envs_and_algos(tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(REPO)], check=True, capture_output=True)
+    code = ("import marl, marl.envs, marl.algos, marl.algos.ppo, marl.configs, pathlib;"
+            "from marl.config import list_algos;"
+            f"assert pathlib.Path(marl.envs.__file__).is_relative_to({str(target)!r}), marl.envs.__file__;"
+            "assert 'mappo' in list_algos();"
+            "assert not (pathlib.Path(marl.__file__).parent.parent / 'envs').exists()")  # no top-level envs package
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
