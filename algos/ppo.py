@@ -376,6 +376,9 @@ class PPOLearner(TorchLearner):
             flat["starts"][:, 0] = False  # h0 already is the state at the chunk start
         else:
             flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in data.items()}
+        if K == 1:  # the whole batch: no shuffle or copy needed
+            yield flat
+            return
         n = flat["actions"].shape[0]
         perm = torch.randperm(n, device=flat["actions"].device)
         for idx in perm.tensor_split(K):

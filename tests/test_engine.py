@@ -65,6 +65,9 @@ def test_heterogeneous_envs_train_with_auto_mapping(ray_session, run_dir):
     assert {"adversary", "agent"} <= {k.split("/")[0] for k in adv.metrics if "/" in k}
     sl = marl.make_env("mpe", "simple_speaker_listener", num_envs=4).fit("ippo", stop={"iterations": 1}, log_dir=run_dir, **QUICK)
     assert {"speaker", "listener"} <= {k.split("/")[0] for k in sl.metrics if "/" in k}
+    ind = spread(B=4).fit("mappo", stop={"iterations": 1}, log_dir=run_dir, share="individual",
+                          **{**QUICK, "num_minibatches": 2})
+    assert {"agent_0", "agent_1", "agent_2"} <= {k.split("/")[0] for k in ind.metrics if "/" in k}
 
 
 def test_continuous_actions_and_gru_actor(ray_session, run_dir):
