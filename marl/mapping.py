@@ -124,11 +124,10 @@ class PolicyMapping:
         """Stack module ``mid``'s agents from group tensors.
 
         Args:
-            per_group: group -> ``[..., N_g, *F]`` (agent axis at ``dim=-1-len(F)``
-                is taken as the axis right after the leading batch axes; here we
-                require the agent axis to be dim 1 for ``[B, N_g, ...]`` tensors).
+            per_group: group -> ``[B, N_g, *F]`` (agent axis 1).
         Returns:
-            ``[B, N_m, *F]`` tensor in the module's agent order.
+            ``[B, N_m, *F]`` in the module's agent order (the group tensor itself,
+            without a copy, when the module is exactly one whole group).
         """
         slots = self.slots[mid]
         if len(slots) == 1 and slots[0].rows == tuple(range(len(slots[0].rows))):

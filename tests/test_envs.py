@@ -13,7 +13,6 @@ import pytest
 import torch
 from pettingzoo import ParallelEnv
 
-import marl
 from marl.env import MarlError, list_envs, make_env
 from marl.envs.mpe import MPEEnv, mpe2_modules
 from marl.envs.pettingzoo import PettingZooEnv, build_groups

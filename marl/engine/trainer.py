@@ -9,7 +9,7 @@ tolerance); algorithm families subclass :class:`Trainer` and implement
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import gymnasium as gym
 import numpy as np
