@@ -165,6 +165,11 @@ def fit(
     from marl.logging import RunLogger
 
     stop = validate_stop(stop if stop is not None else DEFAULT_STOP)
+    if overrides.get("lr_schedule") == "linear":
+        if "env_steps" not in stop:
+            raise MarlError("lr_schedule='linear' decays the learning rate to 0 at the stop's env_steps; "
+                            "give stop={'env_steps': N}.")
+        overrides = {**overrides, "lr_anneal_steps": int(stop["env_steps"])}
     trainer, env, mapping, cfg = build_trainer(env, algo, **overrides)
     run_dir = _run_dir(cfg, env, resume)
     with open(run_dir / "config.yaml", "w") as f:

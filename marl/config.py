@@ -130,7 +130,12 @@ def load_config(algo: str, family: str, overrides: Optional[Dict[str, Any]] = No
     return cfg
 
 
+LR_SCHEDULES = ("constant", "linear")
+
+
 def _check_ranges(cfg: Dict[str, Any]) -> None:
+    if cfg.get("lr_schedule", "constant") not in LR_SCHEDULES:
+        raise unknown_choice("lr_schedule", cfg["lr_schedule"], LR_SCHEDULES)
     for key in ("rollout_length", "epochs", "num_minibatches", "hidden"):
         if key in cfg and int(cfg[key]) < 1:
             raise MarlError(f"Config key '{key}' must be >= 1, got {cfg[key]!r}.")

@@ -101,3 +101,19 @@ def test_bad_input_errors_before_ray(monkeypatch):
         api.fit(marl.make_env("mpe", "simple_adversary", num_envs=2), "mappo", share="all")
     with pytest.raises(MarlError, match="Unknown env 'mpee'. Did you mean 'mpe'"):
         marl.make_env("mpee", "simple_spread")
+
+
+def test_linear_lr_schedule_decays_to_zero_at_the_stop(ray_session):
+    trainer, *_ = build_trainer(spread(B=8), "mappo", lr_schedule="linear", lr_anneal_steps=400, lr=1e-3, **QUICK)
+    try:
+        lrs = []
+        for _ in range(4):  # 80 env steps per iteration
+            trainer.train()
+            lrs.append(trainer.learner_group._learner.get_optimizer("shared").param_groups[0]["lr"])
+        assert lrs == pytest.approx([1e-3, 1e-3 * (1 - 80 / 400), 1e-3 * (1 - 160 / 400), 1e-3 * (1 - 240 / 400)])
+    finally:
+        trainer.stop()
+    with pytest.raises(MarlError, match="give stop=\\{'env_steps'"):
+        spread().fit("mappo", lr_schedule="linear", stop={"iterations": 1}, **QUICK)
+    with pytest.raises(MarlError, match="Unknown lr_schedule 'cosine'"):
+        spread().fit("mappo", lr_schedule="cosine", **QUICK)

@@ -90,7 +90,7 @@ def build_algorithm_config(algo_cls, cfg: Dict[str, Any], env: MultiAgentEnv, ma
         .multi_agent(policies=spaces, policy_mapping_fn=MappingFn(mapping.agent_to_module))
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
         .training(
-            lr=float(cfg["lr"]),
+            lr=lr_schedule(cfg),
             grad_clip=float(cfg["max_grad_norm"]) if cfg.get("max_grad_norm") else None,
             grad_clip_by="global_norm",
             train_batch_size_per_learner=int(cfg["rollout_length"]) * env.num_envs,
@@ -100,6 +100,16 @@ def build_algorithm_config(algo_cls, cfg: Dict[str, Any], env: MultiAgentEnv, ma
     )
     config.learner_config_dict = learner_cfg
     return config
+
+
+def lr_schedule(cfg: Dict[str, Any]):
+    """``lr`` for RLlib: a constant, or ``[[0, lr], [env_steps, 0]]`` (piecewise linear in
+    sampled env steps) when ``lr_schedule`` is ``"linear"``; ``fit`` puts the stop's
+    ``env_steps`` in ``cfg["lr_anneal_steps"]``."""
+    lr = float(cfg["lr"])
+    if cfg.get("lr_schedule", "constant") == "constant":
+        return lr
+    return [[0, lr], [int(cfg["lr_anneal_steps"]), 0.0]]
 
 
 class Trainer(Algorithm):
