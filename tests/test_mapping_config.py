@@ -66,8 +66,8 @@ def test_agent_id_onehot():
 
 def test_config_layers_and_unknown_key_error():
     cfg = load_config("mappo", "mpe", {"lr": 1e-3})
-    assert cfg["lr"] == 1e-3 and cfg["critic"] == "state" and cfg["epochs"] == 10  # mpe override of 15
-    assert load_config("mappo", "vmas")["epochs"] != 10  # family sections differ
+    assert cfg["lr"] == 1e-3 and cfg["critic"] == "state" and cfg["num_minibatches"] == 4  # mpe override of 1
+    assert load_config("mappo", "vmas")["epochs"] == 3 and load_config("mappo", "mpe")["epochs"] == 15
     assert load_config("ippo", "mpe")["critic"] == "obs"
     with pytest.raises(MarlError, match="Unknown config key 'learning_rate'.*Valid keys:.*lr"):
         load_config("mappo", "mpe", {"learning_rate": 1e-3})
