@@ -117,3 +117,13 @@ def test_linear_lr_schedule_decays_to_zero_at_the_stop(ray_session):
         spread().fit("mappo", lr_schedule="linear", stop={"iterations": 1}, **QUICK)
     with pytest.raises(MarlError, match="Unknown lr_schedule 'cosine'"):
         spread().fit("mappo", lr_schedule="cosine", **QUICK)
+
+
+def test_more_env_runners_than_cpus_is_an_error_not_a_hang(ray_session):
+    from marl.api import init_ray
+
+    base = {"num_env_runners": 0, "num_learners": 0, "num_cpus_per_env_runner": 1, "num_cpus_per_learner": 1}
+    with pytest.raises(MarlError, match="num_env_runners=3 is more than the 2 CPUs"):
+        init_ray({**base, "num_env_runners": 3})
+    fitted = init_ray({**base, "num_env_runners": 2, "num_learners": 2})  # 4 requested on 2 CPUs: shares scaled
+    assert 2 * fitted["num_cpus_per_env_runner"] + 2 * fitted["num_cpus_per_learner"] <= 2
