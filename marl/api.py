@@ -27,6 +27,21 @@ def _algo_class(cfg: Dict[str, Any]):
     return getattr(importlib.import_module(module), name)
 
 
+def start_ray() -> bool:
+    """Start a local Ray with this machine's CPUs and no dashboard, unless one is running.
+
+    Returns True if this call started it.
+    """
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if ray.is_initialized():
+        return False
+    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return True
+
+
 def init_ray(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """Start Ray for this machine if needed and fit the requested actors into its CPUs.
 
@@ -37,10 +52,7 @@ def init_ray(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """
     import ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    if not ray.is_initialized():
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_ray()
     cpus = float(ray.cluster_resources().get("CPU", 1))
     runners, learners = int(cfg["num_env_runners"]), int(cfg["num_learners"])
     if runners > cpus:

@@ -61,6 +61,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from marl.api import start_ray
+
 __all__ = ["SideResult", "RllibAnchor", "bench_ours", "bench_rllib", "bench_vmas", "run", "throughput",
            "format_report", "parse_report", "build_parser", "main"]
 
@@ -117,18 +119,6 @@ Clock = Tuple[float, float]  # (time.perf_counter(), time.process_time())
 
 def _now() -> Clock:
     return time.perf_counter(), time.process_time()
-
-
-def _init_ray() -> bool:
-    """Start Ray the way marl does (all CPUs, no dashboard); True if this call started it."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    import ray
-
-    if ray.is_initialized():
-        return False
-    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    return True
 
 
 def _timed(fn: Callable, sink: List[float], on_result: Optional[Callable[[Any], None]] = None) -> Callable:
@@ -304,7 +294,7 @@ class RllibAnchor:
 
     def __init__(self, num_envs: int = 32, rollout_length: int = 25, epochs: int = 10, *, lr: float = 7e-4,
                  num_envs_per_env_runner: Optional[int] = None, seed: int = 0):
-        _init_ray()
+        start_ray()
         import mpe2.simple_spread_v3 as simple_spread
         import torch
         from ray.rllib.algorithms.ppo import PPOConfig
@@ -468,7 +458,7 @@ def run(
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     load_start = os.getloadavg()
     t0 = time.perf_counter()
-    started = _init_ray()
+    started = start_ray()
     sides: Dict[str, SideResult] = {}
     interleave = not (sequential or skip_ours or skip_rllib)
     ours_kw = dict(env_kwargs=MPE_KWARGS, num_minibatches=1, hidden=64)

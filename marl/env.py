@@ -209,6 +209,46 @@ class Step:
         return self.terminated | self.truncated
 
 
+class EpisodeStats:
+    """Running per-copy episode statistics of a batched env, collected as episodes end.
+
+    :meth:`update` takes each :class:`Step`; for copies whose episode ended it
+    appends to :attr:`done` (lists): ``episode_return`` (sum of all agents'
+    rewards), ``episode_length``, ``return_<group>`` and any env-provided
+    ``step.info["episode_metrics"]`` (``[B]`` tensors, e.g. win rate).
+    """
+
+    def __init__(self, info: EnvInfo):
+        B = info.num_envs
+        self.ret, self.length = torch.zeros(B), torch.zeros(B)
+        self.group_ret = {g: torch.zeros(B) for g in info.groups}
+        self.done: Dict[str, List[float]] = {"episode_return": [], "episode_length": []}
+
+    def update(self, step: Step) -> None:
+        for g, r in step.reward.items():
+            s = r.sum(-1)
+            self.group_ret[g] += s
+            self.ret += s
+        self.length += 1
+        d = step.done
+        if not d.any():
+            return
+        self.done["episode_return"] += self.ret[d].tolist()
+        self.done["episode_length"] += self.length[d].tolist()
+        for g, r in self.group_ret.items():
+            self.done.setdefault(f"return_{g}", []).extend(r[d].tolist())
+            r[d] = 0
+        for k, v in step.info.get("episode_metrics", {}).items():
+            self.done.setdefault(k, []).extend(v[d].tolist())
+        self.ret[d], self.length[d] = 0, 0
+
+    def pop(self) -> Dict[str, List[float]]:
+        """The statistics gathered since the last call (episodes in progress keep running)."""
+        out = self.done
+        self.done = {"episode_return": [], "episode_length": []}
+        return out
+
+
 @dataclass
 class EnvSpec:
     """How to rebuild an env in another process (remote env runners, checkpoints)."""

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from marl.env import EnvSpec, MarlError, MultiAgentEnv, Step
+from marl.env import EnvSpec, EpisodeStats, MarlError, MultiAgentEnv, Step
 from marl.mapping import PolicyMapping
 
 META_FILE = "marl_meta.pkl"
@@ -89,29 +89,14 @@ def run_episodes(env: MultiAgentEnv, policy: Policy, num_episodes: int, seed: in
     """
     step = env.reset(seed=seed)
     policy.reset()
-    B = env.num_envs
-    ret, length = torch.zeros(B), torch.zeros(B)
-    group_ret = {g: torch.zeros(B) for g in env.info.groups}
-    out: Dict[str, List[float]] = {"episode_return": [], "episode_length": []}
-    limit = (env.info.episode_limit or 1000) * (num_episodes // B + 2)
+    stats = EpisodeStats(env.info)
+    limit = (env.info.episode_limit or 1000) * (num_episodes // env.num_envs + 2)
     for _ in range(limit):
         step = env.step(policy.act(step))
-        for g, r in step.reward.items():
-            group_ret[g] += r.sum(-1)
-            ret += r.sum(-1)
-        length += 1
-        d = step.done
-        if d.any():
-            out["episode_return"] += ret[d].tolist()
-            out["episode_length"] += length[d].tolist()
-            for g, r in group_ret.items():
-                out.setdefault(f"return_{g}", []).extend(r[d].tolist())
-                r[d] = 0
-            for k, v in step.info.get("episode_metrics", {}).items():
-                out.setdefault(k, []).extend(v[d].tolist())
-            ret[d], length[d] = 0, 0
-        if len(out["episode_return"]) >= num_episodes:
+        stats.update(step)
+        if len(stats.done["episode_return"]) >= num_episodes:
             break
+    out = stats.pop()
     return {k: v[:num_episodes] for k, v in out.items()}
 
 

@@ -18,7 +18,7 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
-from marl.env import EnvSpec, MultiAgentEnv, Step
+from marl.env import EnvSpec, EpisodeStats, MultiAgentEnv, Step
 from marl.mapping import PolicyMapping
 
 # Envs handed to fit() as objects are kept here so the local runner (same
@@ -89,9 +89,7 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         B = self.env.num_envs
         self._h = {mid: self.module[mid].initial_state((B, self.mapping.n_agents(mid))) for mid in self.mapping.modules}
         self._starts = torch.ones(B, dtype=torch.bool)
-        self._ret = torch.zeros(B)
-        self._group_ret = {g: torch.zeros(B) for g in self.env.info.groups}
-        self._len = torch.zeros(B, dtype=torch.long)
+        self._stats = EpisodeStats(self.env.info)
         return step
 
     def module_inputs(self, mid: str, step: Step):
@@ -117,7 +115,6 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
             self._last = self._reset()
         buf: Dict[str, Dict[str, List[torch.Tensor]]] = {mid: defaultdict(list) for mid in self.mapping.modules}
         glob: Dict[str, List[torch.Tensor]] = defaultdict(list)
-        episodes: Dict[str, List[float]] = defaultdict(list)
         step = self._last
         for _ in range(T):
             actions = {}
@@ -138,7 +135,7 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
             glob["state"].append(step.state)
             glob["starts"].append(self._starts)
             nxt = self.env.step(self.mapping.scatter(actions))
-            self._record_step(nxt, buf, glob, episodes)
+            self._record_step(nxt, buf, glob)
             step = nxt
         self._last = step
         for mid, b in buf.items():
@@ -148,10 +145,10 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         self.num_env_steps_sampled_lifetime += n
         out = {k: torch.stack(v) for k, v in glob.items()}
         out["modules"] = {mid: {k: torch.stack(v) for k, v in b.items()} for mid, b in buf.items()}
-        out["metrics"] = {"env_steps": n, **{k: v for k, v in episodes.items()}}
+        out["metrics"] = {"env_steps": n, **self._stats.pop()}
         return out
 
-    def _record_step(self, nxt: Step, buf, glob, episodes) -> None:
+    def _record_step(self, nxt: Step, buf, glob) -> None:
         m = self.mapping
         final_obs = nxt.final_obs if nxt.final_obs is not None else nxt.obs
         for mid, b in buf.items():
@@ -161,27 +158,11 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         glob["terminated"].append(nxt.terminated)
         glob["truncated"].append(nxt.truncated)
         done = nxt.done
-        team = torch.zeros_like(self._ret)
-        for g, r in nxt.reward.items():
-            s = r.sum(-1)
-            self._group_ret[g] += s
-            team += s
-        self._ret += team
-        self._len += 1
         for mid in self._h:
             if self._h[mid] is not None:  # new episodes start from a zero hidden state
                 self._h[mid] = self._h[mid] * (~done).view(-1, 1, 1).to(self._h[mid].dtype)
         self._starts = done.clone()
-        if done.any():
-            episodes["episode_return"] += self._ret[done].tolist()
-            episodes["episode_length"] += self._len[done].tolist()
-            for g, r in self._group_ret.items():
-                episodes[f"return_{g}"] += r[done].tolist()
-                r[done] = 0
-            for k, v in nxt.info.get("episode_metrics", {}).items():
-                episodes[k] += v[done].tolist()
-            self._ret[done] = 0
-            self._len[done] = 0
+        self._stats.update(nxt)
 
     # ------------------------------------------------------------------ state
     def get_state(self, components=None, *, not_components=None, **kwargs):
