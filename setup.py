@@ -28,6 +28,10 @@ setup(
     ],
     extras_require={
         "dev": ["pytest>=8", "pytest-timeout"],
+        # SMAX (JaxMARL's StarCraft-like env, runs on the CPU without the game)
+        "smax": ["jaxmarl==0.2.0"],
+        # SMACv2 is not on PyPI; it also needs the StarCraft II binary (docs/starcraft.md)
+        "smacv2": ["smacv2 @ git+https://github.com/oxwhirl/smacv2.git"],
     },
     entry_points={"console_scripts": ["marl=marl.cli:main"]},
 )

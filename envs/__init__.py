@@ -23,3 +23,21 @@ register_env(
     "Any PettingZoo Parallel/AEC env by module path or registry id",
     scenarios="marl.envs.pettingzoo:scenarios",
 )
+register_env(
+    "smax",
+    "marl.envs.smax:make",
+    "SMAX (JaxMARL): StarCraft-like micromanagement in JAX, batched with jax.vmap; needs marl[smax]",
+    scenarios="marl.envs.smax:scenarios",
+)
+register_env(
+    "smacv2",
+    "marl.envs.smacv2:make",
+    "SMACv2 on StarCraft II (needs marl[smacv2], the game binary and SC2PATH)",
+    scenarios="marl.envs.smacv2:scenarios",
+)
+register_env(
+    "matrix",
+    "marl.envs.matrix:make",
+    "Cooperative matrix games (two_step, climbing, penalty, custom payoff)",
+    scenarios="marl.envs.matrix:scenarios",
+)

@@ -112,8 +112,16 @@ class EnvInfo:
             with opposed rewards) or ``"mixed"``.
         shared_reward: all agents of a team receive the same reward.
         num_envs: number of batched env copies ``B``.
-        entity_layout: optional description of entity slices of observations
-            (used by entity-aware networks; ``None`` where the env gives none).
+        entity_layout: optional description of the entity slices of each group's
+            observation, for entity-aware networks (HPN, ASN); ``None`` where the
+            env gives none. Format, per group name::
+
+                {"own": [(start, end), ...],          # own-feature index ranges
+                 "entities": {type: {"start": s, "count": m, "dim": d}},
+                                                      # obs[s:s+m*d] viewed [m, d]
+                 "n_normal_actions": k,               # actions 0..k-1 target nobody
+                 "action_targets": {type: (first_action, m)}}
+                                                      # action first+i targets entity i
     """
 
     family: str
@@ -189,7 +197,10 @@ class Step:
     ``reward``, ``terminated`` and ``truncated`` describe the step just taken
     (all zero / False after :meth:`MultiAgentEnv.reset`). ``final_obs`` and
     ``final_state`` equal ``obs`` / ``state`` except in rows whose episode ended
-    at this step, where they hold that episode's last observation.
+    at this step, where they hold that episode's last observation;
+    ``final_avail_actions`` (optional, same rule) holds the legal actions at that
+    last observation, used by Q-learning targets of truncated episodes
+    (``None``: take ``avail_actions``, or all actions legal).
     """
 
     obs: Dict[str, torch.Tensor]
@@ -202,6 +213,7 @@ class Step:
     final_obs: Optional[Dict[str, torch.Tensor]] = None
     final_state: Optional[torch.Tensor] = None
     info: Dict[str, Any] = field(default_factory=dict)
+    final_avail_actions: Optional[Dict[str, Optional[torch.Tensor]]] = None
 
     @property
     def done(self) -> torch.Tensor:
