@@ -174,6 +174,7 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         avail: Optional[torch.Tensor],
         h: Optional[torch.Tensor],
         explore: bool = True,
+        **unused,
     ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
         """Sample (``explore``) or pick the greedy action for ``[B, N, D]`` observations.
 

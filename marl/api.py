@@ -122,6 +122,7 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
             raise MarlError("num_envs can only be changed for envs built by marl.make_env(name, ...).")
         env = env.spec.make(num_envs=int(cfg["num_envs"]))
     mapping = PolicyMapping(env.info, share=cfg["share"], agent_id=cfg["agent_id"])
+    algo_cls.check_mapping(cfg, mapping)
     return cfg, algo_cls, env, mapping
 
 

@@ -17,7 +17,7 @@ import yaml
 from marl.env import MarlError, closest, unknown_choice
 
 STOP_KEYS = ("env_steps", "iterations", "time_s", "episode_return_mean")
-META_KEYS = ("class", "description")
+META_KEYS = ("class", "description", "base")
 
 
 def config_dir() -> Path:
@@ -48,9 +48,20 @@ def algo_defaults(algo: str) -> Dict[str, Any]:
     if algo not in algos:
         raise unknown_choice("algorithm", algo, list(algos))
     cfg = _read(config_dir() / "engine.yaml")
-    cfg.update(_read(config_dir() / "algos" / f"{algo}.yaml"))
+    cfg.update(_algo_file(algo))
     cfg["algo"] = algo
     return cfg
+
+
+def _algo_file(algo: str, seen: tuple = ()) -> Dict[str, Any]:
+    """``configs/algos/<algo>.yaml`` on top of the file its ``base:`` key names (e.g. vdn on qmix)."""
+    data = _read(config_dir() / "algos" / f"{algo}.yaml")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if base in seen + (algo,):
+        raise MarlError(f"configs/algos/{algo}.yaml: 'base: {base}' makes a cycle")
+    return {**_algo_file(base, seen + (algo,)), **data}
 
 
 def env_overrides(family: str, algo: str) -> Dict[str, Any]:

@@ -101,14 +101,15 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
             avail = m.gather(mid, step.avail_actions)
         return obs, avail, m.gather(mid, step.alive)
 
-    def sample(self, num_steps: Optional[int] = None, explore: bool = True, **kwargs) -> Dict[str, Any]:
+    def sample(self, num_steps: Optional[int] = None, explore: bool = True, **act_kwargs) -> Dict[str, Any]:
         """Collect ``T = num_steps or rollout_length`` steps from all ``B`` copies.
 
+        ``act_kwargs`` go to every module's ``act`` (e.g. ``epsilon`` for Q-learners).
         Returns a dict with ``modules[mid]``: ``obs [T+1, B, N, D]``, ``final_obs
         [T, B, N, D]``, ``actions [T, B, N(, A)]``, ``logp``, ``rewards``,
-        ``alive`` ``[T, B, N]``, ``avail [T, B, N, A]`` (discrete), ``h [T, B, N, H]``
-        (recurrent); and ``state [T+1, B, S]``, ``final_state [T, B, S]``,
-        ``terminated``, ``truncated``, ``starts`` ``[T, B]``, ``metrics``.
+        ``alive`` ``[T, B, N]``, ``avail [T, B, N, A]`` and ``final_avail`` (discrete),
+        ``h [T, B, N, H]`` (recurrent); and ``state [T+1, B, S]``, ``final_state
+        [T, B, S]``, ``terminated``, ``truncated``, ``starts`` ``[T, B]``, ``metrics``.
         """
         T = int(num_steps or self.marl["rollout_length"])
         if self._last is None:
@@ -121,7 +122,7 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
             for mid, b in buf.items():
                 obs, avail, alive = self.module_inputs(mid, step)
                 h = self._h[mid]
-                a, logp, h_next = self.module[mid].act(obs, avail, h, explore=explore)
+                a, logp, h_next = self.module[mid].act(obs, avail, h, explore=explore, **act_kwargs)
                 actions[mid] = a
                 b["obs"].append(obs)
                 b["actions"].append(a)
@@ -154,6 +155,8 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         for mid, b in buf.items():
             b["rewards"].append(m.gather(mid, nxt.reward))
             b["final_obs"].append(m.add_agent_id(mid, m.gather(mid, final_obs)))
+            if m.group_info(mid).discrete:
+                b["final_avail"].append(self._final_avail(mid, nxt))
         glob["final_state"].append(nxt.final_state if nxt.final_state is not None else nxt.state)
         glob["terminated"].append(nxt.terminated)
         glob["truncated"].append(nxt.truncated)
@@ -163,6 +166,19 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
                 self._h[mid] = self._h[mid] * (~done).view(-1, 1, 1).to(self._h[mid].dtype)
         self._starts = done.clone()
         self._stats.update(nxt)
+
+    def _final_avail(self, mid: str, nxt: Step) -> torch.Tensor:
+        """Legal actions at the last observation of episodes that ended at ``nxt``
+        (the env's ``final_avail_actions``; else all legal in ended rows)."""
+        m = self.mapping
+        g = m.group_info(mid)
+        if nxt.final_avail_actions is not None and nxt.final_avail_actions.get(g.name) is not None:
+            return m.gather(mid, nxt.final_avail_actions).bool()
+        if nxt.avail_actions.get(g.name) is None:
+            return torch.ones(self.env.num_envs, m.n_agents(mid), g.n_actions, dtype=torch.bool)
+        avail = m.gather(mid, nxt.avail_actions).bool().clone()
+        avail[nxt.done] = True
+        return avail
 
     # ------------------------------------------------------------------ state
     def get_state(self, components=None, *, not_components=None, **kwargs):

@@ -62,6 +62,7 @@ def build_algorithm_config(algo_cls, cfg: Dict[str, Any], env: MultiAgentEnv, ma
         )
         for mid in mapping.modules
     }
+    specs.update(algo_cls.extra_module_specs(cfg, mapping))  # learner-only modules (e.g. QMIX mixers)
     learner_cfg = dict(cfg)
     learner_cfg.update(
         env_spec=vars(env.spec) if env.spec is not None else None,
@@ -71,6 +72,7 @@ def build_algorithm_config(algo_cls, cfg: Dict[str, Any], env: MultiAgentEnv, ma
         module_spaces=spaces,
         num_envs=env.num_envs,
     )
+    learner_cfg.update(algo_cls.learner_extras(cfg, env, mapping))
     config = (
         TrainerConfig(algo_class=algo_cls)
         .environment(observation_space=None, action_space=None, disable_env_checking=True)
@@ -123,6 +125,8 @@ class Trainer(Algorithm):
 
     module_class = None
     learner_class = None
+    # learner metrics (last key part) kept in the iteration's flat metrics
+    learner_metrics = ("policy_loss", "value_loss", "entropy", "explained_variance", "approx_kl", "clip_fraction", "value_mean", "total_loss")
 
     @classmethod
     def get_default_config(cls) -> AlgorithmConfig:
@@ -133,29 +137,33 @@ class Trainer(Algorithm):
         self.marl_config: Dict[str, Any] = self.config.learner_config_dict
         self.progress = {"env_steps": 0, "iterations": 0, "episodes": 0, "time_s": 0.0}
         self.last_metrics: Dict[str, Any] = {}
+        self.extra_metrics: Dict[str, float] = {}  # set by training_step (e.g. epsilon)
 
     # --------------------------------------------------------------- data path
-    def sample_rollouts(self) -> Dict[str, Any]:
-        """One rollout per env runner, concatenated along the env axis ``B``."""
+    def sample_rollouts(self, **act_kwargs) -> Dict[str, Any]:
+        """One rollout per env runner, concatenated along the env axis ``B``
+        (``act_kwargs``, e.g. ``epsilon``, go to the modules' ``act``)."""
         t0 = time.perf_counter()
         group = self.env_runner_group
         if group.num_remote_env_runners() == 0:
-            parts = [group.local_env_runner.sample()]
+            parts = [group.local_env_runner.sample(**act_kwargs)]
         else:
-            parts = group.foreach_env_runner(lambda r: r.sample(), local_env_runner=False)
+            parts = group.foreach_env_runner(lambda r: r.sample(**act_kwargs), local_env_runner=False)
         rollout = _concat_rollouts(parts)
         self._sample_time = time.perf_counter() - t0
         return rollout
 
-    def update_learners(self, batch) -> None:
-        """One learner-group update on ``batch``, then push the new weights to the runners."""
+    def update_learners(self, batch, sync_weights: bool = True, **timesteps) -> None:
+        """One learner-group update on ``batch`` (``timesteps`` extras reach the
+        learners' ``update``), then push the new weights to the runners if ``sync_weights``."""
         t0 = time.perf_counter()
         results = self.learner_group.update(
-            batch=batch, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.progress["env_steps"]}
+            batch=batch, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.progress["env_steps"], **timesteps}
         )
-        self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
-        self._learn_time = time.perf_counter() - t0
-        self._learner_results = _reduce_learner_results(results)
+        if sync_weights:
+            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+        self._learn_time += time.perf_counter() - t0
+        self._learner_results = _reduce_learner_results(results, self.learner_metrics)
 
     # --------------------------------------------------------------- iteration
     def train_iteration(self) -> Dict[str, Any]:
@@ -186,6 +194,7 @@ class Trainer(Algorithm):
             if isinstance(v, list) and v:
                 out[f"{k}_mean"] = float(np.mean(v))
         out.update(self._learner_results)
+        out.update(self.extra_metrics)
         self.last_metrics = out
         return out
 
@@ -219,6 +228,20 @@ class Trainer(Algorithm):
     def check_env(cls, cfg: Dict[str, Any], info) -> None:
         """Raise :class:`marl.MarlError` if this algorithm cannot handle the env."""
 
+    @classmethod
+    def check_mapping(cls, cfg: Dict[str, Any], mapping: PolicyMapping) -> None:
+        """Raise :class:`marl.MarlError` if this algorithm cannot train with the policy mapping."""
+
+    @classmethod
+    def extra_module_specs(cls, cfg: Dict[str, Any], mapping: PolicyMapping) -> Dict[str, RLModuleSpec]:
+        """Learner-only modules beside the agents' modules (none by default)."""
+        return {}
+
+    @classmethod
+    def learner_extras(cls, cfg: Dict[str, Any], env: MultiAgentEnv, mapping: PolicyMapping) -> Dict[str, Any]:
+        """Extra static entries for ``learner_config_dict`` (none by default)."""
+        return {}
+
 
 def _concat_rollouts(parts: List[Dict[str, Any]]) -> Dict[str, Any]:
     if len(parts) == 1:
@@ -242,7 +265,7 @@ def _concat_rollouts(parts: List[Dict[str, Any]]) -> Dict[str, Any]:
     return out
 
 
-def _reduce_learner_results(results) -> Dict[str, float]:
+def _reduce_learner_results(results, keep) -> Dict[str, float]:
     """Flatten RLlib learner results (list of nested dicts of Stats) to ``{"module/key": float}``."""
     from ray.rllib.utils.metrics.stats.base import StatsBase as Stats
 
@@ -262,5 +285,4 @@ def _reduce_learner_results(results) -> Dict[str, float]:
 
     for r in results if isinstance(results, list) else [results]:
         walk("", r)
-    keep = ("policy_loss", "value_loss", "entropy", "explained_variance", "approx_kl", "clip_fraction", "value_mean", "total_loss")
     return {k: float(np.mean(v)) for k, v in flat.items() if k.split("/")[-1] in keep and "__all_modules__" not in k}

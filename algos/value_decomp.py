@@ -1,0 +1,617 @@
+"""IQL, VDN and QMIX: value decomposition with recurrent agent networks.
+
+Sources: Tampuu et al. 2017 (independent Q-learning, arXiv 1511.08779);
+Sunehag et al. 2018, "Value-Decomposition Networks" (VDN, arXiv 1706.05296);
+Rashid et al. 2018, "QMIX: Monotonic Value Function Factorisation" (ICML,
+arXiv 1803.11485); pymarl's ``q_learner.py``, ``rnn_agent.py`` and
+``mixers/qmix.py`` (1-step double-Q target, hard target updates every 200
+episodes); pymarl2's ``build_td_lambda_targets`` (Hu et al. 2021, arXiv
+2102.03479). Equations and test properties: ``reference/algorithms.md`` §1.
+
+One family, three mixers: ``none`` (IQL: one TD loss per agent), ``vdn``
+(``Q_tot = sum_a Q_a``) and ``qmix`` (a monotonic hypernetwork mixer on the
+global state). The data path: :class:`~marl.engine.runner.BatchedEnvRunner`
+rollouts go into a :class:`~marl.engine.replay.JointEpisodeBuffer` in the
+driver; each gradient step is one joint batch of whole episodes under a single
+module id, so RLlib's per-module minibatching never splits the agents of one
+time step (``reference/rllib_engine.md`` §4, pitfalls 12-13).
+
+This file holds the family's RLModules (:class:`QAgentModule`,
+:class:`MixerModule`), Learner (:class:`ValueDecompLearner`) and training step
+(:class:`ValueDecomp`).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, List, Optional, Tuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+from marl.engine.replay import JointEpisodeBuffer
+from marl.engine.trainer import Trainer, TrainingDiverged
+from marl.env import MarlError
+
+MIXERS = ("none", "vdn", "qmix")
+NEG_INF = -1e10  # Q of an unavailable action in argmaxes (pymarl uses -9999999)
+JOINT = "__joint__"  # batch key of the team-level columns (not a module id: forward_train skips it)
+
+
+# ============================================================ schedules and targets
+def epsilon_at(env_steps: float, start: float, end: float, anneal_steps: float) -> float:
+    """Linear epsilon schedule in sampled env steps (pymarl ``DecayThenFlatSchedule``):
+    ``start`` at 0, ``end`` from ``anneal_steps`` on."""
+    if anneal_steps <= 0:
+        return float(end)
+    frac = min(max(float(env_steps) / float(anneal_steps), 0.0), 1.0)
+    return float(start + (end - start) * frac)
+
+
+def td_lambda_targets(
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    filled: torch.Tensor,
+    next_q: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """TD(lambda) returns over padded episodes (pymarl2 ``build_td_lambda_targets``).
+
+    ``G_t = r_t + gamma (1 - term_t) [(1 - lam) Q'_{t+1} + lam G_{t+1}]`` where
+    ``Q'_{t+1} = next_q[:, t]`` is the target network's value of the next step and,
+    past the last step of an episode, ``G_{t+1}`` is replaced by ``Q'_{t+1}``
+    (a truncated episode bootstraps; a terminated one has ``term = 1``).
+    ``lam = 0`` is the 1-step target; ``lam = 1`` on a terminated episode is the
+    Monte-Carlo return.
+
+    Args:
+        rewards: ``[E, T, ...]``; terminated, filled: ``[E, T]`` bool;
+        next_q: ``[E, T, ...]`` (same trailing dims as ``rewards``, e.g. agents for IQL).
+    Returns:
+        ``[E, T, ...]`` targets (values at unfilled steps are meaningless; mask them).
+    """
+    extra = rewards.dim() - 2
+    shape = terminated.shape + (1,) * extra
+    cont = (~terminated).to(rewards.dtype).view(shape)
+    filled_next = torch.cat([filled[:, 1:], torch.zeros_like(filled[:, :1])], 1).view(shape)
+    T = rewards.shape[1]
+    out = torch.empty_like(rewards)
+    g = next_q[:, T - 1]
+    for t in range(T - 1, -1, -1):
+        nq = next_q[:, t]
+        g_next = torch.where(filled_next[:, t], g, nq)
+        g = rewards[:, t] + gamma * cont[:, t] * ((1 - lam) * nq + lam * g_next)
+        out[:, t] = g
+    return out
+
+
+def masked_td_loss(
+    q_tot: torch.Tensor,
+    next_q: torch.Tensor,
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    filled: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``sum(mask * (q_tot - y)^2) / sum(mask)`` with ``y`` the TD(lambda) target
+    (:func:`td_lambda_targets`, no gradient); pymarl's ``q_learner`` loss.
+
+    Masked entries (padding, dead agents for IQL) are selected away with
+    ``torch.where``, so whatever they hold (even NaN) reaches neither the loss
+    nor its gradient.
+
+    Args:
+        q_tot, next_q, rewards: ``[E, T, ...]``; terminated, filled: ``[E, T]`` bool;
+        mask: bool, shaped like ``q_tot``.
+    Returns:
+        ``(loss scalar, targets y [E, T, ...])``.
+    """
+    with torch.no_grad():
+        y = td_lambda_targets(rewards, terminated, filled, torch.where(mask, next_q, 0.0), gamma, lam)
+    td = torch.where(mask, q_tot - y, torch.zeros_like(q_tot))
+    return (td**2).sum() / mask.sum().clamp(min=1), y
+
+
+def double_q_next(q_online: torch.Tensor, q_target: torch.Tensor, avail: Optional[torch.Tensor]) -> torch.Tensor:
+    """Double-Q value ``Q^-(tau', argmax_{u in avail} Q(tau', u))`` (van Hasselt et al. 2016).
+
+    Args:
+        q_online, q_target: ``[..., A]``; avail: ``[..., A]`` bool or ``None``.
+    Returns:
+        ``[...]``.
+    """
+    q = q_online if avail is None else q_online.masked_fill(~avail, NEG_INF)
+    return q_target.gather(-1, q.argmax(-1, keepdim=True)).squeeze(-1)
+
+
+def masked_argmax(q: torch.Tensor, avail: Optional[torch.Tensor]) -> torch.Tensor:
+    """Greedy action over legal actions: ``[..., A] -> [...]`` int64."""
+    return (q if avail is None else q.masked_fill(~avail.bool(), NEG_INF)).argmax(-1)
+
+
+def epsilon_greedy(q: torch.Tensor, avail: Optional[torch.Tensor], epsilon: float, generator=None) -> torch.Tensor:
+    """With probability ``epsilon`` a uniform *legal* action, else the masked argmax.
+
+    Args:
+        q: ``[M, A]``; avail: ``[M, A]`` bool or ``None``.
+    Returns:
+        ``[M]`` int64.
+    """
+    greedy = masked_argmax(q, avail)
+    if epsilon <= 0:
+        return greedy
+    weights = torch.ones_like(q) if avail is None else avail.to(q.dtype)
+    weights = torch.where(weights.sum(-1, keepdim=True) > 0, weights, torch.ones_like(weights))
+    rand = torch.multinomial(weights, 1, generator=generator).squeeze(-1)
+    pick = torch.rand(q.shape[0], generator=generator) < epsilon
+    return torch.where(pick, rand, greedy)
+
+
+# ============================================================ agent network
+class AgentNet(nn.Module):
+    """pymarl's ``RNNAgent``: ``FC(d -> H) -> ReLU -> GRU(H) -> FC(H -> A)``; with
+    ``recurrent=False`` the GRU is replaced by ``FC(H -> H) -> ReLU``."""
+
+    def __init__(self, in_dim: int, n_actions: int, hidden: int = 64, recurrent: bool = True):
+        super().__init__()
+        self.recurrent, self.hidden = recurrent, hidden
+        self.fc1 = nn.Linear(in_dim, hidden)
+        self.rnn = nn.GRU(hidden, hidden, batch_first=True) if recurrent else nn.Linear(hidden, hidden)
+        self.fc2 = nn.Linear(hidden, n_actions)
+
+    def step(self, x: torch.Tensor, h: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """One step: ``x [M, d]``, ``h [M, H]`` -> ``q [M, A]``, ``h' [M, H]``."""
+        z = F.relu(self.fc1(x))
+        if self.recurrent:
+            out, h = self.rnn(z.unsqueeze(1), h.unsqueeze(0).contiguous())
+            h = h.squeeze(0)
+            z = out.squeeze(1)
+        else:
+            z = F.relu(self.rnn(z))
+        return self.fc2(z), h
+
+    def sequence(self, x: torch.Tensor) -> torch.Tensor:
+        """Whole episodes from a zero hidden state: ``x [M, L, d] -> q [M, L, A]``."""
+        z = F.relu(self.fc1(x))
+        z = self.rnn(z)[0] if self.recurrent else F.relu(self.rnn(z))
+        return self.fc2(z)
+
+
+class QAgentModule(TorchRLModule, InferenceOnlyAPI):
+    """Agent utilities ``Q_a(tau_a, u)`` for the agents of one policy-mapping module.
+
+    ``model_config``: ``obs_dim`` (with the agent one-hot the mapping appends),
+    ``n_actions``, ``hidden`` (64), ``recurrent`` (GRU), ``last_action`` (feed the
+    one-hot previous action, pymarl ``obs_last_action``). The recurrent state
+    the runner carries is ``[B, N, H + A]``: the GRU state and the last action
+    one-hot, both zero at an episode start. The target network (``target``)
+    exists on learners only.
+    """
+
+    def setup(self):
+        c = self.model_config
+        self.n_actions = int(c["n_actions"])
+        self.use_last_action = bool(c.get("last_action", True))
+        self.recurrent = bool(c.get("recurrent", True))
+        in_dim = int(c["obs_dim"]) + (self.n_actions if self.use_last_action else 0)
+        self.net = AgentNet(in_dim, self.n_actions, int(c.get("hidden", 64)), self.recurrent)
+        if not self.inference_only:
+            self.target = copy.deepcopy(self.net).requires_grad_(False)
+
+    def get_non_inference_attributes(self):
+        return ["target"]
+
+    def state_size(self) -> int:
+        return (self.net.hidden if self.recurrent else 0) + (self.n_actions if self.use_last_action else 0)
+
+    # --- acting
+    def initial_state(self, batch_shape) -> Optional[torch.Tensor]:
+        n = self.state_size()
+        return torch.zeros(*batch_shape, n) if n else None
+
+    @torch.no_grad()
+    def act(self, obs, avail, h, explore: bool = True, epsilon: float = 0.0, **unused):
+        """Epsilon-greedy (``explore``) or greedy actions for ``[B, N, D]`` observations.
+
+        Returns ``actions [B, N]`` int64, ``logp [B, N]`` (zeros: not a stochastic
+        policy) and the next state ``[B, N, H + A]`` (``None`` if stateless).
+        """
+        B, N = obs.shape[:2]
+        x = obs.reshape(B * N, -1)
+        hid = None
+        if h is not None:
+            h = h.reshape(B * N, -1)
+            H = self.net.hidden if self.recurrent else 0
+            hid = h[:, :H] if self.recurrent else None
+            if self.use_last_action:
+                x = torch.cat([x, h[:, H:]], -1)
+        q, hid = self.net.step(x, hid)
+        av = None if avail is None else avail.reshape(B * N, -1).bool()
+        a = epsilon_greedy(q, av, float(epsilon) if explore else 0.0)
+        parts = ([hid] if self.recurrent else []) + ([F.one_hot(a, self.n_actions).float()] if self.use_last_action else [])
+        h_next = torch.cat(parts, -1).reshape(B, N, -1) if parts else None
+        return a.reshape(B, N), torch.zeros(B, N), h_next
+
+    def _forward(self, batch, **kwargs):  # RLlib's generic inference path (not used by our runner)
+        a, _, _ = self.act(batch["obs"].unsqueeze(1), None, self.initial_state((batch["obs"].shape[0], 1)), explore=False)
+        return {"actions": a.squeeze(1)}
+
+    # --- training
+    def q_sequence(self, net: AgentNet, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Unroll ``net`` over whole episodes: ``obs [E, T+1, N, D]``, ``actions [E, T, N]``
+        -> ``Q [E, T+1, N, A]``."""
+        E, T1, N, _ = obs.shape
+        x = obs
+        if self.use_last_action:
+            last = F.one_hot(actions.long(), self.n_actions).to(obs.dtype)
+            last = torch.cat([torch.zeros_like(last[:, :1]), last], 1)  # zero "last action" at t = 0
+            x = torch.cat([obs, last], -1)
+        x = x.permute(0, 2, 1, 3).reshape(E * N, T1, -1)
+        return net.sequence(x).reshape(E, N, T1, -1).permute(0, 2, 1, 3)
+
+    def _forward_train(self, batch: Dict[str, torch.Tensor], **kwargs) -> Dict[str, torch.Tensor]:
+        """Online ``q`` and target ``q_target``: both ``[E, T+1, N, A]``."""
+        q = self.q_sequence(self.net, batch["obs"], batch["actions"])
+        with torch.no_grad():
+            q_target = self.q_sequence(self.target, batch["obs"], batch["actions"])
+        return {"q": q, "q_target": q_target}
+
+    def sync_target(self) -> None:
+        self.target.load_state_dict(self.net.state_dict())
+
+
+# ============================================================ mixers
+class QMixer(nn.Module):
+    """QMIX's monotonic mixer (Rashid et al. 2018, Eq. 4-5; pymarl ``mixers/qmix.py``).
+
+    ``W1 = |hyper_w1(s)|`` ``[n, E]``, ``b1 = hyper_b1(s)``, ``h = ELU(q W1 + b1)``,
+    ``W2 = |hyper_w2(s)|`` ``[E]``, ``b2 = V(s)``; ``Q_tot = h . W2 + b2``.
+    Hypernetworks have ``hypernet_layers`` (1 or 2, hidden ``hypernet_embed``).
+    Only weights pass through ``abs`` so ``dQ_tot/dQ_a >= 0`` for any parameters.
+    """
+
+    def __init__(self, n_agents: int, state_dim: int, embed: int = 32, hypernet_layers: int = 2, hypernet_embed: int = 64):
+        super().__init__()
+        self.n, self.embed = n_agents, embed
+
+        def hyper(out: int) -> nn.Module:
+            if hypernet_layers == 1:
+                return nn.Linear(state_dim, out)
+            if hypernet_layers == 2:
+                return nn.Sequential(nn.Linear(state_dim, hypernet_embed), nn.ReLU(), nn.Linear(hypernet_embed, out))
+            raise MarlError(f"hypernet_layers={hypernet_layers} is not supported. Valid choices: 1, 2.")
+
+        self.hyper_w1 = hyper(n_agents * embed)
+        self.hyper_w2 = hyper(embed)
+        self.hyper_b1 = nn.Linear(state_dim, embed)
+        self.value = nn.Sequential(nn.Linear(state_dim, embed), nn.ReLU(), nn.Linear(embed, 1))
+
+    def forward(self, qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """``qs [..., n]``, ``state [..., S]`` -> ``Q_tot [...]``."""
+        w1 = self.hyper_w1(state).abs().view(*state.shape[:-1], self.n, self.embed)
+        h = F.elu(torch.einsum("...n,...ne->...e", qs, w1) + self.hyper_b1(state))
+        w2 = self.hyper_w2(state).abs()
+        return (h * w2).sum(-1) + self.value(state).squeeze(-1)
+
+
+class MixerModule(TorchRLModule):
+    """Learner-only RLModule holding one team's :class:`QMixer` and its target copy.
+
+    ``model_config``: ``n_agents``, ``state_dim``, ``mixing_embed``,
+    ``hypernet_layers``, ``hypernet_embed``.
+    """
+
+    def setup(self):
+        c = self.model_config
+        self.net = QMixer(int(c["n_agents"]), int(c["state_dim"]), int(c["mixing_embed"]), int(c["hypernet_layers"]), int(c["hypernet_embed"]))
+        self.target = copy.deepcopy(self.net).requires_grad_(False)
+
+    def _forward(self, batch, **kwargs):
+        return {}
+
+    def _forward_train(self, batch: Dict[str, torch.Tensor], **kwargs) -> Dict[str, torch.Tensor]:
+        """``{"qs": [E, T, n], "state": [E, T, S]}`` -> ``{"q_tot": [E, T]}``."""
+        return {"q_tot": self.net(batch["qs"], batch["state"])}
+
+    def sync_target(self) -> None:
+        self.target.load_state_dict(self.net.state_dict())
+
+
+# ============================================================ learner
+class ValueDecompLearner(TorchLearner):
+    """Masked TD loss on joint batches of whole episodes.
+
+    Input: one ``MultiAgentBatch`` whose single policy batch holds the columns of
+    :class:`~marl.engine.replay.JointEpisodeBuffer` (``"<module>/obs"``, ...,
+    ``"state"``, ``"terminated"``, ``"filled"``; rows = episodes, so sharding over
+    DDP learners keeps episodes whole). Per team: ``Q_tot`` of the taken actions
+    (none: per agent), double-Q TD(lambda) target from the target networks,
+    loss ``sum(mask * td^2) / sum(mask)``. ``timesteps["sync_target"]`` hard-copies
+    the online networks into the targets after the step.
+    """
+
+    def configure_optimizers_for_module(self, module_id, config=None):
+        module = self._module[module_id]
+        params = self.get_parameters(module)
+        if self.hp["optimizer"] == "rmsprop":  # pymarl: RMSprop(alpha 0.99, eps 1e-5)
+            opt = torch.optim.RMSprop(params, alpha=0.99, eps=1e-5)
+        else:
+            opt = torch.optim.Adam(params)
+        self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
+
+    @property
+    def hp(self) -> Dict[str, Any]:
+        return self.config.learner_config_dict
+
+    def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
+        """One gradient step on a joint batch; returns reduced metrics."""
+        self._check_is_built()
+        if training_data is not None:
+            training_data.solve_refs()
+            batch = training_data.batch
+        timesteps = timesteps or {}
+        self.before_gradient_based_update(timesteps=timesteps)
+        batch = self._convert_batch_type(batch)
+        self._weights_seq_no += 1
+        self._update(split_joint(dict(next(iter(batch.policy_batches.values()))), list(self.hp["vd_modules"])))
+        if timesteps.get("sync_target"):
+            self.sync_targets()
+        self.after_gradient_based_update(timesteps=timesteps)
+        return self.metrics.reduce()
+
+    def sync_targets(self) -> None:
+        for mid in self.module.keys():
+            self.module[mid].unwrapped().sync_target()
+
+    def compute_losses(self, *, fwd_out, batch):
+        hp = self.hp
+        j = batch[JOINT]
+        per_agent = {mid: self._agent_terms(mid, fwd_out[mid], batch[mid]) for mid in hp["vd_modules"]}
+        total = 0.0
+        for team, members in hp["vd_layout"].items():
+            total = total + self._team_loss(team, members, per_agent, j)
+        first = hp["vd_modules"][0]
+        return {first: total}
+
+    def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+        raise NotImplementedError("the loss is joint over modules: see compute_losses")
+
+    def _agent_terms(self, mid: str, out: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Taken-action Q ``[E, T, N]`` (with grad), double-Q next value ``[E, T, N]``, rewards, alive."""
+        q, qt = out["q"], out["q_target"]
+        q_taken = q[:, :-1].gather(-1, b["actions"].long().unsqueeze(-1)).squeeze(-1)
+        avail = b["avail"][:, 1:].bool() if "avail" in b else None
+        with torch.no_grad():
+            q_next = double_q_next(q[:, 1:].detach(), qt[:, 1:], avail)
+        return {"q_taken": q_taken, "q_next": q_next, "rewards": b["rewards"], "alive": b["alive"].bool()}
+
+    def _team_loss(self, team: str, members: List[Tuple[str, int]], per_agent, j) -> torch.Tensor:
+        hp = self.hp
+
+        def stack(key):
+            return torch.stack([per_agent[mid][key][..., i] for mid, i in members], -1)  # [E, T, n]
+
+        q_taken, q_next, rewards, alive = stack("q_taken"), stack("q_next"), stack("rewards"), stack("alive")
+        team_r = rewards.mean(-1) if hp["vd_team_reward"] == "mean" else rewards.sum(-1)
+        filled, term = j["filled"].bool(), j["terminated"].bool()
+        mixer = hp["mixer"]
+        if mixer == "none":
+            q_tot, next_tot, r = q_taken, q_next, team_r.unsqueeze(-1).expand_as(q_taken)
+            mask = filled.unsqueeze(-1) & alive
+        elif mixer == "vdn":
+            q_tot, next_tot, r, mask = q_taken.sum(-1), q_next.sum(-1), team_r, filled
+        else:
+            mod = self.module[f"mixer_{team}"]
+            q_tot = mod.forward_train({"qs": q_taken, "state": j["state"][:, :-1]})["q_tot"]
+            with torch.no_grad():
+                next_tot = mod.unwrapped().target(q_next, j["state"][:, 1:])
+            r, mask = team_r, filled
+        loss, y = masked_td_loss(q_tot, next_tot, r, term, filled, mask, float(hp["gamma"]), float(hp["td_lambda"]))
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(f"td_loss of team '{team}' is {loss.item()} (not finite)")
+        n = mask.sum().clamp(min=1)
+        self.metrics.log_value((team, "td_loss"), loss.item(), window=1)
+        self.metrics.log_value((team, "q_taken_mean"), float(torch.where(mask, q_tot.detach(), 0).sum() / n), window=1)
+        self.metrics.log_value((team, "target_mean"), float(torch.where(mask, y, 0).sum() / n), window=1)
+        return loss
+
+
+def split_joint(cols: Dict[str, torch.Tensor], modules: List[str]) -> Dict[str, Dict[str, torch.Tensor]]:
+    """Joint columns -> ``{module: {obs, actions, avail, rewards, alive}, JOINT: {state, terminated, filled}}``.
+
+    Observations and states past an episode's end are zeroed, so padding can hold
+    anything (even NaN) without reaching the loss or its gradients.
+    """
+    filled = cols["filled"].bool()
+    valid = torch.cat([torch.ones_like(filled[:, :1]), filled], 1)  # index t <= length
+    out: Dict[str, Dict[str, torch.Tensor]] = {m: {} for m in modules}
+    for k, v in cols.items():
+        if "/" in k:
+            m, field = k.split("/", 1)
+            if field == "obs":
+                v = torch.where(valid.view(*valid.shape, 1, 1), v, torch.zeros_like(v))
+            out[m][field] = v
+    state = torch.where(valid.unsqueeze(-1), cols["state"], torch.zeros_like(cols["state"]))
+    out[JOINT] = {"state": state, "terminated": cols["terminated"], "filled": filled}
+    return out
+
+
+# ============================================================ algorithm
+class ValueDecomp(Trainer):
+    """IQL / VDN / QMIX training step.
+
+    Each iteration: sample ``T x B`` epsilon-greedy steps from every env runner
+    (epsilon from the linear schedule at the current env step), write them into
+    the :class:`JointEpisodeBuffer`, then one gradient step per
+    ``episodes_per_update`` completed episodes (pymarl2: one per 8), each on
+    ``batch_size`` episodes, once the buffer holds ``batch_size``. Targets are
+    hard-copied every ``target_update_interval`` episodes (pymarl). The buffer is
+    saved in checkpoints.
+    """
+
+    learner_class = ValueDecompLearner
+    module_class = QAgentModule
+    learner_metrics = ("td_loss", "q_taken_mean", "target_mean")
+
+    # --------------------------------------------------------------- config hooks
+    @classmethod
+    def module_config(cls, cfg, mapping, mid: str) -> Dict[str, Any]:
+        g = mapping.group_info(mid)
+        return {
+            "obs_dim": mapping.obs_dim(mid),
+            "n_actions": g.n_actions,
+            "hidden": cfg["hidden"],
+            "recurrent": cfg["recurrent"],
+            "last_action": cfg["last_action"],
+        }
+
+    @classmethod
+    def check_env(cls, cfg, info) -> None:
+        """Discrete actions and a finite episode limit are required.
+
+        Raises:
+            MarlError: a continuous group, an unbounded env, or an unknown mixer.
+        """
+        if cfg["mixer"] not in MIXERS:
+            raise MarlError(f"Unknown mixer '{cfg['mixer']}'. Valid choices: {', '.join(MIXERS)}.")
+        for g in info.groups.values():
+            if not g.discrete:
+                raise MarlError(
+                    f"{cfg['algo']} needs discrete actions, but group '{g.name}' of {info.family}:{info.scenario} "
+                    f"has {g.action_space}. Use a discrete version of the env (e.g. continuous_actions=False) "
+                    f"or a policy-gradient algorithm (mappo, ippo)."
+                )
+        if not info.episode_limit:
+            raise MarlError(f"{cfg['algo']} stores whole episodes and needs a finite episode_limit; {info.family}:{info.scenario} has none.")
+        if cfg["mixer"] == "qmix" and info.state_dim <= 0:
+            raise MarlError(f"qmix mixes on the global state, but {info.family}:{info.scenario} has state_dim=0.")
+
+    @classmethod
+    def check_mapping(cls, cfg, mapping) -> None:
+        """A module's agents must play for one team (each team gets its own mixer).
+
+        Raises:
+            MarlError: a module spans teams (names the module, its teams and the fix).
+        """
+        info = mapping.info
+        for mid, agents in mapping.modules.items():
+            teams = sorted({info.group_of(a).team for a in agents})
+            if len(teams) > 1:
+                raise MarlError(
+                    f"{cfg['algo']}: module '{mid}' is shared by agents of teams {teams}; value decomposition "
+                    f"trains one team per side. Use share='group' or share='individual'."
+                )
+
+    @classmethod
+    def team_layout(cls, mapping) -> Dict[str, List[Tuple[str, int]]]:
+        """Team -> its agents as ``(module id, index in module)``, in env agent order."""
+        info = mapping.info
+        out: Dict[str, List[Tuple[str, int]]] = {}
+        for a in info.agents:
+            mid = mapping.agent_to_module[a]
+            out.setdefault(info.group_of(a).team, []).append((mid, mapping.modules[mid].index(a)))
+        return out
+
+    @classmethod
+    def extra_module_specs(cls, cfg, mapping) -> Dict[str, RLModuleSpec]:
+        """QMIX: one learner-only mixer module per team, ``mixer_<team>``."""
+        if cfg["mixer"] != "qmix":
+            return {}
+        dummy = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        return {
+            f"mixer_{team}": RLModuleSpec(
+                module_class=MixerModule,
+                observation_space=dummy,
+                action_space=dummy,
+                learner_only=True,
+                model_config={
+                    "n_agents": len(members),
+                    "state_dim": mapping.info.state_dim,
+                    "mixing_embed": cfg["mixing_embed"],
+                    "hypernet_layers": cfg["hypernet_layers"],
+                    "hypernet_embed": cfg["hypernet_embed"],
+                },
+            )
+            for team, members in cls.team_layout(mapping).items()
+        }
+
+    @classmethod
+    def learner_extras(cls, cfg, env, mapping) -> Dict[str, Any]:
+        shapes = {
+            mid: {"n": mapping.n_agents(mid), "obs_dim": mapping.obs_dim(mid), "n_actions": mapping.group_info(mid).n_actions}
+            for mid in mapping.modules
+        }
+        return {
+            "vd_layout": cls.team_layout(mapping),
+            "vd_modules": list(mapping.modules),
+            "vd_team_reward": "mean" if env.info.shared_reward else "sum",
+            "vd_shapes": shapes,
+            "vd_episode_limit": int(env.info.episode_limit),
+            "vd_state_dim": int(env.info.state_dim),
+        }
+
+    # --------------------------------------------------------------- training
+    def setup(self, config):
+        super().setup(config)
+        c = self.marl_config
+        runners = max(1, int(c["num_env_runners"]))
+        self.buffer = JointEpisodeBuffer(
+            int(c["buffer_size"]), c["vd_episode_limit"], int(c["num_envs"]) * runners, c["vd_shapes"], c["vd_state_dim"]
+        )
+        self.rng = np.random.default_rng(int(c["seed"]))
+        self.progress.update(pending_episodes=0, last_target_sync=0, updates=0)
+
+    def epsilon(self) -> float:
+        c = self.marl_config
+        return epsilon_at(self.progress["env_steps"], float(c["epsilon_start"]), float(c["epsilon_end"]), float(c["epsilon_anneal_steps"]))
+
+    def training_step(self) -> None:
+        c, p = self.marl_config, self.progress
+        eps = self.epsilon()
+        self.rollout = self.sample_rollouts(epsilon=eps)
+        new = self.buffer.add_rollout(self.rollout)
+        episodes = p["episodes"] + len(self.rollout["metrics"].get("episode_return", []))
+        n_updates = 0
+        if len(self.buffer) >= max(int(c["batch_size"]), int(c["learning_starts_episodes"])):
+            p["pending_episodes"] += new
+            n_updates = int(p["pending_episodes"] // int(c["episodes_per_update"]))
+            p["pending_episodes"] -= n_updates * int(c["episodes_per_update"])
+        for i in range(n_updates):
+            last = i == n_updates - 1
+            # pymarl: copy the targets after the gradient step once target_update_interval
+            # episodes have passed since the last copy (all steps of an iteration see one count)
+            sync = last and episodes - p["last_target_sync"] >= int(c["target_update_interval"])
+            if sync:
+                p["last_target_sync"] = episodes
+            self.update_learners(self.joint_batch(), sync_weights=last, sync_target=sync)
+        p["updates"] += n_updates
+        self.extra_metrics = {"epsilon": eps, "buffer_episodes": float(len(self.buffer)), "updates": float(p["updates"])}
+
+    def joint_batch(self) -> MultiAgentBatch:
+        """``batch_size`` episodes from the buffer as one policy batch (one module id)."""
+        b = self.buffer.sample(int(self.marl_config["batch_size"]), self.rng)
+        first = self.marl_config["vd_modules"][0]
+        return MultiAgentBatch({first: SampleBatch(b)}, env_steps=int(b["filled"].sum()))
+
+    # --------------------------------------------------------------- checkpoints
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        if self.marl_config.get("checkpoint_buffer", True):
+            state["replay_buffer"] = self.buffer.get_state()
+        return state
+
+    def set_state(self, state):
+        super().set_state(state)
+        if "replay_buffer" in state:
+            self.buffer.set_state(state["replay_buffer"])

@@ -1,0 +1,222 @@
+"""Joint episode replay buffer for value-decomposition learners (QMIX family).
+
+RLlib 2.60's ``MultiAgentEpisodeReplayBuffer`` samples single steps per module,
+not aligned across agents and not as sequences (``reference/rllib_engine.md``
+§4.1, pitfalls 12-13), so a recurrent agent network and a mixer over all agents
+of a team cannot be trained from it. This buffer stores whole episodes with all
+agents aligned, in fixed-size numpy arrays (pymarl's ``EpisodeBatch`` layout).
+
+It is filled straight from :class:`~marl.engine.runner.BatchedEnvRunner`
+rollouts (time-major ``[T, B, ...]`` pieces of episodes that started and ended
+anywhere in the rollout): each env copy ``b`` writes into an *open* slot until
+its episode ends, then the slot is committed and becomes sampleable. Episodes
+therefore may span several rollouts, and no Python loop runs over env copies.
+
+Shapes (``C`` capacity in episodes, ``L`` = episode limit, ``N_m`` agents of
+module ``m``):
+
+==========================  ==============================  =============================
+array                       shape                           meaning
+==========================  ==============================  =============================
+``<m>/obs``                 ``[C, L+1, N_m, D_m]`` float32  observation (with agent id),
+                                                            the last one of the episode at
+                                                            index ``length``
+``<m>/avail``               ``[C, L+1, N_m, A_m]`` bool     legal actions (discrete)
+``<m>/actions``             ``[C, L, N_m]`` int64           actions taken
+``<m>/rewards``             ``[C, L, N_m]`` float32         per-agent rewards
+``<m>/alive``               ``[C, L, N_m]`` bool            agent acting at step t
+``state``                   ``[C, L+1, S]`` float32         global state
+``terminated``              ``[C, L]`` bool                 episode ended in an absorbing
+                                                            state at t (truncation is not
+                                                            termination: it bootstraps)
+``filled``                  ``[C, L]`` bool                 t < episode length
+==========================  ==============================  =============================
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from marl.env import MarlError
+
+
+class JointEpisodeBuffer:
+    """FIFO buffer of whole, agent-aligned episodes (capacity counted in episodes).
+
+    Args:
+        capacity: episodes kept; the oldest committed episode is evicted first.
+        episode_limit: the longest episode ``L`` (steps); longer ones raise.
+        num_envs: env copies ``B`` writing concurrently (each holds one open slot).
+        module_shapes: module id -> ``{"n": N_m, "obs_dim": D_m, "n_actions": A_m or None}``.
+        state_dim: ``S``.
+
+    Raises:
+        MarlError: ``capacity`` is not larger than ``2 * num_envs`` (open slots of
+            the running episodes would be evicted before they complete).
+    """
+
+    def __init__(self, capacity: int, episode_limit: int, num_envs: int, module_shapes: Dict[str, Dict[str, Any]], state_dim: int):
+        if capacity <= 2 * num_envs:
+            raise MarlError(
+                f"buffer_size={capacity} episodes is too small for {num_envs} env copies writing at once; "
+                f"use buffer_size > {2 * num_envs}."
+            )
+        if episode_limit <= 0:
+            raise MarlError("the joint episode buffer needs an env with a finite episode_limit (got 0 = unbounded).")
+        self.capacity, self.limit, self.num_envs = int(capacity), int(episode_limit), int(num_envs)
+        self.module_shapes = {m: dict(s) for m, s in module_shapes.items()}
+        self.state_dim = int(state_dim)
+        C, L = self.capacity, self.limit
+        self.data: Dict[str, np.ndarray] = {
+            "state": np.zeros((C, L + 1, state_dim), np.float32),
+            "terminated": np.zeros((C, L), bool),
+            "filled": np.zeros((C, L), bool),
+        }
+        for m, s in self.module_shapes.items():
+            n = s["n"]
+            self.data[f"{m}/obs"] = np.zeros((C, L + 1, n, s["obs_dim"]), np.float32)
+            self.data[f"{m}/actions"] = np.zeros((C, L, n), np.int64)
+            self.data[f"{m}/rewards"] = np.zeros((C, L, n), np.float32)
+            self.data[f"{m}/alive"] = np.zeros((C, L, n), bool)
+            if s.get("n_actions"):
+                self.data[f"{m}/avail"] = np.zeros((C, L + 1, n, s["n_actions"]), bool)
+        self.lengths = np.zeros(C, np.int64)
+        self.committed = np.zeros(C, bool)
+        self._ptr = 0  # next slot to hand out (ring)
+        self._slot = np.full(self.num_envs, -1, np.int64)  # open slot per env copy (-1: none)
+        self._pos = np.zeros(self.num_envs, np.int64)  # next step index in the open slot
+        self.episodes_added = 0
+
+    # ---------------------------------------------------------------- filling
+    def __len__(self) -> int:
+        """Committed (sampleable) episodes."""
+        return int(self.committed.sum())
+
+    def _open(self, cols: np.ndarray) -> None:
+        """Hand out fresh slots to env copies ``cols`` (a new episode starts there)."""
+        slots = (self._ptr + np.arange(len(cols))) % self.capacity
+        self._ptr = int((self._ptr + len(cols)) % self.capacity)
+        self.committed[slots] = False
+        self.data["filled"][slots] = False
+        self.data["terminated"][slots] = False
+        self._slot[cols] = slots
+        self._pos[cols] = 0
+
+    def add_rollout(self, rollout: Dict[str, Any]) -> int:
+        """Write a time-major rollout of :class:`BatchedEnvRunner` (``[T, B, ...]`` torch
+        tensors; see its ``sample``) into the open slots; return the episodes committed.
+
+        Raises:
+            MarlError: the rollout's ``B`` differs from ``num_envs``, or an episode is
+                longer than ``episode_limit``.
+        """
+        starts = rollout["starts"].numpy()
+        T, B = starts.shape
+        if B != self.num_envs:
+            raise MarlError(f"rollout has {B} env copies, the buffer was built for {self.num_envs}")
+        done = (rollout["terminated"] | rollout["truncated"]).numpy()
+        term = rollout["terminated"].numpy()
+        mods = {m: {k: v.numpy() for k, v in cols.items()} for m, cols in rollout["modules"].items()}
+        state, final_state = rollout["state"].numpy(), rollout["final_state"].numpy()
+        committed = 0
+        for t in range(T):
+            if starts[t].any():
+                self._open(np.flatnonzero(starts[t]))
+            cols = np.flatnonzero(self._slot >= 0)  # copies whose episode start we saw
+            if len(cols) == 0:
+                continue
+            slot, pos = self._slot[cols], self._pos[cols]
+            if (pos >= self.limit).any():
+                raise MarlError(
+                    f"an episode ran past episode_limit={self.limit} steps; the env's EnvInfo.episode_limit is wrong"
+                )
+            self._write_step(mods, state, t, cols, slot, pos)
+            ended = done[t, cols]
+            if ended.any():
+                c, s, p = cols[ended], slot[ended], pos[ended]
+                self._write_final(mods, final_state, t, c, s, p + 1)
+                self.data["terminated"][s, p] = term[t, c]
+                self.lengths[s] = p + 1
+                self.committed[s] = True
+                self._slot[c] = -1
+                committed += len(c)
+            self._pos[cols] += 1
+        self.episodes_added += committed
+        return committed
+
+    def _write_step(self, mods, state, t, cols, slot, pos) -> None:
+        d = self.data
+        d["state"][slot, pos] = state[t, cols]
+        d["filled"][slot, pos] = True
+        for m, x in mods.items():
+            d[f"{m}/obs"][slot, pos] = x["obs"][t, cols]
+            d[f"{m}/actions"][slot, pos] = x["actions"][t, cols]
+            d[f"{m}/rewards"][slot, pos] = x["rewards"][t, cols]
+            d[f"{m}/alive"][slot, pos] = x["alive"][t, cols]
+            if f"{m}/avail" in d:
+                d[f"{m}/avail"][slot, pos] = x["avail"][t, cols]
+
+    def _write_final(self, mods, final_state, t, cols, slot, pos) -> None:
+        """The ended episode's last observation goes to index ``length`` (bootstrap input)."""
+        d = self.data
+        d["state"][slot, pos] = final_state[t, cols]
+        for m, x in mods.items():
+            d[f"{m}/obs"][slot, pos] = x["final_obs"][t, cols]
+            if f"{m}/avail" in d:
+                d[f"{m}/avail"][slot, pos] = x["final_avail"][t, cols]
+
+    # ---------------------------------------------------------------- sampling
+    def sample(self, batch_size: int, rng: np.random.Generator) -> Dict[str, np.ndarray]:
+        """``batch_size`` committed episodes drawn uniformly (with replacement, as
+        pymarl), cut to the longest one ``T'``: step arrays ``[E, T', ...]``,
+        observation-like arrays ``[E, T'+1, ...]``.
+
+        Raises:
+            MarlError: the buffer holds no committed episode.
+        """
+        idx = np.flatnonzero(self.committed)
+        if len(idx) == 0:
+            raise MarlError("the replay buffer is empty: sample after episodes have been added")
+        pick = rng.choice(idx, size=int(batch_size), replace=len(idx) < batch_size)
+        T = int(self.lengths[pick].max())
+        out = {}
+        for k, v in self.data.items():
+            steps = T + 1 if v.shape[1] == self.limit + 1 else T
+            out[k] = v[pick, :steps]
+        return out
+
+    # ---------------------------------------------------------------- checkpoints
+    def get_state(self) -> Dict[str, Any]:
+        """Committed episodes only (compacted, oldest first); open slots are dropped
+        because their env copies restart their episodes after a restore."""
+        order = np.argsort((np.arange(self.capacity) - self._ptr) % self.capacity)  # oldest first
+        keep = order[self.committed[order]]
+        return {
+            "capacity": self.capacity,
+            "episode_limit": self.limit,
+            "episodes_added": self.episodes_added,
+            "lengths": self.lengths[keep].copy(),
+            "data": {k: v[keep].copy() for k, v in self.data.items()},
+        }
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restore from :meth:`get_state` (a smaller capacity keeps the newest episodes).
+
+        Raises:
+            MarlError: the stored episodes have other shapes (another env or mapping).
+        """
+        if int(state["episode_limit"]) != self.limit or set(state["data"]) != set(self.data):
+            raise MarlError("the checkpoint's replay buffer was made for another env or policy mapping")
+        n = min(len(state["lengths"]), self.capacity)
+        self.committed[:] = False
+        self._slot[:] = -1
+        for k, v in state["data"].items():
+            src = v[len(v) - n:]
+            if src.shape[1:] != self.data[k].shape[1:]:
+                raise MarlError(f"replay buffer field '{k}' has shape {src.shape[1:]}, expected {self.data[k].shape[1:]}")
+            self.data[k][:n] = src
+        self.lengths[:n] = state["lengths"][len(state["lengths"]) - n:]
+        self.committed[:n] = True
+        self._ptr = n % self.capacity
+        self.episodes_added = int(state["episodes_added"])
