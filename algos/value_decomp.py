@@ -158,6 +158,20 @@ def epsilon_greedy(q: torch.Tensor, avail: Optional[torch.Tensor], epsilon: floa
     return torch.where(pick, rand, greedy)
 
 
+def merge_moments(stats: List[float], x: torch.Tensor) -> List[float]:
+    """Fold the entries of ``x`` into running ``[count, mean, M2]`` (Chan et al. 1979
+    parallel update); the variance is ``M2 / count``."""
+    n_b = float(x.numel())
+    if n_b == 0:
+        return stats
+    n_a, mean_a, m2_a = stats
+    mean_b = float(x.double().mean())
+    m2_b = float(((x.double() - mean_b) ** 2).sum())
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    return [n, mean_a + delta * n_b / n, m2_a + m2_b + delta**2 * n_a * n_b / n]
+
+
 # ============================================================ agent network
 class AgentNet(nn.Module):
     """pymarl's ``RNNAgent``: ``FC(d -> H) -> ReLU -> GRU(H) -> FC(H -> A)``; with
@@ -570,7 +584,7 @@ class ValueDecomp(Trainer):
             int(c["buffer_size"]), c["vd_episode_limit"], int(c["num_envs"]) * runners, c["vd_shapes"], c["vd_state_dim"]
         )
         self.rng = np.random.default_rng(int(c["seed"]))
-        self.progress.update(pending_episodes=0, last_target_sync=0, updates=0)
+        self.progress.update(pending_episodes=0, last_target_sync=0, updates=0, reward_stats=[0.0, 0.0, 0.0])
 
     def epsilon(self) -> float:
         c = self.marl_config
@@ -581,6 +595,9 @@ class ValueDecomp(Trainer):
         eps = self.epsilon()
         self.rollout = self.sample_rollouts(epsilon=eps)
         new = self.buffer.add_rollout(self.rollout)
+        if c["standardise_rewards"]:
+            for m in self.rollout["modules"].values():
+                p["reward_stats"] = merge_moments(p["reward_stats"], m["rewards"])
         episodes = p["episodes"] + len(self.rollout["metrics"].get("episode_return", []))
         n_updates = 0
         if len(self.buffer) >= max(int(c["batch_size"]), int(c["learning_starts_episodes"])):
@@ -601,6 +618,11 @@ class ValueDecomp(Trainer):
     def joint_batch(self) -> MultiAgentBatch:
         """``batch_size`` episodes from the buffer as one policy batch (one module id)."""
         b = self.buffer.sample(int(self.marl_config["batch_size"]), self.rng)
+        if self.marl_config["standardise_rewards"]:  # EPyMARL: (r - mean) / std over all rewards seen
+            n, mean, m2 = self.progress["reward_stats"]
+            std = max(float(np.sqrt(m2 / max(n, 1.0))), 1e-6)
+            for k in [k for k in b if k.endswith("/rewards")]:
+                b[k] = (b[k] - mean) / std
         first = self.marl_config["vd_modules"][0]
         return MultiAgentBatch({first: SampleBatch(b)}, env_steps=int(b["filled"].sum()))
 

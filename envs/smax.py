@@ -65,22 +65,27 @@ Seeds: ``reset(seed)`` gives copy ``b`` the key ``jax.random.PRNGKey(seed + b)``
 each copy then splits its own key every step, so copy ``b`` of a batch equals
 copy 0 of a batch reset with ``seed + b`` fed the same actions.
 
-Speed (2 CPU cores, random legal actions, after warm-up; ``jax`` 0.10.2 CPU):
-see ``docs/starcraft.md`` for the measured table (3m: ~45k env steps/s at
-B=256; the first ``reset`` + ``step`` compile takes ~2-6 s per scenario and B).
+Speed (2 shared CPU cores, ``jax`` 0.10.2 CPU, after compilation): 3m about
+20-45k env steps/s at B=256, 2s3z about 8-23k (table in ``docs/starcraft.md``).
+XLA compiles once per scenario, options and ``num_envs`` (the cached jitted
+functions are shared by envs built alike): about 2-4 s for ``reset`` and
+5-10 s for ``step`` on an idle machine, up to 30 s under load.
 """
 from __future__ import annotations
 
 import functools
+import importlib
+import io
 import os
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
 import torch
+from marl.envs.pettingzoo import check_kwargs
 
 from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, unknown_choice
-from marl.envs.pettingzoo import check_kwargs
 
 DEFAULT_NUM_ENVS = 64
 INSTALL_HINT = 'pip install "marl[smax]"  (i.e. pip install jaxmarl==0.2.0)'
@@ -119,11 +124,31 @@ def _limit_xla_threads() -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # a GPU jax must not grab all memory
 
 
+def _import_quietly(module: str) -> None:
+    """Import ``module`` with its prints swallowed and ``sys.stdout`` / ``sys.stderr`` preserved.
+
+    jaxmarl 0.2.0 prints a note about optional envs on import, and its mabrax
+    module resets ``sys.stdout`` / ``sys.stderr`` to ``sys.__stdout__`` /
+    ``sys.__stderr__`` (which breaks notebook and pytest output capture).
+    """
+    if module in sys.modules:
+        return
+    saved = sys.stdout, sys.stderr, sys.__stdout__
+    sink = io.StringIO()
+    sys.stdout = sys.__stdout__ = sink  # jaxmarl "restores" stdout to __stdout__: keep it ours
+    try:
+        importlib.import_module(module)
+    finally:
+        sys.stdout, sys.stderr, sys.__stdout__ = saved
+
+
 def _import_jaxmarl():
     """Import jax and jaxmarl's SMAX, or raise a :class:`MarlError` naming the install command."""
     _limit_xla_threads()
     try:
         import jax
+
+        _import_quietly("jaxmarl")
         import jaxmarl
         from jaxmarl.environments.smax import map_name_to_scenario
     except ImportError as e:
@@ -192,7 +217,7 @@ class SMAXEnv(MultiAgentEnv):
     ):
         if scenario not in SCENARIOS:
             raise unknown_choice("SMAX scenario", scenario, SCENARIOS)
-        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+        if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs < 1:
             raise MarlError(f"num_envs must be a positive int, got {num_envs!r}.")
         check_kwargs(f"SMAX scenario '{scenario}'", env_kwargs, list(_ENV_KWARGS) + ["num_envs", "seed", "raw_world_state"])
         _check_env_kwargs(env_kwargs)

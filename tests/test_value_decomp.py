@@ -354,3 +354,15 @@ def test_target_sync_schedule_and_buffer_checkpoint(ray_session, tmp_path):
             trainer2.stop()
     finally:
         trainer.stop()
+
+
+def test_merge_moments_matches_numpy():
+    from marl.algos.value_decomp import merge_moments
+
+    x = torch.randn(1000) * 3 + 2
+    stats = [0.0, 0.0, 0.0]
+    for chunk in x.split(137):
+        stats = merge_moments(stats, chunk)
+    n, mean, m2 = stats
+    assert n == 1000 and mean == pytest.approx(float(x.double().mean()), abs=1e-9)
+    assert (m2 / n) ** 0.5 == pytest.approx(float(x.double().std(unbiased=False)), rel=1e-9)
