@@ -153,9 +153,12 @@ def bench_ours(
     env_kwargs: Optional[Dict[str, Any]] = None,
     name: str = "ours",
     between: Optional[Callable[[], Any]] = None,
+    algo: str = "mappo",
+    warmup: int = 1,
     **overrides: Any,
 ) -> SideResult:
-    """Train MAPPO with :func:`marl.fit` and measure whole-iteration throughput.
+    """Train ``algo`` (MAPPO by default) with :func:`marl.fit`'s trainer and measure
+    whole-iteration throughput.
 
     Args:
         num_envs: batched env copies ``B``.
@@ -168,6 +171,9 @@ def bench_ours(
         name: label of the side in the report.
         between: called after every iteration; its time is not counted (used to
             interleave the RLlib anchor).
+        algo: the algorithm (``"mappo"``, ``"qmix"``, ...).
+        warmup: leading iterations left out of the measurement (JIT compiles, a
+            replay buffer that is not yet full enough to train on).
         **overrides: more ``marl.fit`` config keys (``num_minibatches=1``, ``hidden=64``, ...).
 
     Returns:
@@ -185,7 +191,7 @@ def bench_ours(
     cfg: Dict[str, Any] = {"rollout_length": rollout_length, **overrides}
     if epochs is not None:
         cfg["epochs"] = epochs
-    trainer, env, _, c = build_trainer(env, "mappo", progress=False, eval_episodes=0, checkpoint_every=0, **cfg)
+    trainer, env, _, c = build_trainer(env, algo, progress=False, eval_episodes=0, checkpoint_every=0, **cfg)
     hist: List[Dict[str, Any]] = []
     walls: List[float] = []
     cpus: List[float] = []
@@ -200,22 +206,23 @@ def bench_ours(
             if between is not None:
                 between()
             enough = time.perf_counter() - t_start >= float(seconds) if seconds else len(hist) >= int(iters)
-            if enough and len(hist) >= 2:
+            if enough and len(hist) > warmup:
                 break
     finally:
         trainer.stop()
-    measured = hist[1:]  # the first iteration is warm-up
-    env_steps = int(hist[-1]["env_steps"] - hist[0]["env_steps"])
-    inner = float(hist[-1]["time_s"] - hist[0]["time_s"])  # marl's own timing: training_step only
-    wall, cpu = sum(walls[1:]), sum(cpus[1:])
+    measured = hist[warmup:]  # the first iterations are warm-up
+    env_steps = int(hist[-1]["env_steps"] - hist[warmup - 1]["env_steps"])
+    inner = float(hist[-1]["time_s"] - hist[warmup - 1]["time_s"])  # marl's own timing: training_step only
+    wall, cpu = sum(walls[warmup:]), sum(cpus[warmup:])
     notes: List[str] = []
     settings = {
         "env": repr(env),
         "B": env.num_envs,
         "T": int(c["rollout_length"]),
-        "E": int(c["epochs"]),
-        "minibatches": int(c["num_minibatches"]),
-        "hidden": f"{int(c['layers'])}x{int(c['hidden'])}",
+        "algo": algo,
+        "E": c.get("epochs"),
+        "minibatches": c.get("num_minibatches"),
+        "hidden": f"{c.get('layers', 1)}x{int(c['hidden'])}",
         "lr": float(c["lr"]),
         "torch_threads": torch.get_num_threads(),
         "training_step_only_steps_per_s": env_steps / inner if inner > 0 else float("nan"),
@@ -593,6 +600,35 @@ def parse_report(text: str) -> Dict[str, Any]:
     return out
 
 
+def smax(iters: int = 20, num_envs: int = 64, scenario: str = "3m", seconds: Optional[float] = None) -> str:
+    """QMIX and MAPPO training throughput on SMAX (env steps/s of whole iterations,
+    QMIX first, then MAPPO, in one process); returns the report text.
+
+    QMIX's first 3 iterations are warm-up (JIT compile, replay buffer filling to one
+    batch); MAPPO's first is. Each side uses its defaults for SMAX (``configs/envs/smax.yaml``).
+    """
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    started = start_ray()
+    try:
+        common = dict(num_envs=num_envs, epochs=None, iters=iters, seconds=seconds, family="smax", scenario=scenario)
+        sides = [
+            bench_ours(rollout_length=25, name="qmix", algo="qmix", warmup=3, **common),
+            bench_ours(rollout_length=50, name="mappo", algo="mappo", warmup=1, **common),
+        ]
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    lines = [f"marl bench smax: SMAX {scenario}, B={num_envs} batched envs, env steps/s of whole training iterations",
+             f"{'algo':<6} {'env_steps/s':>12} {'sample_s/it':>12} {'learn_s/it':>11} {'iters':>6} {'env_steps':>10}"]
+    for r in sides:
+        lines.append(f"{r.name:<6} {r.steps_per_s:>12.1f} {r.sample_s:>12.4f} {r.learn_s:>11.4f} {r.iterations:>6d}"
+                     f" {r.env_steps:>10d}")
+    lines.append(f"ratio qmix/mappo: {sides[0].steps_per_s / sides[1].steps_per_s:.2f}x")
+    return "\n".join(lines)
+
+
 def throughput(**kwargs: Any) -> str:
     """Run the throughput benchmark (keyword arguments of :func:`run`) and return the report text."""
     return run(**kwargs)["report"]
@@ -604,7 +640,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Training throughput (env steps/s of whole iterations): marl MAPPO vs RLlib's stock "
                     "multi-agent PPO on mpe2 simple_spread, and marl MAPPO on VMAS simple_spread.",
     )
-    p.add_argument("what", nargs="?", default="throughput", choices=["throughput"], help="benchmark to run")
+    p.add_argument("what", nargs="?", default="throughput", choices=["throughput", "smax"],
+                   help="throughput: marl vs RLlib on MPE (and VMAS); smax: QMIX and MAPPO on SMAX")
+    p.add_argument("--map", default="3m", help="SMAX scenario of the smax benchmark (default 3m)")
     p.add_argument("--iters", type=int, default=10, help="iterations per side, the first is warm-up (default 10)")
     p.add_argument("--num-envs", type=int, default=32, help="env copies B of the MPE sides (default 32)")
     p.add_argument("--rollout-length", type=int, default=25, help="steps T per copy per iteration (default 25)")
@@ -625,7 +663,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     for key in ("iters", "num_envs", "rollout_length", "epochs", "vmas_num_envs"):
         if getattr(ns, key) < 1:
             build_parser().error(f"--{key.replace('_', '-')} must be >= 1")
-    kwargs = {k: v for k, v in vars(ns).items() if k != "what"}
+    if ns.what == "smax":
+        print(smax(iters=ns.iters if ns.iters > 3 else 4, num_envs=ns.num_envs, scenario=ns.map, seconds=ns.seconds), flush=True)
+        return 0
+    kwargs = {k: v for k, v in vars(ns).items() if k not in ("what", "map")}
     print(throughput(**kwargs), flush=True)
     return 0
 

@@ -78,3 +78,14 @@ def test_skipped_sides_and_parser():
 def test_envs_per_runner(steps, expected):
     # fragments of whole 25-step episodes where possible, 8 envs preferred
     assert bench._envs_per_runner(steps, 25) == expected
+
+
+@pytest.mark.timeout(300)
+def test_smax_bench_reports_both_algorithms(ray_session):
+    pytest.importorskip("jaxmarl")
+    text = bench.smax(iters=4, num_envs=8)
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith(("qmix ", "mappo "))}
+    assert set(rows) == {"qmix", "mappo"}
+    for r in rows.values():
+        assert float(r[1]) > 0 and int(r[4]) >= 1
+    assert "ratio qmix/mappo" in text

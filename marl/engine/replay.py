@@ -34,7 +34,7 @@ array                       shape                           meaning
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import numpy as np
 
