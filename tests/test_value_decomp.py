@@ -380,3 +380,18 @@ def test_qmix_and_mappo_train_on_smax(ray_session, tmp_path):
     res = env.fit("mappo", stop={"iterations": 1}, rollout_length=20, epochs=1, log_dir=str(tmp_path),
                   progress=False, eval_episodes=2)
     assert np.isfinite(res.metrics["shared/policy_loss"]) and "win_rate_mean" in res.eval
+
+
+def test_individual_networks_and_one_mixer_per_side_train(ray_session, tmp_path):
+    """share='individual' gives every agent its own Q-network under one mixer; a
+    competitive env (simple_tag) trains a mixer per side, each on its own reward."""
+    env = marl.make_env("matrix", "climbing", num_envs=8)
+    res = env.fit("qmix", share="individual", stop={"iterations": 2}, rollout_length=4, batch_size=16,
+                  log_dir=str(tmp_path), progress=False, eval_episodes=2)
+    assert np.isfinite(res.metrics["team/td_loss"])
+    assert sorted(res.policy.modules) == ["agent_0", "agent_1"]
+    env = marl.make_env("mpe", "simple_tag", num_envs=4)
+    res = env.fit("qmix", stop={"iterations": 3}, batch_size=8, episodes_per_update=4,
+                  log_dir=str(tmp_path), progress=False, eval_episodes=2)
+    losses = {k for k in res.metrics if k.endswith("/td_loss")}
+    assert len(losses) == 2 and all(np.isfinite(res.metrics[k]) for k in losses)
