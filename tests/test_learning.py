@@ -40,3 +40,9 @@ def test_qmix_finds_the_two_step_optimum_and_vdn_does_not(ray_session, run_dir):
     print("two-step greedy return per seed: qmix", qmix, "vdn", vdn)
     assert qmix == [8.0, 8.0, 8.0]
     assert vdn == [7.0, 7.0, 7.0]
+
+
+def test_iql_settles_for_seven_on_two_step(ray_session, run_dir):
+    """Independent learners average over the partner's uniform exploration: agent 0
+    values 2B at max((0+1)/2, (1+8)/2) = 4.5 < 7, so IQL takes 2A's sure 7."""
+    assert _two_step_return("iql", 0, run_dir) == 7.0
