@@ -72,7 +72,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, unknown_choice
+from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_discrete_actions, unknown_choice
 
 DEFAULT_NUM_ENVS = 32
 
@@ -247,15 +247,8 @@ class MatrixGame(MultiAgentEnv):
         """Apply one joint action per copy (``actions["agent"]`` ``[B, N]`` int); ended copies restart."""
         if self._s is None:
             raise MarlError("Call reset() before step().")
-        if "agent" not in actions:
-            raise MarlError(f"Missing actions for group 'agent'. Got groups: {', '.join(map(str, actions)) or '(none)'}.")
-        B, N = self.num_envs, self.info.groups["agent"].n_agents
-        a = torch.as_tensor(actions["agent"], device=self.device)
-        if tuple(a.shape) != (B, N):
-            raise MarlError(f"Actions of group 'agent' must have shape {(B, N)}, got {tuple(a.shape)}.")
-        if a.dtype.is_floating_point or a.dtype == torch.bool:
-            raise MarlError(f"Actions of group 'agent' must be integers, got dtype {a.dtype}.")
-        a = a.long()
+        # the range is checked below per agent (custom games differ in action counts)
+        a = check_discrete_actions(actions, self.info.groups["agent"], self.num_envs, check_range=False).to(self.device)
         bad = (a < 0) | (a >= self._counts)
         if bool(bad.any()):
             b, i = (int(x) for x in bad.nonzero()[0])

@@ -66,7 +66,8 @@ import numpy as np
 import torch
 from marl.envs.pettingzoo import check_kwargs
 
-from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, unknown_choice
+from marl.env import MarlError, MultiAgentEnv, Step, check_discrete_actions, unknown_choice
+from marl.envs.smax import ally_team_info
 
 DEFAULT_NUM_ENVS = 1  # every copy is a whole StarCraft II process
 
@@ -290,24 +291,11 @@ class SMACv2Env(MultiAgentEnv):
         ei = first.get_env_info()
         n, obs_dim, n_actions = int(ei["n_agents"]), int(ei["obs_shape"]), int(ei["n_actions"])
         agents = [f"ally_{i}" for i in range(n)]
-        group = GroupInfo(
-            name="ally",
-            agents=agents,
-            obs_space=gym.spaces.Box(-np.inf, np.inf, shape=(obs_dim,), dtype=np.float32),
-            action_space=gym.spaces.Discrete(n_actions),
-            team="team",
-        )
-        self.info = EnvInfo(
-            family="smacv2",
-            scenario=scenario,
-            agents=agents,
-            groups={"ally": group},
-            state_dim=int(ei["state_shape"]),
-            episode_limit=int(ei["episode_limit"]),
-            kind="cooperative",
-            shared_reward=True,  # StarCraft2Env.step returns one team reward
-            num_envs=int(num_envs),
-            entity_layout=entity_layout(getattr(first, "env", first), n, obs_dim),
+        # StarCraft2Env.step returns one team reward: shared_reward holds
+        self.info = ally_team_info(
+            "smacv2", scenario, agents, gym.spaces.Box(-np.inf, np.inf, shape=(obs_dim,), dtype=np.float32),
+            n_actions, int(ei["state_shape"]), int(ei["episode_limit"]), int(num_envs),
+            entity_layout(getattr(first, "env", first), n, obs_dim),
         )
         self._avail: Optional[np.ndarray] = None  # [B, n, A] legal actions of the current obs
 
@@ -365,17 +353,8 @@ class SMACv2Env(MultiAgentEnv):
     # ------------------------------------------------------------------ internals
 
     def _check_actions(self, actions: Dict[str, torch.Tensor]) -> np.ndarray:
-        g, B = self.info.groups["ally"], self.num_envs
-        if not isinstance(actions, dict) or "ally" not in actions:
-            raise MarlError(f"Missing actions for group 'ally'. Expected groups: ally (got {type(actions).__name__}).")
-        a = torch.as_tensor(actions["ally"])
-        if tuple(a.shape) != (B, g.n_agents):
-            raise MarlError(f"Actions of group 'ally' must have shape {(B, g.n_agents)}, got {tuple(a.shape)}.")
-        if a.is_floating_point() or a.dtype == torch.bool:
-            raise MarlError(f"Actions of group 'ally' must be integers, got {a.dtype}.")
-        a = a.cpu().numpy().astype(np.int64)
-        if a.min() < 0 or a.max() >= g.n_actions:
-            raise MarlError(f"Actions of group 'ally' must lie in [0, {g.n_actions}).")
+        g = self.info.groups["ally"]
+        a = check_discrete_actions(actions, g, self.num_envs).cpu().numpy()
         legal = np.take_along_axis(self._avail, a[..., None], axis=-1)[..., 0]
         if not legal.all():
             b, i = (int(x) for x in np.argwhere(~legal)[0])

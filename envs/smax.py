@@ -85,7 +85,7 @@ import numpy as np
 import torch
 from marl.envs.pettingzoo import check_kwargs
 
-from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, unknown_choice
+from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_discrete_actions, unknown_choice
 
 DEFAULT_NUM_ENVS = 64
 INSTALL_HINT = 'pip install "marl[smax]"  (i.e. pip install jaxmarl==0.2.0)'
@@ -227,24 +227,11 @@ class SMAXEnv(MultiAgentEnv):
         n, m = env.num_allies, env.num_enemies
         agents = list(env.agents)
         n_actions = int(env.action_spaces[agents[0]].n)
-        group = GroupInfo(
-            name="ally",
-            agents=agents,
-            obs_space=gym.spaces.Box(-1.0, 1.0, shape=(int(env.obs_size),), dtype=np.float32),
-            action_space=gym.spaces.Discrete(n_actions),
-            team="team",
-        )
-        self.info = EnvInfo(
-            family="smax",
-            scenario=scenario,
-            agents=agents,
-            groups={"ally": group},
-            state_dim=int(env.state_size),
-            episode_limit=int(env.max_steps),
-            kind="cooperative",
-            shared_reward=True,  # compute_reward gives every ally its team's reward
-            num_envs=int(num_envs),
-            entity_layout=entity_layout(n, m, len(env.unit_features), len(env.own_features)),
+        # compute_reward gives every ally its team's reward: shared_reward holds
+        self.info = ally_team_info(
+            "smax", scenario, agents, gym.spaces.Box(-1.0, 1.0, shape=(int(env.obs_size),), dtype=np.float32),
+            n_actions, int(env.state_size), int(env.max_steps), int(num_envs),
+            entity_layout(n, m, len(env.unit_features), len(env.own_features)),
         )
         self._default_seed = 0 if seed is None else int(seed)
         self._keys = None  # [B, 2] uint32, one PRNG stream per copy
@@ -304,17 +291,22 @@ class SMAXEnv(MultiAgentEnv):
     # ------------------------------------------------------------------ internals
 
     def _check_actions(self, actions: Dict[str, torch.Tensor]) -> np.ndarray:
-        g = self.info.groups["ally"]
-        if not isinstance(actions, dict) or "ally" not in actions:
-            raise MarlError(f"Missing actions for group 'ally'. Expected groups: ally (got {type(actions).__name__}{' ' + str(list(actions)) if isinstance(actions, dict) else ''}).")
-        a = torch.as_tensor(actions["ally"])
-        if tuple(a.shape) != (self.num_envs, g.n_agents):
-            raise MarlError(f"Actions of group 'ally' must have shape {(self.num_envs, g.n_agents)}, got {tuple(a.shape)}.")
-        if a.is_floating_point() or a.dtype == torch.bool:
-            raise MarlError(f"Actions of group 'ally' must be integers, got {a.dtype}.")
-        if int(a.min()) < 0 or int(a.max()) >= g.n_actions:
-            raise MarlError(f"Actions of group 'ally' must lie in [0, {g.n_actions}).")
+        a = check_discrete_actions(actions, self.info.groups["ally"], self.num_envs)
         return a.cpu().numpy().astype(np.int32)  # jax runs without x64: int32 actions
+
+
+def ally_team_info(
+    family: str, scenario: str, agents: List[str], obs_space: gym.spaces.Box, n_actions: int,
+    state_dim: int, episode_limit: int, num_envs: int, layout: Dict[str, Any],
+) -> EnvInfo:
+    """EnvInfo of a StarCraft-style task (SMAX, SMACv2): one cooperative group
+    ``"ally"`` whose units all receive the team reward; ``layout`` is the ally
+    observation's entity layout, keyed by the group name (see :class:`EnvInfo`)."""
+    group = GroupInfo("ally", agents, obs_space, gym.spaces.Discrete(n_actions), team="team")
+    return EnvInfo(
+        family=family, scenario=scenario, agents=agents, groups={"ally": group}, state_dim=state_dim,
+        episode_limit=episode_limit, kind="cooperative", shared_reward=True, num_envs=num_envs, entity_layout=layout,
+    )
 
 
 def _check_env_kwargs(kw: Dict[str, Any]) -> None:

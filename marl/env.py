@@ -221,6 +221,39 @@ class Step:
         return self.terminated | self.truncated
 
 
+def check_discrete_actions(
+    actions: Dict[str, Any], group: GroupInfo, num_envs: int, check_range: bool = True
+) -> torch.Tensor:
+    """Validate one discrete group's actions for :meth:`MultiAgentEnv.step`.
+
+    Args:
+        actions: group name -> ``[B, N_g]`` integer actions.
+        group: the group to check (``actions[group.name]``).
+        num_envs: ``B``.
+        check_range: also require values in ``[0, group.n_actions)``.
+    Returns:
+        ``[B, N_g]`` int64 tensor (on the device it came on).
+    Raises:
+        MarlError: the group is missing, or the shape, dtype or range is wrong
+            (the message names the group and what was expected).
+    """
+    name = group.name
+    if not isinstance(actions, dict) or name not in actions:
+        got = list(actions) if isinstance(actions, dict) else type(actions).__name__
+        raise MarlError(f"Missing actions for group '{name}'. Expected groups: {name} (got {got}).")
+    a = torch.as_tensor(actions[name])
+    if tuple(a.shape) != (num_envs, group.n_agents):
+        raise MarlError(f"Actions of group '{name}' must have shape {(num_envs, group.n_agents)}, got {tuple(a.shape)}.")
+    if a.is_floating_point() or a.dtype == torch.bool:
+        raise MarlError(f"Actions of group '{name}' must be integers, got {a.dtype}.")
+    a = a.long()
+    if check_range and a.numel() and (int(a.min()) < 0 or int(a.max()) >= group.n_actions):
+        raise MarlError(
+            f"Actions of group '{name}' must lie in [0, {group.n_actions}), got values in [{int(a.min())}, {int(a.max())}]."
+        )
+    return a
+
+
 class EpisodeStats:
     """Running per-copy episode statistics of a batched env, collected as episodes end.
 
