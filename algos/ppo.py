@@ -26,6 +26,7 @@ from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
+from marl.algos.networks.entity import agent_model_config, build_agent_net, check_agent
 from marl.algos.networks.mlp import MLP, GRUTrunk
 from marl.engine.trainer import Trainer, TrainingDiverged
 from marl.env import MarlError
@@ -146,11 +147,15 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         self.discrete = bool(c["discrete"])
         self.recurrent = bool(c.get("recurrent", False))
         hidden, act, ln = int(c["hidden"]), c.get("activation", "relu"), bool(c.get("layer_norm", True))
-        if self.recurrent:
+        self.entity_actor = c.get("agent", "mlp") != "mlp"
+        if self.entity_actor:  # HPN / DPN / ASN: the network's outputs are the logits
+            self.actor = build_agent_net(c["agent"], c, int(c["n_actions"]))
+        elif self.recurrent:
             self.trunk = GRUTrunk(c["obs_dim"], hidden, act, ln)
         else:
             self.trunk = MLP(c["obs_dim"], None, hidden, int(c["layers"]), act, ln)
-        self.head = MLP(hidden, c["n_actions"], layers=0, layer_norm=False, out_gain=float(c.get("policy_gain", 0.01)))
+        if not self.entity_actor:
+            self.head = MLP(hidden, c["n_actions"], layers=0, layer_norm=False, out_gain=float(c.get("policy_gain", 0.01)))
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((c["n_actions"],), float(c.get("log_std_init", -0.5))))
         if not self.inference_only:
@@ -165,7 +170,30 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
     def initial_state(self, batch_shape) -> Optional[torch.Tensor]:
         if not self.recurrent:
             return None
-        return torch.zeros(*batch_shape, self.trunk.hidden)
+        return torch.zeros(*batch_shape, self.state_size)
+
+    @property
+    def state_size(self) -> int:
+        return self.actor.state_size if self.entity_actor else self.trunk.hidden
+
+    def _actor_step(self, x: torch.Tensor, h: Optional[torch.Tensor]):
+        """One acting step: ``x [M, D]``, ``h [M, S]`` -> ``dist_in [M, A]``, ``h' [M, S]`` (``None`` for MLPs)."""
+        if self.entity_actor:
+            return self.actor.step(x, h)
+        if self.recurrent:
+            h = self.trunk.step(x, h)
+            return self.head(h), h
+        return self.head(self.trunk(x)), None
+
+    def _actor_train(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
+        """Distribution inputs ``[M', A]`` of a minibatch (see :meth:`_forward_train`)."""
+        obs = batch["obs"]
+        if self.entity_actor:
+            out = self.actor.unroll(obs if self.recurrent else obs.unsqueeze(1), batch.get("h0"), batch.get("starts"))
+            return out.reshape(-1, out.shape[-1])
+        if self.recurrent:
+            return self.head(self.trunk.unroll(obs, batch["h0"], batch["starts"]).reshape(-1, self.trunk.hidden))
+        return self.head(self.trunk(obs))
 
     @torch.no_grad()
     def act(
@@ -182,13 +210,7 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         ``logp`` ``[B, N]`` and the next hidden state ``[B, N, H]`` (``None`` for MLPs).
         """
         B, N = obs.shape[:2]
-        x = obs.reshape(B * N, -1)
-        if self.recurrent:
-            h = self.trunk.step(x, h.reshape(B * N, -1))
-            feat = h
-        else:
-            feat = self.trunk(x)
-        out = self.head(feat)
+        out, h = self._actor_step(obs.reshape(B * N, -1), None if h is None else h.reshape(B * N, -1))
         if self.discrete:
             dist = self._categorical(out, None if avail is None else avail.reshape(B * N, -1))
             a = dist.sample() if explore else dist.probs.argmax(-1)
@@ -221,13 +243,9 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         ``h0 [M, H]``, ``starts [M, L]`` bool; outputs are flattened to ``M*L`` rows.
         Returns ``dist_in`` ``[M', A]`` and ``values`` ``[M']`` (normalised units).
         """
-        obs = batch["obs"]
-        if self.recurrent:
-            feat = self.trunk.unroll(obs, batch["h0"], batch["starts"]).reshape(-1, self.trunk.hidden)
-        else:
-            feat = self.trunk(obs)
-        critic_in = batch["critic_in"].reshape(feat.shape[0], -1)
-        return {"dist_in": self.head(feat), "values": self.critic(critic_in).squeeze(-1)}
+        dist_in = self._actor_train(batch)
+        critic_in = batch["critic_in"].reshape(dist_in.shape[0], -1)
+        return {"dist_in": dist_in, "values": self.critic(critic_in).squeeze(-1)}
 
     def log_prob_entropy(self, dist_in, actions, avail):
         """``log pi(a|o)`` and entropy per row: both ``[M]``."""
@@ -516,6 +534,7 @@ class PPO(Trainer):
             "recurrent": cfg["recurrent"],
             "policy_gain": cfg["policy_gain"],
             "log_std_init": cfg["log_std_init"],
+            **agent_model_config(cfg, mapping, mid),
         }
         return mc
 
@@ -535,6 +554,7 @@ class PPO(Trainer):
                     f"{cfg['algo']} cannot handle the action space {g.action_space} of group '{g.name}' "
                     f"({info.family}:{info.scenario}); supported: Discrete, 1-D Box."
                 )
+        check_agent(cfg, info)
         if cfg["critic"] not in ("state", "obs"):
             raise MarlError(f"Unknown critic '{cfg['critic']}'. Valid choices: obs, state.")
 

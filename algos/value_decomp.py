@@ -37,6 +37,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
+from marl.algos.networks.entity import agent_model_config, build_agent_net, check_agent
 from marl.engine.replay import JointEpisodeBuffer
 from marl.engine.trainer import Trainer, TrainingDiverged
 from marl.env import MarlError
@@ -180,6 +181,7 @@ class AgentNet(nn.Module):
     def __init__(self, in_dim: int, n_actions: int, hidden: int = 64, recurrent: bool = True):
         super().__init__()
         self.recurrent, self.hidden = recurrent, hidden
+        self.state_size = hidden if recurrent else 0
         self.fc1 = nn.Linear(in_dim, hidden)
         self.rnn = nn.GRU(hidden, hidden, batch_first=True) if recurrent else nn.Linear(hidden, hidden)
         self.fc2 = nn.Linear(hidden, n_actions)
@@ -207,10 +209,12 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
 
     ``model_config``: ``obs_dim`` (with the agent one-hot the mapping appends),
     ``n_actions``, ``hidden`` (64), ``recurrent`` (GRU), ``last_action`` (feed the
-    one-hot previous action, pymarl ``obs_last_action``). The recurrent state
-    the runner carries is ``[B, N, H + A]``: the GRU state and the last action
-    one-hot, both zero at an episode start. The target network (``target``)
-    exists on learners only.
+    one-hot previous action, pymarl ``obs_last_action``) and ``agent``: ``mlp``
+    (:class:`AgentNet`) or an entity-aware network (``hpn``, ``dpn``, ``asn``;
+    :func:`marl.algos.networks.entity.build_agent_net` with its extra keys).
+    The recurrent state the runner carries is ``[B, N, S + A]``: the network's
+    state (``S = H`` for a GRU) and the last action one-hot, both zero at an
+    episode start. The target network (``target``) exists on learners only.
     """
 
     def setup(self):
@@ -218,8 +222,11 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         self.n_actions = int(c["n_actions"])
         self.use_last_action = bool(c.get("last_action", True))
         self.recurrent = bool(c.get("recurrent", True))
-        in_dim = int(c["obs_dim"]) + (self.n_actions if self.use_last_action else 0)
-        self.net = AgentNet(in_dim, self.n_actions, int(c.get("hidden", 64)), self.recurrent)
+        last_dim = self.n_actions if self.use_last_action else 0
+        if c.get("agent", "mlp") == "mlp":
+            self.net = AgentNet(int(c["obs_dim"]) + last_dim, self.n_actions, int(c.get("hidden", 64)), self.recurrent)
+        else:
+            self.net = build_agent_net(c["agent"], {**c, "last_action_dim": last_dim}, self.n_actions)
         if not self.inference_only:
             self.target = copy.deepcopy(self.net).requires_grad_(False)
 
@@ -227,7 +234,7 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         return ["target"]
 
     def state_size(self) -> int:
-        return (self.net.hidden if self.recurrent else 0) + (self.n_actions if self.use_last_action else 0)
+        return self.net.state_size + (self.n_actions if self.use_last_action else 0)
 
     # --- acting
     def initial_state(self, batch_shape) -> Optional[torch.Tensor]:
@@ -246,7 +253,7 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         hid = None
         if h is not None:
             h = h.reshape(B * N, -1)
-            H = self.net.hidden if self.recurrent else 0
+            H = self.net.state_size
             hid = h[:, :H] if self.recurrent else None
             if self.use_last_action:
                 x = torch.cat([x, h[:, H:]], -1)
@@ -488,6 +495,7 @@ class ValueDecomp(Trainer):
             "hidden": cfg["hidden"],
             "recurrent": cfg["recurrent"],
             "last_action": cfg["last_action"],
+            **agent_model_config(cfg, mapping, mid),
         }
 
     @classmethod
@@ -499,6 +507,7 @@ class ValueDecomp(Trainer):
         """
         if cfg["mixer"] not in MIXERS:
             raise MarlError(f"Unknown mixer '{cfg['mixer']}'. Valid choices: {', '.join(MIXERS)}.")
+        check_agent(cfg, info)
         for g in info.groups.values():
             if not g.discrete:
                 raise MarlError(

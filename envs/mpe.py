@@ -23,6 +23,10 @@ Truncation / termination follow mpe2: the episode is truncated when
 else terminated when ``scenario.is_terminal`` (only scenarios built with
 ``terminate_on_success=True``). Ended copies reset themselves unseeded,
 continuing their RNG stream like ``parallel_env.reset()`` would.
+
+Entity layout: ``simple_spread`` fills :attr:`EnvInfo.entity_layout` on both
+paths (own velocity / position, ``"landmark"`` and ``"agent"`` entities; see
+:func:`attach_entity_layout`); the other scenarios have none.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from marl.env import EnvInfo, MarlError, MultiAgentEnv, Step, unknown_choice
+from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_entity_layout, unknown_choice
 from marl.envs.pettingzoo import AgentLayout, PettingZooEnv, build_groups, check_kwargs
 
 DEFAULT_NUM_ENVS = 32
@@ -144,6 +148,60 @@ def scenario_meta(scenario: str, raw: Any) -> Tuple[str, Dict[str, str], bool]:
     return "competitive", {a: ("adversary" if adv else "good") for a, adv in adversary.items()}, shared
 
 
+# --------------------------------------------------------------------------- entity layouts per scenario
+
+
+def _simple_spread_layout(raw: Any, g: GroupInfo) -> Optional[Dict[str, Any]]:
+    """Entity layout of one simple_spread agent (mpe2 ``Scenario.observation``).
+
+    Observation: own velocity and position (``dim_p`` each), the landmarks'
+    positions relative to the agent (``dim_p`` each), the other agents' relative
+    positions (``dim_p`` each), then their communication (``dim_c`` each). With
+    ``num_landmark_neighbors`` / ``num_agent_neighbors`` only the nearest ones
+    are listed (zero-padded to that many). Entity ``"agent"`` ``i`` joins the
+    two blocks of other agent ``i`` (``fields``). ``None`` if the sizes do not
+    add up to the observation (an mpe2 version this adapter does not know).
+    """
+    world, sc = raw.world, raw.scenario
+    p, c = int(world.dim_p), int(world.dim_c)
+    n_land = getattr(sc, "num_landmark_neighbors", None) or len(world.landmarks)
+    n_other = getattr(sc, "num_agent_neighbors", None) or len(world.agents) - 1
+    land = 2 * p
+    other = land + n_land * p
+    comm = other + n_other * p
+    if comm + n_other * c != g.obs_dim:
+        return None
+    return {
+        "own": [(0, land)],
+        "entities": {
+            "landmark": {"start": land, "count": n_land, "dim": p},
+            "agent": {"fields": [(other, p), (comm, c)], "count": n_other},
+        },
+    }
+
+
+# scenario -> (raw_env, group) -> layout of that group's observation (or None)
+_ENTITY_LAYOUTS: Dict[str, Callable[[Any, GroupInfo], Optional[Dict[str, Any]]]] = {
+    "simple_spread": _simple_spread_layout,
+}
+
+
+def attach_entity_layout(info: EnvInfo, raw: Any) -> None:
+    """Set ``info.entity_layout`` for scenarios with a known layout (:data:`_ENTITY_LAYOUTS`).
+
+    ``raw`` is a built mpe2 ``raw_env`` of ``info.scenario``. Discrete groups get
+    ``n_normal_actions = n_actions`` and no action targets (no MPE action
+    targets an entity); continuous groups get neither key. Other scenarios, or
+    a layout whose sizes do not add up, leave ``entity_layout`` as it is (``None``).
+    """
+    build = _ENTITY_LAYOUTS.get(info.scenario)
+    if build is None:
+        return
+    layout = {name: build(raw, g) for name, g in info.groups.items()}
+    if all(v is not None for v in layout.values()):
+        info.entity_layout = check_entity_layout(layout, info)
+
+
 # --------------------------------------------------------------------------- the env
 
 
@@ -207,6 +265,7 @@ class MPEEnv(MultiAgentEnv):
             shared_reward=shared,
             num_envs=int(num_envs),
         )
+        attach_entity_layout(self.info, first)
         self.max_cycles = int(max_cycles)
         self.continuous_actions = bool(continuous_actions)
         self._default_seed = seed
@@ -353,7 +412,7 @@ def make(
     teams: Dict[str, List[str]] = {}
     for a, t in team_of.items():
         teams.setdefault(t, []).append(a)
-    return PettingZooEnv(
+    env = PettingZooEnv(
         copies,
         scenario=name,
         kind=kind,
@@ -363,4 +422,6 @@ def make(
         seed=seed,
         family="mpe",
     )
+    attach_entity_layout(env.info, copies[0].unwrapped)
+    return env
 

@@ -53,6 +53,7 @@ from marl.env import (
     MarlError,
     MultiAgentEnv,
     Step,
+    check_entity_layout,
     closest,
     spaces_equal,
     unknown_choice,
@@ -373,6 +374,9 @@ class PettingZooEnv(MultiAgentEnv):
             the unwrapped env if it has one, else 0.
         seed: seed used by ``reset()`` when called without one (``None``: unseeded).
         family: family name recorded in :attr:`info`.
+        entity_layout: optional group -> entity layout (format:
+            :class:`~marl.env.EnvInfo`), checked by
+            :func:`~marl.env.check_entity_layout` and set as ``info.entity_layout``.
 
     Shapes: ``obs[g]`` ``[B, N_g, obs_dim_g]`` float32, ``state`` ``[B, sum obs_dim]``,
     ``reward[g]`` ``[B, N_g]`` float32, ``avail_actions[g]`` ``[B, N_g, n_g]`` bool
@@ -380,7 +384,8 @@ class PettingZooEnv(MultiAgentEnv):
 
     Raises:
         MarlError: no env given, an unsupported action space, copies that
-            disagree on agents, bad actions, or ``step`` before ``reset``.
+            disagree on agents, an invalid ``entity_layout``, bad actions, or
+            ``step`` before ``reset``.
     """
 
     def __init__(
@@ -394,6 +399,7 @@ class PettingZooEnv(MultiAgentEnv):
         episode_limit: Optional[int] = None,
         seed: Optional[int] = None,
         family: str = "pettingzoo",
+        entity_layout: Optional[Mapping[str, Any]] = None,
     ):
         if not envs:
             raise MarlError("PettingZooEnv needs at least one env copy (num_envs >= 1).")
@@ -426,6 +432,8 @@ class PettingZooEnv(MultiAgentEnv):
             shared_reward=bool(shared_reward),
             num_envs=len(self._envs),
         )
+        if entity_layout is not None:
+            self.info.entity_layout = check_entity_layout(entity_layout, self.info)
         self._default_seed = seed
         self._rngs = [np.random.default_rng(seed) for _ in self._envs]
         self._started = False
@@ -452,7 +460,8 @@ class PettingZooEnv(MultiAgentEnv):
         Args:
             obj: the env, constructor or module.
             num_envs: ``B``.
-            **kwargs: :class:`PettingZooEnv` options (``kind``, ``teams``, ``seed``, ...).
+            **kwargs: :class:`PettingZooEnv` options (``kind``, ``teams``, ``seed``,
+                ``entity_layout``, ...).
         Raises:
             MarlError: ``obj`` is none of these, or the instance cannot be deep-copied.
         """
@@ -731,7 +740,7 @@ def _resolve_ctor(name: str) -> Callable[..., Any]:
     return ctor
 
 
-_ADAPTER_KWARGS = ("kind", "teams", "shared_reward", "episode_limit", "seed")
+_ADAPTER_KWARGS = ("kind", "teams", "shared_reward", "episode_limit", "seed", "entity_layout")
 
 
 def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, **kwargs) -> PettingZooEnv:
@@ -742,7 +751,7 @@ def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, **kwa
             PettingZoo registry id (``"classic/tictactoe-v3"``).
         num_envs: ``B`` (default 8).
         **kwargs: adapter options ``kind``, ``teams``, ``shared_reward``,
-            ``episode_limit``, ``seed``; everything else goes to the env constructor.
+            ``episode_limit``, ``seed``, ``entity_layout``; everything else goes to the env constructor.
     Raises:
         MarlError: no / unknown name, or bad constructor kwargs.
     """

@@ -25,7 +25,8 @@ Tensors (``n`` allies in group ``"ally"``, ``m`` enemies):
   enemy blocks, ``n - 1`` ally blocks, own features); the slices are in
   :attr:`EnvInfo.entity_layout`, computed from the env's own
   ``get_obs_move_feats_size`` / ``get_obs_enemy_feats_size`` /
-  ``get_obs_ally_feats_size`` / ``get_obs_own_feats_size``.
+  ``get_obs_ally_feats_size`` / ``get_obs_own_feats_size``, with each unit's
+  type one-hot as ``unit_type`` (from ``unit_type_bits``).
 * ``state`` ``[B, state_dim]``: ``get_state()``.
 * ``avail_actions["ally"]`` ``[B, n, n_actions]`` bool: ``get_avail_actions()``.
   Actions: 0 no-op (legal only, and always, for dead agents), 1 stop, 2-5 move
@@ -225,7 +226,10 @@ def entity_layout(raw: Any, n_agents: int, obs_dim: int) -> Dict[str, Any]:
 
     Observation = move features, enemy blocks, ally blocks, own features
     (``StarCraft2Env.get_obs_agent``), then the time step if ``obs_timestep_number``.
-    Move features and the time step count as own features.
+    Move features and the time step count as own features. ``unit_type``
+    (omitted when ``raw.unit_type_bits == 0``): the ``unit_type_bits`` type
+    one-hot closes each enemy block, and each ally block too except that
+    ``obs_last_action`` appends the ally's last action (``n_actions``) after it.
 
     Raises:
         MarlError: the sizes do not add up to ``obs_dim`` (an smacv2 version this
@@ -248,18 +252,25 @@ def entity_layout(raw: Any, n_agents: int, obs_dim: int) -> Dict[str, Any]:
             f"SMACv2 observation sizes do not add up: move {move} + enemies {n_en}x{en_dim} + allies "
             f"{n_al}x{al_dim} + own {own} != obs_shape {obs_dim}. Unsupported smacv2 version."
         )
+    bits = int(getattr(raw, "unit_type_bits", 0))
+    last_action = int(raw.n_actions) if getattr(raw, "obs_last_action", False) else 0
     first_attack = int(raw.n_actions_no_attack)
     return {
         "ally": {
             "own": own_ranges,
             "entities": {
-                "enemy": {"start": enemy_start, "count": n_en, "dim": en_dim},
-                "ally": {"start": ally_start, "count": n_al, "dim": al_dim},
+                "enemy": {"start": enemy_start, "count": n_en, "dim": en_dim, **_unit_type(en_dim, bits)},
+                "ally": {"start": ally_start, "count": n_al, "dim": al_dim, **_unit_type(al_dim - last_action, bits)},
             },
             "n_normal_actions": first_attack,
             "action_targets": {"enemy": (first_attack, n_en)},
         }
     }
+
+
+def _unit_type(end: int, bits: int) -> Dict[str, Tuple[int, int]]:
+    """``{"unit_type": (end - bits, end)}``, or ``{}`` without type bits."""
+    return {"unit_type": (end - bits, end)} if bits else {}
 
 
 class SMACv2Env(MultiAgentEnv):

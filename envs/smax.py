@@ -23,7 +23,7 @@ What the tensors hold (``n`` allies, ``m`` enemies, ``u = 6`` unit types):
   fraction, unit-type one-hot. Then the own features: health fraction,
   x / map width, y / map height, weapon cooldown fraction, type one-hot
   (all zero once the agent is dead). :attr:`EnvInfo.entity_layout` gives the
-  slices.
+  slices, with ``unit_type`` (7, 13) (the one-hot inside each unit block).
 * ``state`` ``[B, (4 + u + 2)(n + m)]``: the layout of ``SMAX.get_world_state``
   (per unit: health fraction, x, y, weapon cooldown, type one-hot; then every
   unit's team; then every unit's type index). Two features are rescaled
@@ -78,14 +78,16 @@ import importlib
 import io
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 from marl.envs.pettingzoo import check_kwargs
 
-from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_discrete_actions, unknown_choice
+from marl.env import (
+    EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_discrete_actions, check_entity_layout, unknown_choice,
+)
 
 DEFAULT_NUM_ENVS = 64
 INSTALL_HINT = 'pip install "marl[smax]"  (i.e. pip install jaxmarl==0.2.0)'
@@ -159,27 +161,46 @@ def _import_jaxmarl():
     return jax, jaxmarl, map_name_to_scenario
 
 
-def entity_layout(n_allies: int, n_enemies: int, unit_feats: int, own_feats: int) -> Dict[str, Any]:
+def entity_layout(n_allies: int, n_enemies: int, unit_features: Sequence[str], own_feats: int) -> Dict[str, Any]:
     """The :attr:`EnvInfo.entity_layout` of SMAX's ``unit_list`` observation (group ``"ally"``).
 
     Observation of ally ``i``: ``n_allies - 1`` ally blocks (the other allies,
-    index order), ``n_enemies`` enemy blocks, each ``unit_feats`` wide, then
+    index order), ``n_enemies`` enemy blocks, one feature per name of
+    ``unit_features`` each (JaxMARL's ``SMAX.unit_features``), then
     ``own_feats`` own features. Action ``5 + k`` attacks enemy block ``k``.
+    ``unit_type`` of both entity types: the ``unit_type_bits_*`` features.
     """
+    unit_feats = len(unit_features)
     n_other = n_allies - 1
     enemy_start = n_other * unit_feats
     own_start = enemy_start + n_enemies * unit_feats
+    unit_type = _unit_type_range(unit_features)
+    typed = {"unit_type": unit_type} if unit_type else {}
     return {
         "ally": {
             "own": [(own_start, own_start + own_feats)],
             "entities": {
-                "ally": {"start": 0, "count": n_other, "dim": unit_feats},
-                "enemy": {"start": enemy_start, "count": n_enemies, "dim": unit_feats},
+                "ally": {"start": 0, "count": n_other, "dim": unit_feats, **typed},
+                "enemy": {"start": enemy_start, "count": n_enemies, "dim": unit_feats, **typed},
             },
             "n_normal_actions": N_MOVE_ACTIONS,
             "action_targets": {"enemy": (N_MOVE_ACTIONS, n_enemies)},
         }
     }
+
+
+def _unit_type_range(features: Sequence[str]) -> Optional[Tuple[int, int]]:
+    """``(a, b)``: features ``a..b-1`` are the ``unit_type_bit*`` names; ``None`` if there are none.
+
+    Raises:
+        MarlError: the type bits are not contiguous (a jaxmarl version this adapter does not know).
+    """
+    bits = [i for i, f in enumerate(features) if f.startswith("unit_type_bit")]
+    if not bits:
+        return None
+    if bits != list(range(bits[0], bits[-1] + 1)):
+        raise MarlError(f"SMAX unit type features are not contiguous in {list(features)}; unsupported jaxmarl version.")
+    return bits[0], bits[-1] + 1
 
 
 class SMAXEnv(MultiAgentEnv):
@@ -231,7 +252,7 @@ class SMAXEnv(MultiAgentEnv):
         self.info = ally_team_info(
             "smax", scenario, agents, gym.spaces.Box(-1.0, 1.0, shape=(int(env.obs_size),), dtype=np.float32),
             n_actions, int(env.state_size), int(env.max_steps), int(num_envs),
-            entity_layout(n, m, len(env.unit_features), len(env.own_features)),
+            entity_layout(n, m, env.unit_features, len(env.own_features)),
         )
         self._default_seed = 0 if seed is None else int(seed)
         self._keys = None  # [B, 2] uint32, one PRNG stream per copy
@@ -301,12 +322,18 @@ def ally_team_info(
 ) -> EnvInfo:
     """EnvInfo of a StarCraft-style task (SMAX, SMACv2): one cooperative group
     ``"ally"`` whose units all receive the team reward; ``layout`` is the ally
-    observation's entity layout, keyed by the group name (see :class:`EnvInfo`)."""
+    observation's entity layout, keyed by the group name (see :class:`EnvInfo`).
+
+    Raises:
+        MarlError: ``layout`` does not fit the observation / actions (:func:`check_entity_layout`).
+    """
     group = GroupInfo("ally", agents, obs_space, gym.spaces.Discrete(n_actions), team="team")
-    return EnvInfo(
+    info = EnvInfo(
         family=family, scenario=scenario, agents=agents, groups={"ally": group}, state_dim=state_dim,
-        episode_limit=episode_limit, kind="cooperative", shared_reward=True, num_envs=num_envs, entity_layout=layout,
+        episode_limit=episode_limit, kind="cooperative", shared_reward=True, num_envs=num_envs,
     )
+    info.entity_layout = check_entity_layout(layout, info)
+    return info
 
 
 def _check_env_kwargs(kw: Dict[str, Any]) -> None:

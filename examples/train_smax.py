@@ -4,6 +4,7 @@
     python examples/train_smax.py                       # QMIX on 3m
     python examples/train_smax.py --map 2s3z --env-steps 2e6
     python examples/train_smax.py --algo mappo --map 3m
+    python examples/train_smax.py --map 5m_vs_6m --agent hpn   # HPN-QMIX
 
 Random play wins 3m almost never; pymarl2's QMIX wins SMAC's 3m and 2s3z
 (difficulty 7) close to 100% of test episodes.
@@ -11,6 +12,7 @@ Random play wins 3m almost never; pymarl2's QMIX wins SMAC's 3m and 2s3z
 import argparse
 
 import marl
+from marl.config import parse_cli_overrides
 
 
 def main():
@@ -20,10 +22,14 @@ def main():
     p.add_argument("--env-steps", type=float, default=1e6)
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--agent", default="mlp", choices=["mlp", "hpn", "dpn", "asn"], help="agent network")
+    p.add_argument("overrides", nargs="*", help="config overrides key=value (e.g. lr=5e-4)")
     args = p.parse_args()
+    overrides = parse_cli_overrides(args.overrides)
 
     env = marl.make_env("smax", args.map, num_envs=args.num_envs)
-    result = env.fit(args.algo, stop={"env_steps": int(args.env_steps)}, eval_episodes=200, seed=args.seed)
+    result = env.fit(args.algo, stop={"env_steps": int(args.env_steps)}, eval_episodes=200, seed=args.seed,
+                     agent=args.agent, **overrides)
 
     print("\nLearning curve (training episodes, exploration on):")
     every = max(1, len(result.history) // 15)

@@ -3,12 +3,14 @@
     import marl
     result = marl.make_env("mpe", "simple_spread").fit("mappo")
 """
-from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, list_envs, make_env, register_env
+from marl.env import (
+    EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_entity_layout, list_envs, make_env, register_env,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "EnvInfo", "GroupInfo", "MarlError", "MultiAgentEnv", "Step",
+    "EnvInfo", "GroupInfo", "MarlError", "MultiAgentEnv", "Step", "check_entity_layout",
     "list_envs", "make_env", "register_env", "fit", "list_algos", "load", "Result", "PolicyMapping",
 ]
 

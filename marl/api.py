@@ -22,7 +22,7 @@ __all__ = ["fit", "build_trainer", "load", "list_algos"]
 DEFAULT_STOP = {"env_steps": 1_000_000}
 
 
-def _algo_class(cfg: Dict[str, Any]):
+def algo_class(cfg: Dict[str, Any]):
     module, _, name = cfg["class"].partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -115,7 +115,7 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
     if not isinstance(env, MultiAgentEnv):
         raise MarlError(f"fit() needs a marl.MultiAgentEnv (from marl.make_env), got {type(env).__name__}.")
     cfg = load_config(algo, env.info.family, overrides)
-    algo_cls = _algo_class(cfg)
+    algo_cls = algo_class(cfg)
     algo_cls.check_env(cfg, env.info)
     if cfg.get("num_envs") and int(cfg["num_envs"]) != env.num_envs:
         if env.spec is None:

@@ -59,7 +59,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from marl.api import start_ray
 
@@ -629,6 +629,36 @@ def smax(iters: int = 20, num_envs: int = 64, scenario: str = "3m", seconds: Opt
     return "\n".join(lines)
 
 
+def agents(iters: int = 10, num_envs: int = 64, scenario: str = "5m_vs_6m", seconds: Optional[float] = None,
+           algo: str = "qmix", kinds: Sequence[str] = ("mlp", "hpn", "dpn", "asn"), **overrides: Any) -> str:
+    """Cost of the entity-aware agent networks: whole-iteration env steps/s of ``algo`` on a SMAX
+    map with each agent network, one after the other in one process, as a ratio to the plain
+    network (the anchor, measured first). Returns the report text.
+
+    The first 3 iterations of value-decomposition runs (JIT compile, buffer filling) and
+    the first of PPO runs are warm-up. ``overrides`` are more config keys (e.g. ``batch_size=32``).
+    """
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    started = start_ray()
+    warmup = 1 if algo in ("mappo", "ippo") else 3
+    try:
+        sides = [bench_ours(num_envs=num_envs, epochs=None, iters=iters, seconds=seconds, family="smax", scenario=scenario,
+                            rollout_length=25, name=kind, algo=algo, warmup=warmup, agent=kind, **overrides)
+                 for kind in kinds]
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    extra = "".join(f", {k}={v}" for k, v in overrides.items())
+    lines = [f"marl bench agents: {algo} on SMAX {scenario}, B={num_envs}{extra}; env steps/s of whole training iterations",
+             f"{'agent':<6} {'env_steps/s':>12} {'sample_s/it':>12} {'learn_s/it':>11} {'iters':>6} {'vs ' + kinds[0]:>8}"]
+    for r in sides:
+        lines.append(f"{r.name:<6} {r.steps_per_s:>12.1f} {r.sample_s:>12.4f} {r.learn_s:>11.4f} {r.iterations:>6d}"
+                     f" {r.steps_per_s / sides[0].steps_per_s:>7.2f}x")
+    return "\n".join(lines)
+
+
 def throughput(**kwargs: Any) -> str:
     """Run the throughput benchmark (keyword arguments of :func:`run`) and return the report text."""
     return run(**kwargs)["report"]
@@ -640,8 +670,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Training throughput (env steps/s of whole iterations): marl MAPPO vs RLlib's stock "
                     "multi-agent PPO on mpe2 simple_spread, and marl MAPPO on VMAS simple_spread.",
     )
-    p.add_argument("what", nargs="?", default="throughput", choices=["throughput", "smax"],
-                   help="throughput: marl vs RLlib on MPE (and VMAS); smax: QMIX and MAPPO on SMAX")
+    p.add_argument("what", nargs="?", default="throughput", choices=["throughput", "smax", "agents"],
+                   help="throughput: marl vs RLlib on MPE (and VMAS); smax: QMIX and MAPPO on SMAX; "
+                        "agents: the plain agent network vs HPN, DPN and ASN on SMAX")
+    p.add_argument("--algo", default="qmix", help="algorithm of the agents benchmark (default qmix)")
+    p.add_argument("--agents", default="mlp,hpn,dpn,asn", help="agent networks of the agents benchmark, anchor first")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides of the agents benchmark")
     p.add_argument("--map", default="3m", help="SMAX scenario of the smax benchmark (default 3m)")
     p.add_argument("--iters", type=int, default=10, help="iterations per side, the first is warm-up (default 10)")
     p.add_argument("--num-envs", type=int, default=32, help="env copies B of the MPE sides (default 32)")
@@ -663,10 +697,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     for key in ("iters", "num_envs", "rollout_length", "epochs", "vmas_num_envs"):
         if getattr(ns, key) < 1:
             build_parser().error(f"--{key.replace('_', '-')} must be >= 1")
+    if ns.what == "agents":
+        from marl.config import parse_cli_overrides
+
+        print(agents(iters=max(ns.iters, 4), num_envs=ns.num_envs, scenario=ns.map, seconds=ns.seconds, algo=ns.algo,
+                     kinds=ns.agents.split(","), **parse_cli_overrides(ns.set)), flush=True)
+        return 0
     if ns.what == "smax":
         print(smax(iters=ns.iters if ns.iters > 3 else 4, num_envs=ns.num_envs, scenario=ns.map, seconds=ns.seconds), flush=True)
         return 0
-    kwargs = {k: v for k, v in vars(ns).items() if k not in ("what", "map")}
+    kwargs = {k: v for k, v in vars(ns).items() if k not in ("what", "map", "algo", "agents", "set")}
     print(throughput(**kwargs), flush=True)
     return 0
 

@@ -136,17 +136,27 @@ class Result:
         return f"Result(env_steps={self.metrics.get('env_steps')}, return={r}, checkpoint={self.checkpoint!r})"
 
 
-def load(path: str) -> Result:
+def load(path: str, env: Optional[MultiAgentEnv] = None) -> Result:
     """Load a checkpoint (a checkpoint folder, or a run folder: its latest checkpoint) without Ray.
 
+    Args:
+        path: checkpoint or run folder.
+        env: act in this env instead of the one trained on (transfer): the
+            modules are rebuilt for its agents and entity counts and the trained
+            weights copied in, which works for ``agent="hpn"`` / ``"dpn"``
+            (see :mod:`marl.transfer`); ``result.evaluate()`` then plays ``env``'s scenario.
+
     Raises:
-        MarlError: no marl checkpoint at ``path``.
+        MarlError: no marl checkpoint at ``path``; or, with ``env``, a network
+            whose parameter shapes depend on the scenario.
     """
     from ray.rllib.core.rl_module.rl_module import RLModule
 
     ckpt = resolve_checkpoint(path)
     with open(ckpt / META_FILE, "rb") as f:
         meta = pickle.load(f)
+    if env is not None:
+        return _load_into(ckpt, meta, env)
     env = meta["env_spec"].make(num_envs=1) if meta.get("env_spec") else None
     info = env.info if env is not None else meta["env_info"]
     from marl.engine.runner import MappingFn
@@ -159,15 +169,42 @@ def load(path: str) -> Result:
         modules[mid] = m
     if env is not None:
         env.close()
+    return _result(ckpt, meta, Policy(mapping, modules), meta.get("env_spec"))
+
+
+def _result(ckpt: Path, meta: Dict[str, Any], policy: Policy, env_spec) -> Result:
     return Result(
         metrics=meta.get("metrics", {}),
         history=[],
         checkpoint=str(ckpt),
         log_dir=str(ckpt.parent.parent),
-        policy=Policy(mapping, modules),
-        env_spec=meta.get("env_spec"),
+        policy=policy,
+        env_spec=env_spec,
         config=meta["config"],
     )
+
+
+def _load_into(ckpt: Path, meta: Dict[str, Any], env: MultiAgentEnv) -> Result:
+    """Rebuild the checkpoint's modules for ``env`` and copy the trained weights in (transfer)."""
+    from marl.api import algo_class
+    from marl.engine.runner import MappingFn
+    from marl.engine.trainer import agent_module_specs
+    from marl.mapping import SHARE_MODES
+    from marl.transfer import checkpoint_states, load_weights
+
+    cfg = meta["config"]
+    share = cfg["share"] if cfg.get("share") in SHARE_MODES else MappingFn(meta["agent_to_module"])
+    mapping = PolicyMapping(env.info, share=share, agent_id=cfg["agent_id"])
+    algo_cls = algo_class(cfg)
+    algo_cls.check_env(cfg, env.info)
+    specs = agent_module_specs(algo_cls, cfg, mapping, inference_only=True)
+    states = checkpoint_states(ckpt, specs)
+    modules = {}
+    for mid, spec in specs.items():
+        modules[mid] = spec.build()
+        load_weights(modules[mid], states[mid], mid)
+        modules[mid].eval()
+    return _result(ckpt, meta, Policy(mapping, modules), env.spec)
 
 
 def resolve_checkpoint(path: str) -> Path:

@@ -89,3 +89,12 @@ def test_smax_bench_reports_both_algorithms(ray_session):
     for r in rows.values():
         assert float(r[1]) > 0 and int(r[4]) >= 1
     assert "ratio qmix/mappo" in text
+
+
+def test_agents_bench_reports_each_network_against_the_plain_one(ray_session):
+    pytest.importorskip("jaxmarl")
+    text = bench.agents(iters=4, num_envs=8, scenario="3m", kinds=("mlp", "hpn"), batch_size=8)
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith(("mlp ", "hpn "))}
+    assert set(rows) == {"mlp", "hpn"}
+    assert rows["mlp"][-1] == "1.00x" and float(rows["hpn"][1]) > 0
+    assert "batch_size=8" in text

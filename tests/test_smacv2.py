@@ -18,13 +18,17 @@ from marl.envs import smacv2 as adapter
 from marl.env import EpisodeStats, MarlError, make_env
 
 LIMIT = 6  # the fake's episode limit (SMACv2's 10gen maps: 200)
-MOVE, EN_DIM, AL_DIM, OWN = 4, 8, 8, 6  # fake observation block sizes
+MOVE, EN_DIM, AL_DIM, OWN = 4, 8, 8, 6  # fake observation block sizes (ally: without last actions)
+TYPE_BITS = 3  # the fake's unit_type_bits
 
 
 class FakeStarCraft2Env:
-    """The part of StarCraft2Env the adapter reads: size helpers, n_actions_no_attack, _seed."""
+    """The part of StarCraft2Env the adapter reads: size helpers, n_actions_no_attack, _seed,
+    unit_type_bits, obs_last_action (which appends n_actions last-action features to each ally block)."""
 
-    def __init__(self, capability_config, continuing_episode=False, seed=None, **kwargs):
+    unit_type_bits = TYPE_BITS
+
+    def __init__(self, capability_config, continuing_episode=False, seed=None, obs_last_action=False, **kwargs):
         self.n_agents = capability_config["n_units"]
         self.n_enemies = capability_config["n_enemies"]
         self.continuing_episode = continuing_episode
@@ -32,6 +36,10 @@ class FakeStarCraft2Env:
         self.n_actions_no_attack = 6  # no-op, stop, 4 moves
         self.n_actions = self.n_actions_no_attack + self.n_enemies
         self.episode_limit = LIMIT
+        self.obs_last_action = obs_last_action
+
+    def al_dim(self):
+        return AL_DIM + (self.n_actions if self.obs_last_action else 0)
 
     def get_obs_move_feats_size(self):
         return MOVE
@@ -40,7 +48,7 @@ class FakeStarCraft2Env:
         return self.n_enemies, EN_DIM
 
     def get_obs_ally_feats_size(self):
-        return self.n_agents - 1, AL_DIM
+        return self.n_agents - 1, self.al_dim()
 
     def get_obs_own_feats_size(self):
         return OWN
@@ -122,14 +130,14 @@ class FakeWrapper:
     def get_obs_agent(self, i):
         e = self.env
         n, m = e.n_agents, e.n_enemies
-        obs = np.zeros(MOVE + m * EN_DIM + (n - 1) * AL_DIM + OWN, np.float32)
+        obs = np.zeros(MOVE + m * EN_DIM + (n - 1) * e.al_dim() + OWN, np.float32)
         if self.ally_hp[i] <= 0:
             return obs  # dead: all zeros
         obs[:MOVE] = 1
         enemies = obs[MOVE : MOVE + m * EN_DIM].reshape(m, EN_DIM)
         enemies[:, 0] = self.attackable()[i]  # "available to attack", as in SMACv2
         enemies[:, 4] = self.enemy_hp
-        allies = obs[MOVE + m * EN_DIM : -OWN].reshape(n - 1, AL_DIM)
+        allies = obs[MOVE + m * EN_DIM : -OWN].reshape(n - 1, e.al_dim())
         allies[:, 4] = np.delete(self.ally_hp, i)
         obs[-OWN:] = [self.ally_hp[i], self.t / LIMIT, i / n, 1, 0, 0]
         return obs
@@ -144,7 +152,7 @@ class FakeWrapper:
         e = self.env
         return {
             "state_shape": e.n_agents + e.n_enemies + 1,
-            "obs_shape": MOVE + e.n_enemies * EN_DIM + (e.n_agents - 1) * AL_DIM + OWN,
+            "obs_shape": MOVE + e.n_enemies * EN_DIM + (e.n_agents - 1) * e.al_dim() + OWN,
             "cap_shape": 3,
             "n_actions": e.n_actions,
             "n_agents": e.n_agents,
@@ -291,13 +299,21 @@ def test_env_info_and_entity_layout(fake_game):
         "ally": {
             "own": [(0, MOVE), (own_start, own_start + OWN)],
             "entities": {
-                "enemy": {"start": MOVE, "count": 5, "dim": EN_DIM},
-                "ally": {"start": MOVE + 5 * EN_DIM, "count": 4, "dim": AL_DIM},
+                "enemy": {"start": MOVE, "count": 5, "dim": EN_DIM, "unit_type": (EN_DIM - TYPE_BITS, EN_DIM)},
+                "ally": {"start": MOVE + 5 * EN_DIM, "count": 4, "dim": AL_DIM, "unit_type": (AL_DIM - TYPE_BITS, AL_DIM)},
             },
             "n_normal_actions": 6,
             "action_targets": {"enemy": (6, 5)},
         }
     }
+
+
+def test_unit_type_before_the_last_actions_and_none_without_type_bits(fake_game, monkeypatch):
+    ally = make_env("smacv2", "terran_5_vs_5", obs_last_action=True).info.entity_layout["ally"]["entities"]["ally"]
+    assert ally["dim"] == AL_DIM + 11 and ally["unit_type"] == (AL_DIM - TYPE_BITS, AL_DIM)  # 11 last-action features follow
+    monkeypatch.setattr(FakeStarCraft2Env, "unit_type_bits", 0)
+    ents = make_env("smacv2", "terran_5_vs_5").info.entity_layout["ally"]["entities"]
+    assert "unit_type" not in ents["ally"] and "unit_type" not in ents["enemy"]
 
 
 def test_layout_that_does_not_add_up_is_an_error(fake_game, monkeypatch):

@@ -81,14 +81,15 @@ def test_env_info_3m_and_2s3z(env_3m, env_2s3z):
     assert i.episode_limit == 14
     assert i.entity_layout == {"ally": {
         "own": [(65, 75)],
-        "entities": {"ally": {"start": 0, "count": 2, "dim": 13}, "enemy": {"start": 26, "count": 3, "dim": 13}},
+        "entities": {"ally": {"start": 0, "count": 2, "dim": 13, "unit_type": (7, 13)},
+                     "enemy": {"start": 26, "count": 3, "dim": 13, "unit_type": (7, 13)}},
         "n_normal_actions": 5,
         "action_targets": {"enemy": (5, 3)},
     }}
     j = env_2s3z.info
     assert j.groups["ally"].obs_dim == 127 and j.state_dim == 120 and j.groups["ally"].n_actions == 10
     assert j.episode_limit == 100 and j.shared_reward and len(j.agents) == 5  # JaxMARL's default max_steps
-    assert j.entity_layout["ally"]["entities"]["enemy"] == {"start": 52, "count": 5, "dim": 13}
+    assert j.entity_layout["ally"]["entities"]["enemy"] == {"start": 52, "count": 5, "dim": 13, "unit_type": (7, 13)}
     assert j.entity_layout["ally"]["own"] == [(117, 127)]
 
 
@@ -181,7 +182,8 @@ def test_contract_2s3z_losses_and_dead_agents(env_2s3z):
 
 
 def test_entity_layout_matches_the_observation(env_2s3z):
-    """Own type bits, enemy blocks and attack actions line up (stalkers and zealots have different ranges)."""
+    """Own type bits, enemy blocks (and their unit_type bits) and attack actions line up
+    (stalkers and zealots have different ranges)."""
     raw = env_2s3z._env
     lay = env_2s3z.info.entity_layout["ally"]
     en = lay["entities"]["enemy"]
@@ -189,7 +191,7 @@ def test_entity_layout_matches_the_observation(env_2s3z):
     sight = np.asarray(raw.unit_type_sight_ranges)
     reach = np.asarray(raw.unit_type_attack_ranges)
     s = env_2s3z.reset(seed=5)
-    checked = 0
+    checked = typed = 0
     for t in range(12):
         s = env_2s3z.step(env_2s3z.random_actions(s, gen))
         obs, av = s.obs["ally"].numpy(), s.avail_actions["ally"].numpy()
@@ -204,7 +206,11 @@ def test_entity_layout_matches_the_observation(env_2s3z):
             clear = np.abs(dist - reach[ut]) > 1e-3  # skip float ties at the range boundary
             assert np.array_equal(av[b, i, first : first + count][clear], in_range[clear]), (t, b, i)
             checked += int(in_range.sum())
-    assert checked > 0  # some attacks were in range
+            a, z = en["unit_type"]  # seen enemies carry one type bit: stalker or zealot
+            seen_types = blocks[blocks[:, 0] > 0, a:z]
+            assert (seen_types.sum(-1) == 1).all() and set(np.flatnonzero(seen_types.any(0))) <= {2, 3}
+            typed += len(seen_types)
+    assert checked > 0 and typed > 0  # some attacks were in range, some enemies seen
 
 
 def test_same_seed_same_episodes(env_3m):

@@ -50,18 +50,25 @@ def module_spaces(mapping: PolicyMapping) -> Dict[str, PolicySpec]:
     return out
 
 
-def build_algorithm_config(algo_cls, cfg: Dict[str, Any], env: MultiAgentEnv, mapping: PolicyMapping, env_token: str):
-    """Translate a validated marl config into an RLlib ``AlgorithmConfig`` for ``algo_cls``."""
+def agent_module_specs(algo_cls, cfg: Dict[str, Any], mapping: PolicyMapping, **kwargs) -> Dict[str, RLModuleSpec]:
+    """One ``RLModuleSpec`` per policy-mapping module (``kwargs``: e.g. ``inference_only=True``)."""
     spaces = module_spaces(mapping)
-    specs = {
+    return {
         mid: RLModuleSpec(
             module_class=algo_cls.module_class,
             observation_space=spaces[mid].observation_space,
             action_space=spaces[mid].action_space,
             model_config=algo_cls.module_config(cfg, mapping, mid),
+            **kwargs,
         )
         for mid in mapping.modules
     }
+
+
+def build_algorithm_config(algo_cls, cfg: Dict[str, Any], env: MultiAgentEnv, mapping: PolicyMapping, env_token: str):
+    """Translate a validated marl config into an RLlib ``AlgorithmConfig`` for ``algo_cls``."""
+    spaces = module_spaces(mapping)
+    specs = agent_module_specs(algo_cls, cfg, mapping)
     specs.update(algo_cls.extra_module_specs(cfg, mapping))  # learner-only modules (e.g. QMIX mixers)
     learner_cfg = dict(cfg)
     learner_cfg.update(
@@ -138,6 +145,30 @@ class Trainer(Algorithm):
         self.progress = {"env_steps": 0, "iterations": 0, "episodes": 0, "time_s": 0.0}
         self.last_metrics: Dict[str, Any] = {}
         self.extra_metrics: Dict[str, float] = {}  # set by training_step (e.g. epsilon)
+        if self.marl_config.get("init_from"):
+            self.init_weights_from(self.marl_config["init_from"])
+
+    def init_weights_from(self, path: str) -> None:
+        """Start from the agent networks of another run's checkpoint (``init_from``), e.g. an HPN
+        trained on a smaller scenario (:mod:`marl.transfer`). Mixers, optimiser state and
+        learner-only parts whose shapes differ start fresh.
+
+        Raises:
+            MarlError: no checkpoint at ``path``, a module id it lacks, or an agent
+                network whose shapes differ.
+        """
+        from marl.results import resolve_checkpoint
+        from marl.transfer import checkpoint_states, load_weights
+
+        mids = list(self.marl_config["agent_to_module"].values())
+        states = checkpoint_states(resolve_checkpoint(path), dict.fromkeys(mids))
+        fresh = self.learner_group.foreach_learner(
+            lambda learner: {mid: load_weights(learner.module[mid], st, mid) for mid, st in states.items()}
+        )
+        self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+        first = next(iter(fresh)).get()  # RemoteCallResults -> the first learner's report
+        kept = {m: f for m, f in first.items() if f}
+        print(f"[marl] initialised {', '.join(states)} from {path}" + (f"; fresh (shapes differ): {kept}" if kept else ""))
 
     # --------------------------------------------------------------- data path
     def sample_rollouts(self, **act_kwargs) -> Dict[str, Any]:

@@ -1,0 +1,156 @@
+"""ASN: action semantics network.
+
+Source: Wang et al. 2020, "Action Semantics Network: Considering the Effects of
+Actions in Multiagent Systems" (ICLR, arXiv 1907.11461); official code
+``ASN/src/modules/agents/asn_rnn_agent.py`` (same in pymarl3). Specification and
+test properties: ``reference/algorithms.md`` §4.
+
+Actions split into those that affect only the agent (``A_in``: no-op, stop,
+moves) and those that act on entity ``j`` (``A_out``: attack ``j``, heal ``j``).
+
+* **Environment stream** (O2A_i): ``h_env = GRU(FC(ReLU(FC(o_i))))`` on the
+  agent's whole input (the official code) or, with ``env_input="non_target"``,
+  on the input with the action-targeted entities' features zeroed.
+  ``Q(A_in) = FC(h_env)``.
+* **Entity stream** (O2A_i,j): ``h_j = GRU(FC(ReLU(FC(x_j))))`` for each
+  targeted entity ``j``, its own hidden state per entity.
+* **Pairing**: ``Q(a_j) = <h_env, h_j>``.
+
+``entity_modules`` chooses how entity-stream modules are shared: ``shared`` (one
+module per entity type, the official ``asn_rnn``), ``unit_type`` (one module per
+unit type read from the entity's unit-type one-hot, as in the official
+``asn_diff_type_agent``; needs ``unit_type`` in the layout) or ``separate``
+(one module per entity slot, ``asn_wo_share_diff_type_agent``). The paper's
+ASN-MI / ASN-MS names are not used: their definitions were not checked
+against the paper (``reference/algorithms.md`` §4.3).
+
+The same outputs serve as Q-values (IQL/VDN/QMIX) and as logits (IPPO/MAPPO).
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from marl.algos.networks.entity import EntityInputs, RecurrentCore
+from marl.env import MarlError
+
+ENV_INPUTS = ("all", "non_target")
+ENTITY_MODULES = ("shared", "unit_type", "separate")
+
+
+class Stream(nn.Module):
+    """``FC(d -> A) -> ReLU -> FC(A -> A) -> GRU(A)`` (or ``FC -> ReLU`` without recurrence)."""
+
+    def __init__(self, d: int, hidden: int, recurrent: bool):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, hidden), nn.Linear(hidden, hidden)
+        self.core = RecurrentCore(hidden, recurrent)
+
+    def forward(self, x: torch.Tensor, h0=None, starts=None) -> torch.Tensor:
+        """``x [M, L, d]`` -> ``[M, L, A]``."""
+        return self.core(self.fc2(F.relu(self.fc1(x))), h0, starts)
+
+
+class ASNNet(nn.Module):
+    """ASN recurrent agent network.
+
+    Args:
+        inputs: the :class:`EntityInputs` of the module's group (needs targeted actions).
+        hidden: ``A`` (32, ``asn_hidden_size``).
+        recurrent: GRU streams (else ``FC -> ReLU``).
+        env_input: ``"all"`` or ``"non_target"`` (see the module docstring).
+        entity_modules: ``"shared"``, ``"unit_type"`` or ``"separate"``.
+
+    State: ``[M, A * (1 + sum_t m_t)]`` = ``h_env`` then each targeted entity's
+    ``h_j`` (type order, then entity order).
+
+    Raises:
+        MarlError: an unknown option, no entity-targeted actions, or
+            ``unit_type`` modules without ``unit_type`` in the layout.
+    """
+
+    def __init__(self, inputs: EntityInputs, hidden: int = 32, recurrent: bool = True, env_input: str = "all",
+                 entity_modules: str = "shared"):
+        super().__init__()
+        if env_input not in ENV_INPUTS:
+            raise MarlError(f"Unknown asn_env_input '{env_input}'. Valid choices: {', '.join(ENV_INPUTS)}.")
+        if entity_modules not in ENTITY_MODULES:
+            raise MarlError(f"Unknown asn_entity_modules '{entity_modules}'. Valid choices: {', '.join(ENTITY_MODULES)}.")
+        if not inputs.targets:
+            raise MarlError("ASN needs actions that target entities (layout 'action_targets'); this layout has none.")
+        self.inputs, self.hidden, self.recurrent = inputs, hidden, recurrent
+        self.env_input, self.entity_modules = env_input, entity_modules
+        d_in = inputs.obs_dim + inputs.id_dim + inputs.last_action_dim
+        self.env = Stream(d_in, hidden, recurrent)
+        self.normal = nn.Linear(hidden, inputs.n_normal) if inputs.n_normal else None
+        self.entity = nn.ModuleDict({t: self._entity_modules(t, m) for t, _, m in inputs.targets})
+        self.state_size = hidden * (1 + sum(m for _, _, m in inputs.targets)) if recurrent else 0
+
+    def _entity_modules(self, t: str, m: int) -> nn.ModuleList:
+        d = self.inputs.dims[t]
+        if self.entity_modules == "shared":
+            n = 1
+        elif self.entity_modules == "separate":
+            n = m
+        else:
+            if t not in self.inputs.unit_types:
+                raise MarlError(f"asn_entity_modules='unit_type' needs 'unit_type' for entity type '{t}' in the layout.")
+            a, b = self.inputs.unit_types[t]
+            n = b - a
+        return nn.ModuleList(Stream(d, self.hidden, self.recurrent) for _ in range(n))
+
+    def _entity_stream(self, t: str, x: torch.Tensor, h0, starts) -> torch.Tensor:
+        """Entities ``x [M, L, m, d]`` (state ``h0 [M, m, A]``) -> ``[M, L, m, A]``."""
+        M, L, m, d = x.shape
+        mods = self.entity[t]
+        flat_h = None if h0 is None else h0.reshape(M * m, -1)
+        flat_s = None if starts is None else starts.repeat_interleave(m, 0)
+
+        if self.entity_modules == "separate":
+            outs = [mods[j](x[:, :, j], None if h0 is None else h0[:, j], starts) for j in range(m)]
+            return torch.stack(outs, 2)
+        xf = x.permute(0, 2, 1, 3).reshape(M * m, L, d)
+        if self.entity_modules == "shared":
+            out = mods[0](xf, flat_h, flat_s)
+        else:  # one module per unit type; an entity's type is the argmax of its unit-type bits at each step
+            a, b = self.inputs.unit_types[t]
+            kind = F.one_hot(xf[..., a:b].argmax(-1), b - a).to(x.dtype)  # [M*m, L, U]
+            out = sum(kind[..., u:u + 1] * mod(xf, flat_h, flat_s) for u, mod in enumerate(mods))
+        return out.view(M, m, L, -1).permute(0, 2, 1, 3)
+
+    def _split_state(self, h: Optional[torch.Tensor]):
+        if h is None:
+            return None, {t: None for t, _, _ in self.inputs.targets}
+        A = self.hidden
+        env, rest, out = h[:, :A], h[:, A:], {}
+        for t, _, m in self.inputs.targets:
+            out[t], rest = rest[:, :m * A].reshape(-1, m, A), rest[:, m * A:]
+        return env, out
+
+    def _forward(self, x, h0=None, starts=None):
+        """``x [M, L, D]`` -> outputs ``[M, L, A_out]`` and hidden states ``[M, L, state]``."""
+        env_h0, ent_h0 = self._split_state(h0)
+        env_x = self.inputs.non_target(x) if self.env_input == "non_target" else x
+        h_env = self.env(env_x, env_h0, starts)
+        _, ents, _, _ = self.inputs.split(x)
+        parts: List[torch.Tensor] = [self.normal(h_env)] if self.normal is not None else []
+        states = [h_env]
+        for t, _, m in self.inputs.targets:
+            h_ent = self._entity_stream(t, ents[t], ent_h0[t], starts)  # [M, L, m, A]
+            parts.append(torch.einsum("mla,mlja->mlj", h_env, h_ent))
+            states.append(h_ent.flatten(2))
+        return torch.cat(parts, -1), torch.cat(states, -1)
+
+    def unroll(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self._forward(x, h0, starts)[0]
+
+    def sequence(self, x: torch.Tensor) -> torch.Tensor:
+        """Whole episodes from a zero state: ``[M, L, D] -> [M, L, A]``."""
+        return self.unroll(x)
+
+    def step(self, x: torch.Tensor, h: Optional[torch.Tensor]):
+        out, states = self._forward(x.unsqueeze(1), h)
+        return out.squeeze(1), (states[:, -1] if self.recurrent else None)

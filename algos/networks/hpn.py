@@ -1,0 +1,192 @@
+"""HPN and DPN agent networks: permutation-invariant inputs, permutation-equivariant outputs.
+
+Source: Hao et al. 2022, "Breaking the Curse of Dimensionality in Multiagent
+State Space: A Unified Agent Permutation Framework" (arXiv 2203.05285; ICLR 2023
+as "Boosting MARL via PI and PE Networks"); official code pymarl3
+``src/modules/agents/hpns_rnn_agent.py``. Specification and test properties:
+``reference/algorithms.md`` §3.
+
+For each entity type ``t`` with features ``x_j [d_t]`` a generator gives a code
+``z_j = g(x_j)``; parameters are linear in the code:
+
+* **HPN** (``generator="mlp"``): ``z_j = ReLU(W1 x_j + b1)`` (``K = hyper_dim``),
+  so ``W_in(x_j) = reshape(A z_j + c)`` is a two-layer hypernetwork.
+* **DPN** (``generator="bank"``): ``z_j = softmax(S x_j)`` over a bank of ``K``
+  modules, ``W_in(x_j) = sum_k z_jk W_k`` (the soft module selection of §3.4;
+  ``hard=True`` selects ``argmax`` in the forward pass with a straight-through
+  gradient).
+
+PI input layer: ``e = sum_j x_j^T W_in(x_j)`` (no per-entity bias, so an
+all-zero entity adds exactly 0). Because ``W_in`` is linear in ``z``, the sum is
+computed as ``A . vec(sum_j x_j z_j^T) + C . sum_j x_j`` without building one
+``[d, H]`` matrix per entity (``EntityHyper.pool``; equal to the explicit form,
+tested). PE output layer for entity-targeted actions:
+``q_j = mean_heads(h . w_out(x_j) + b_out(x_j))``.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from marl.algos.networks.entity import EntityInputs, RecurrentCore
+
+GENERATORS = ("mlp", "bank")
+
+
+class Merger(nn.Module):
+    """Merge ``heads`` embeddings ``[..., heads, H]`` -> ``[..., H]`` by a softmax over heads
+    of a learned per-head, per-feature weight (pymarl3 ``Merger``); identity for one head."""
+
+    def __init__(self, heads: int, hidden: int):
+        super().__init__()
+        self.heads = heads
+        self.weight = nn.Parameter(torch.ones(1, heads, hidden)) if heads > 1 else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight is None:
+            return x.squeeze(-2)
+        return (F.softmax(self.weight, dim=1) * x).sum(-2)
+
+
+class EntityHyper(nn.Module):
+    """Generated per-entity weights for one entity type.
+
+    Args:
+        d: features per entity ``d_t``.
+        hidden: ``H``; ``heads``: embedding heads (input weights ``[d, H*heads]``).
+        targeted: also generate output weights ``[H*heads]`` and bias ``[heads]``
+            for the actions that target these entities.
+        generator: ``"mlp"`` (HPN hypernetwork, code size ``hyper_dim``) or ``"bank"``
+            (DPN module selection over ``bank_size`` modules).
+    """
+
+    def __init__(self, d: int, hidden: int, heads: int, targeted: bool, generator: str = "mlp",
+                 hyper_dim: int = 64, bank_size: int = 4, hard: bool = False):
+        super().__init__()
+        if generator not in GENERATORS:
+            raise ValueError(f"generator must be one of {GENERATORS}, got {generator!r}")
+        self.d, self.hidden, self.heads, self.generator, self.hard = d, hidden, heads, generator, hard
+        k = hyper_dim if generator == "mlp" else bank_size
+        bias = generator == "mlp"  # a bank is a pure convex combination of its modules
+        self.code = nn.Linear(d, k)
+        self.w_in = nn.Linear(k, d * hidden * heads, bias=bias)
+        self.w_out = nn.Linear(k, hidden * heads, bias=bias) if targeted else None
+        self.b_out = nn.Linear(k, heads, bias=bias) if targeted else None
+
+    def codes(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [..., m, d]`` -> codes ``z [..., m, K]``."""
+        s = self.code(x)
+        if self.generator == "mlp":
+            return F.relu(s)
+        p = F.softmax(s, -1)
+        if not self.hard:
+            return p
+        hard = F.one_hot(p.argmax(-1), p.shape[-1]).to(p.dtype)
+        return hard + p - p.detach()  # straight-through: hard forward, soft gradient
+
+    def input_weights(self, z: torch.Tensor) -> torch.Tensor:
+        """Explicit ``W_in(x_j)``: ``[..., m, d, H*heads]`` (for tests; :meth:`pool` never builds it)."""
+        return self.w_in(z).view(*z.shape[:-1], self.d, self.hidden * self.heads)
+
+    def pool(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """PI input layer ``sum_j x_j^T W_in(x_j)``: ``x [..., m, d]``, ``z [..., m, K]`` -> ``[..., heads, H]``."""
+        K = z.shape[-1]
+        s = torch.einsum("...md,...mk->...dk", x, z).reshape(*x.shape[:-2], self.d * K)
+        a = self.w_in.weight.view(self.d, self.hidden * self.heads, K).permute(0, 2, 1).reshape(self.d * K, -1)
+        e = s @ a
+        if self.w_in.bias is not None:
+            e = e + x.sum(-2) @ self.w_in.bias.view(self.d, -1)
+        return e.view(*x.shape[:-2], self.heads, self.hidden)
+
+    def targeted_values(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """PE output layer: ``h [..., H]``, ``z [..., m, K]`` -> ``q [..., m]``, the mean over heads
+        of ``h . w_out(x_j) + b_out(x_j)``."""
+        K = z.shape[-1]
+        a = self.w_out.weight.view(self.hidden, self.heads, K)
+        u = torch.einsum("...o,ohk->...hk", h, a)
+        q = torch.einsum("...mk,...hk->...mh", z, u) + self.b_out(z)
+        if self.w_out.bias is not None:
+            q = q + (h @ self.w_out.bias.view(self.hidden, self.heads)).unsqueeze(-2)
+        return q.mean(-1)
+
+
+class HPNNet(nn.Module):
+    """HPN (or DPN) recurrent agent network (``hpns_rnn_agent``).
+
+    ``x = ReLU(FC(own) + id_embedding + FC(last action) + Merger(sum_t e_t))``,
+    ``h = GRU(x, h)``, ``out = [FC(h) -> n_normal | q_t for each targeted type]``
+    in the env's action order. Q-values for value decomposition, logits for PPO.
+
+    Args:
+        inputs: the :class:`EntityInputs` of the module's group.
+        hidden: ``H`` (64); ``hyper_dim``: ``K`` (64); ``heads``: embedding heads (1).
+        generator: ``"mlp"`` (HPN) or ``"bank"`` (DPN, ``bank_size`` modules, ``hard``).
+        recurrent: GRU core (else ``FC -> ReLU``).
+        id_table: rows of the agent-id embedding; at least the largest team the
+            weights will act for (transfer), raised to the team size if smaller.
+
+    Shapes: ``step(x [M, D], h [M, H])`` -> ``out [M, A]``, ``h [M, H]``;
+    ``unroll(x [M, L, D], h0, starts)`` -> ``[M, L, A]``.
+    """
+
+    def __init__(self, inputs: EntityInputs, hidden: int = 64, hyper_dim: int = 64, heads: int = 1,
+                 generator: str = "mlp", bank_size: int = 4, hard: bool = False, recurrent: bool = True,
+                 id_table: int = 32):
+        super().__init__()
+        self.inputs, self.hidden, self.recurrent = inputs, hidden, recurrent
+        self.state_size = hidden if recurrent else 0
+        targeted = {t for t, _, _ in inputs.targets}
+        self.own = nn.Linear(max(inputs.own_dim, 1), hidden)
+        self.agent_embedding = nn.Embedding(max(id_table, inputs.id_dim), hidden) if inputs.id_dim else None
+        # the last action enters as its normal-action one-hot plus one "targeted a <type>" bit per
+        # targeted type, so the weights do not depend on the entity counts (transfer)
+        self.last_action = nn.Linear(inputs.n_normal + len(inputs.targets), hidden, bias=False) if inputs.last_action_dim else None
+        self.hyper = nn.ModuleDict({
+            t: EntityHyper(inputs.dims[t], hidden, heads, t in targeted, generator, hyper_dim, bank_size, hard)
+            for t in inputs.types
+        })
+        self.merger = Merger(heads, hidden)
+        self.core = RecurrentCore(hidden, recurrent)
+        self.normal = nn.Linear(hidden, inputs.n_normal) if inputs.n_normal else None
+
+    def embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        """PI input layer: ``x [..., D]`` -> ``[..., H]`` and the entity codes ``{type: [..., m, K]}``."""
+        own, ents, agent, last = self.inputs.split(x)
+        if own.shape[-1] == 0:
+            own = torch.zeros(*own.shape[:-1], 1, dtype=x.dtype, device=x.device)
+        e = self.own(own)
+        if agent is not None:
+            e = e + self.agent_embedding(agent)
+        if last is not None:
+            e = e + self.last_action(self.last_action_summary(last))
+        codes = {t: self.hyper[t].codes(v) for t, v in ents.items()}
+        pooled = sum(self.hyper[t].pool(ents[t], codes[t]) for t in ents)
+        return F.relu(e + self.merger(pooled)), codes
+
+    def last_action_summary(self, last: torch.Tensor) -> torch.Tensor:
+        """Last action one-hot ``[..., A]`` -> ``[..., n_normal + n_targeted_types]`` (count-independent)."""
+        parts = [last[..., :self.inputs.n_normal]]
+        parts += [last[..., f:f + m].sum(-1, keepdim=True) for _, f, m in self.inputs.targets]
+        return torch.cat(parts, -1)
+
+    def head(self, h: torch.Tensor, codes: Dict[str, torch.Tensor]) -> torch.Tensor:
+        """``h [..., H]`` -> ``[..., n_normal + sum_t m_t]`` (normal, then PE outputs in action order)."""
+        parts = [self.normal(h)] if self.normal is not None else []
+        parts += [self.hyper[t].targeted_values(h, codes[t]) for t, _, _ in self.inputs.targets]
+        return torch.cat(parts, -1)
+
+    def unroll(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None) -> torch.Tensor:
+        z, codes = self.embed(x)
+        return self.head(self.core(z, h0, starts), codes)
+
+    def sequence(self, x: torch.Tensor) -> torch.Tensor:
+        """Whole episodes from a zero state: ``[M, L, D] -> [M, L, A]``."""
+        return self.unroll(x)
+
+    def step(self, x: torch.Tensor, h: Optional[torch.Tensor]):
+        z, codes = self.embed(x.unsqueeze(1))
+        out = self.core(z, h)
+        return self.head(out, codes).squeeze(1), (out[:, -1] if self.recurrent else None)
