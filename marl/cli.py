@@ -3,6 +3,7 @@
     marl train env=mpe:simple_spread algo=mappo stop.env_steps=1000000 lr=7e-4
     marl train env=mpe:simple_adversary algo=ippo env.num_envs=16 share=group
     marl eval marl_runs/<run>            # or a checkpoint folder; episodes=100
+    marl eval marl_runs/<run> env=smax:8m     # transfer: act on another scenario (HPN / DPN agents)
     marl list
     marl bench throughput --iters 10
 
@@ -48,9 +49,19 @@ def _eval(items: List[str]) -> int:
 
     if not items:
         raise MarlError("marl eval needs a checkpoint or run folder: 'marl eval <path> [episodes=100]'.")
-    path, rest = items[0], parse_cli_overrides(items[1:])
-    result = marl.load(path)
-    stats = result.evaluate(episodes=int(rest.get("episodes", 100)))
+    path = items[0]
+    env_kwargs = parse_cli_overrides([i[len("env."):] for i in items[1:] if i.startswith("env.")])
+    rest = parse_cli_overrides([i for i in items[1:] if not i.startswith("env.")])
+    unknown = sorted(set(rest) - {"episodes", "env"})
+    if unknown:
+        raise MarlError(f"marl eval: unknown option(s) {unknown}. Valid: episodes=N, env=family:scenario, env.<kwarg>=value.")
+    episodes = int(rest.get("episodes", 100))
+    env = None
+    if "env" in rest:
+        family, _, scenario = str(rest["env"]).partition(":")
+        env = marl.make_env(family, scenario or None, num_envs=min(episodes, 32), **env_kwargs)
+    result = marl.load(path, env=env)
+    stats = result.evaluate(episodes=episodes, env=env)
     print(json.dumps({"checkpoint": result.checkpoint, **stats}, indent=2))
     return 0
 

@@ -300,7 +300,7 @@ def test_hpn_qmix_trains_transfers_and_fine_tunes(tmp_path):
         marl.load(plain.checkpoint, env=env8)
 
 
-def test_hpn_mappo_on_spread_runs_at_other_team_sizes(tmp_path):
+def test_hpn_mappo_on_spread_runs_at_other_team_sizes(tmp_path, capsys):
     import marl
 
     env3 = marl.make_env("mpe", "simple_spread", N=3, num_envs=8)
@@ -310,3 +310,8 @@ def test_hpn_mappo_on_spread_runs_at_other_team_sizes(tmp_path):
         env = marl.make_env("mpe", "simple_spread", N=n, num_envs=4)
         stats = marl.load(res.checkpoint, env=env).evaluate(episodes=4, env=env)
         assert math.isfinite(stats["episode_return_mean"])
+    from marl.cli import main
+
+    assert main(["eval", res.checkpoint, "env=mpe:simple_spread", "env.N=5", "episodes=4"]) == 0
+    assert main(["eval", res.checkpoint, "enviroment=mpe:simple_spread"]) != 0
+    assert "unknown option(s) ['enviroment']" in capsys.readouterr().err
