@@ -137,7 +137,9 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
     ``model_config`` keys: ``obs_dim``, ``critic_dim``, ``n_actions``,
     ``discrete``, ``action_low``/``action_high`` (continuous), ``hidden``,
     ``layers``, ``activation``, ``layer_norm``, ``recurrent``, ``policy_gain``,
-    ``log_std_init``. The critic (an MLP on the critic input: global state plus
+    ``log_std_init``, and ``agent``: ``mlp`` (the MLP / GRU trunk and a linear
+    head) or an entity-aware actor (``hpn``, ``dpn``, ``asn``; its outputs are
+    the logits, see :func:`marl.algos.networks.entity.build_agent_net`). The critic (an MLP on the critic input: global state plus
     agent one-hot for MAPPO, the agent's observation for IPPO) and its
     :class:`ValueNorm` exist only on learners (``inference_only=False``).
     """

@@ -500,10 +500,12 @@ class ValueDecomp(Trainer):
 
     @classmethod
     def check_env(cls, cfg, info) -> None:
-        """Discrete actions and a finite episode limit are required.
+        """Discrete actions and a finite episode limit are required; an entity-aware
+        ``agent`` needs the env's entity layout.
 
         Raises:
-            MarlError: a continuous group, an unbounded env, or an unknown mixer.
+            MarlError: a continuous group, an unbounded env, an unknown mixer or
+                agent, or an entity-aware agent on an env without a layout.
         """
         if cfg["mixer"] not in MIXERS:
             raise MarlError(f"Unknown mixer '{cfg['mixer']}'. Valid choices: {', '.join(MIXERS)}.")

@@ -315,3 +315,18 @@ def test_hpn_mappo_on_spread_runs_at_other_team_sizes(tmp_path, capsys):
     assert main(["eval", res.checkpoint, "env=mpe:simple_spread", "env.N=5", "episodes=4"]) == 0
     assert main(["eval", res.checkpoint, "enviroment=mpe:simple_spread"]) != 0
     assert "unknown option(s) ['enviroment']" in capsys.readouterr().err
+
+
+def test_hpn_ally_targeted_actions_follow_the_allies():
+    """Heal-style actions: a layout whose allies are action targets gets ally output weights."""
+    lay = layout()
+    lay["action_targets"] = {"enemy": (N_NORMAL, 3), "ally": (N_NORMAL + 3, 2)}
+    torch.manual_seed(0)
+    net = build_agent_net("hpn", {"entity_layout": lay, "group_obs_dim": obs_dim()}, N_NORMAL + 5)
+    x = random_obs(6)
+    q, _ = net.step(x, None)
+    pa, pe = torch.tensor([1, 0]), torch.tensor([2, 0, 1])
+    qp, _ = net.step(permute(x, pa, pe), None)
+    assert torch.allclose(qp[:, :N_NORMAL], q[:, :N_NORMAL], atol=1e-5)
+    assert torch.allclose(qp[:, N_NORMAL:N_NORMAL + 3], q[:, N_NORMAL:N_NORMAL + 3][:, pe], atol=1e-5)
+    assert torch.allclose(qp[:, N_NORMAL + 3:], q[:, N_NORMAL + 3:][:, pa], atol=1e-5)
