@@ -208,8 +208,9 @@ def _load_into(ckpt: Path, meta: Dict[str, Any], env: MultiAgentEnv) -> Result:
 
 
 def resolve_checkpoint(path: str) -> Path:
-    """A checkpoint folder, or the latest checkpoint inside a run folder."""
-    p = Path(path)
+    """A checkpoint folder, or the latest checkpoint inside a run folder (absolute: RLlib reads
+    relative paths as URIs)."""
+    p = Path(path).resolve()
     if (p / META_FILE).exists():
         return p
     cands = sorted((p / "checkpoints").glob("checkpoint_*")) if (p / "checkpoints").is_dir() else []

@@ -18,11 +18,6 @@ import torch
 from marl.env import MarlError
 
 
-def module_dir(checkpoint: Path, mid: str) -> Path:
-    """Folder of module ``mid`` inside a marl checkpoint (the learner's full module)."""
-    return Path(checkpoint) / "learner_group" / "learner" / "rl_module" / mid
-
-
 def checkpoint_states(checkpoint: Path, mids: Iterable[str]) -> Dict[str, Dict[str, torch.Tensor]]:
     """State dicts of modules ``mids`` saved in ``checkpoint``.
 
@@ -31,7 +26,7 @@ def checkpoint_states(checkpoint: Path, mids: Iterable[str]) -> Dict[str, Dict[s
     """
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    root = Path(checkpoint) / "learner_group" / "learner" / "rl_module"
+    root = Path(checkpoint).resolve() / "learner_group" / "learner" / "rl_module"
     saved = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     out = {}
     for mid in mids:

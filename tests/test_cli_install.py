@@ -18,7 +18,7 @@ def test_list(capsys):
     assert "mpe" in out and "simple_spread" in out and "mappo" in out and "vmas" in out
 
 
-def test_train_then_eval(ray_session, run_dir, capsys):
+def test_train_then_eval(ray_session, run_dir, capsys, monkeypatch):
     code = main(["train", "env=mpe:simple_spread", "algo=ippo", "env.num_envs=4", "stop.iterations=1",
                  f"log_dir={run_dir}", "progress=false", "eval_episodes=0", "epochs=1"])
     assert code == 0
@@ -29,6 +29,8 @@ def test_train_then_eval(ray_session, run_dir, capsys):
     assert main(["eval", str(ckpts[0]), "episodes=4"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["episode_length_mean"] == 25.0 and "episode_return_mean" in stats
+    monkeypatch.chdir(Path(run_dir))  # a relative path works too (RLlib alone would read it as a URI)
+    assert main(["eval", str(ckpts[0].relative_to(Path(run_dir).resolve())), "episodes=4"]) == 0
 
 
 def test_cli_errors_name_choices(capsys):
