@@ -52,6 +52,7 @@ settings and ``os.getloadavg()`` at start and end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
@@ -600,6 +601,29 @@ def parse_report(text: str) -> Dict[str, Any]:
     return out
 
 
+@contextlib.contextmanager
+def _ray_for_bench():
+    """Start Ray for a benchmark (no auth, 2 CPUs; see :func:`marl.api.start_ray`) and stop it
+    afterwards if this call started it."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    started = start_ray()
+    try:
+        yield
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+
+
+def _side_header(label: str, last: str) -> str:
+    return f"{label:<6} {'env_steps/s':>12} {'sample_s/it':>12} {'learn_s/it':>11} {'iters':>6} {last}"
+
+
+def _side_row(r: SideResult, last: str) -> str:
+    return f"{r.name:<6} {r.steps_per_s:>12.1f} {r.sample_s:>12.4f} {r.learn_s:>11.4f} {r.iterations:>6d} {last}"
+
+
 def smax(iters: int = 20, num_envs: int = 64, scenario: str = "3m", seconds: Optional[float] = None) -> str:
     """QMIX and MAPPO training throughput on SMAX (env steps/s of whole iterations,
     QMIX first, then MAPPO, in one process); returns the report text.
@@ -607,24 +631,15 @@ def smax(iters: int = 20, num_envs: int = 64, scenario: str = "3m", seconds: Opt
     QMIX's first 3 iterations are warm-up (JIT compile, replay buffer filling to one
     batch); MAPPO's first is. Each side uses its defaults for SMAX (``configs/envs/smax.yaml``).
     """
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = start_ray()
-    try:
-        common = dict(num_envs=num_envs, epochs=None, iters=iters, seconds=seconds, family="smax", scenario=scenario)
+    common = dict(num_envs=num_envs, epochs=None, iters=iters, seconds=seconds, family="smax", scenario=scenario)
+    with _ray_for_bench():
         sides = [
             bench_ours(rollout_length=25, name="qmix", algo="qmix", warmup=3, **common),
             bench_ours(rollout_length=50, name="mappo", algo="mappo", warmup=1, **common),
         ]
-    finally:
-        if started:
-            import ray
-
-            ray.shutdown()
     lines = [f"marl bench smax: SMAX {scenario}, B={num_envs} batched envs, env steps/s of whole training iterations",
-             f"{'algo':<6} {'env_steps/s':>12} {'sample_s/it':>12} {'learn_s/it':>11} {'iters':>6} {'env_steps':>10}"]
-    for r in sides:
-        lines.append(f"{r.name:<6} {r.steps_per_s:>12.1f} {r.sample_s:>12.4f} {r.learn_s:>11.4f} {r.iterations:>6d}"
-                     f" {r.env_steps:>10d}")
+             _side_header("algo", f"{'env_steps':>10}")]
+    lines += [_side_row(r, f"{r.env_steps:>10d}") for r in sides]
     lines.append(f"ratio qmix/mappo: {sides[0].steps_per_s / sides[1].steps_per_s:.2f}x")
     return "\n".join(lines)
 
@@ -638,24 +653,15 @@ def agents(iters: int = 10, num_envs: int = 64, scenario: str = "5m_vs_6m", seco
     The first 3 iterations of value-decomposition runs (JIT compile, buffer filling) and
     the first of PPO runs are warm-up. ``overrides`` are more config keys (e.g. ``batch_size=32``).
     """
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = start_ray()
     warmup = 1 if algo in ("mappo", "ippo") else 3
-    try:
+    with _ray_for_bench():
         sides = [bench_ours(num_envs=num_envs, epochs=None, iters=iters, seconds=seconds, family="smax", scenario=scenario,
                             rollout_length=25, name=kind, algo=algo, warmup=warmup, agent=kind, **overrides)
                  for kind in kinds]
-    finally:
-        if started:
-            import ray
-
-            ray.shutdown()
     extra = "".join(f", {k}={v}" for k, v in overrides.items())
     lines = [f"marl bench agents: {algo} on SMAX {scenario}, B={num_envs}{extra}; env steps/s of whole training iterations",
-             f"{'agent':<6} {'env_steps/s':>12} {'sample_s/it':>12} {'learn_s/it':>11} {'iters':>6} {'vs ' + kinds[0]:>8}"]
-    for r in sides:
-        lines.append(f"{r.name:<6} {r.steps_per_s:>12.1f} {r.sample_s:>12.4f} {r.learn_s:>11.4f} {r.iterations:>6d}"
-                     f" {r.steps_per_s / sides[0].steps_per_s:>7.2f}x")
+             _side_header("agent", f"{'vs ' + kinds[0]:>8}")]
+    lines += [_side_row(r, f"{r.steps_per_s / sides[0].steps_per_s:>7.2f}x") for r in sides]
     return "\n".join(lines)
 
 

@@ -72,6 +72,10 @@ class EntityInputs(nn.Module):
         self.n_normal = int(layout.get("n_normal_actions", 0))
         self.targets = self._targets(layout)
         self.n_actions = self.n_normal + sum(m for _, _, m in self.targets)
+        keep = torch.ones(self.obs_dim + self.id_dim + self.last_action_dim)
+        for t, _, _ in self.targets:
+            keep[getattr(self, f"idx_{t}").reshape(-1)] = 0
+        self.register_buffer("non_target_mask", keep, persistent=False)
 
     def _targets(self, layout) -> List[Tuple[str, int, int]]:
         targets = sorted(((t, int(f), int(m)) for t, (f, m) in (layout.get("action_targets") or {}).items()), key=lambda x: x[1])
@@ -98,10 +102,7 @@ class EntityInputs(nn.Module):
 
     def non_target(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` with the features of action-targeted entities zeroed (ASN's ``env_input: non_target``)."""
-        keep = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
-        for t, _, _ in self.targets:
-            keep[getattr(self, f"idx_{t}").reshape(-1)] = 0
-        return x * keep
+        return x * self.non_target_mask
 
 
 def gru_unroll(gru: nn.GRU, z: torch.Tensor, h0: Optional[torch.Tensor], starts: Optional[torch.Tensor]) -> torch.Tensor:

@@ -160,8 +160,8 @@ class Trainer(Algorithm):
         from marl.results import resolve_checkpoint
         from marl.transfer import checkpoint_states, load_weights
 
-        mids = list(self.marl_config["agent_to_module"].values())
-        states = checkpoint_states(resolve_checkpoint(path), dict.fromkeys(mids))
+        mids = dict.fromkeys(self.marl_config["agent_to_module"].values())  # module ids, in order, once each
+        states = checkpoint_states(resolve_checkpoint(path), mids)
         fresh = self.learner_group.foreach_learner(
             lambda learner: {mid: load_weights(learner.module[mid], st, mid) for mid, st in states.items()}
         )
