@@ -41,3 +41,9 @@ register_env(
     "Cooperative matrix games (two_step, climbing, penalty, custom payoff)",
     scenarios="marl.envs.matrix:scenarios",
 )
+for _game in ("ipd", "stag_hunt", "chicken"):
+    register_env(
+        _game,
+        f"marl.envs.text.dilemmas:make_{_game}",
+        f"Iterated {_game.replace('_', ' ')} as a text game for LLM agents (rounds=10)",
+    )
