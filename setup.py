@@ -32,6 +32,10 @@ setup(
         "smax": ["jaxmarl==0.2.0"],
         # SMACv2 is not on PyPI; it also needs the StarCraft II binary (docs/starcraft.md)
         "smacv2": ["smacv2 @ git+https://github.com/oxwhirl/smacv2.git"],
+        # LLM self-play (text games, MARS, Advantage Alignment): HF models, LoRA, OpenSpiel games
+        "llm": ["transformers>=4.45", "peft>=0.13", "open_spiel>=1.5"],
+        # fast generation on GPU runners (generator="vllm")
+        "vllm": ["transformers>=4.45", "peft>=0.13", "vllm"],
     },
     entry_points={"console_scripts": ["marl=marl.cli:main"]},
 )

@@ -112,8 +112,10 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
         MarlError: unknown algorithm or config key, an env the algorithm cannot
             handle, or a mapping that puts agents with different spaces in one module.
     """
-    if not isinstance(env, MultiAgentEnv):
-        raise MarlError(f"fit() needs a marl.MultiAgentEnv (from marl.make_env), got {type(env).__name__}.")
+    from marl.text import TextEnv
+
+    if not isinstance(env, (MultiAgentEnv, TextEnv)):
+        raise MarlError(f"fit() needs an env from marl.make_env (a MultiAgentEnv or a TextEnv), got {type(env).__name__}.")
     cfg = load_config(algo, env.info.family, overrides)
     algo_cls = algo_class(cfg)
     algo_cls.check_env(cfg, env.info)
@@ -141,7 +143,8 @@ def build_trainer(env: MultiAgentEnv, algo: str, **overrides: Any):
     token = uuid.uuid4().hex
     LOCAL_ENVS[token] = env
     try:
-        trainer = build_algorithm_config(algo_cls, cfg, env, mapping, token).build_algo()
+        builder = getattr(algo_cls, "build_config", None) or (lambda *a: build_algorithm_config(algo_cls, *a))
+        trainer = builder(cfg, env, mapping, token).build_algo()
     except Exception:
         LOCAL_ENVS.pop(token, None)
         raise
@@ -213,7 +216,7 @@ def fit(
             if cfg["checkpoint_every"] and m["iteration"] % int(cfg["checkpoint_every"]) == 0:
                 last_ckpt = _save_checkpoint(trainer, run_dir, meta, int(cfg["keep_checkpoints"]))
         last_ckpt = _save_checkpoint(trainer, run_dir, meta, int(cfg["keep_checkpoints"]))
-        policy = _policy_from(trainer, mapping)
+        policy = (getattr(type(trainer), "policy_from", None) or _policy_from)(trainer, mapping)
     finally:
         if logger is not None:
             logger.close()

@@ -123,7 +123,10 @@ class Result:
     eval: Dict[str, float] = field(default_factory=dict)
 
     def evaluate(self, episodes: int = 32, env: Optional[MultiAgentEnv] = None, num_envs: Optional[int] = None) -> Dict[str, float]:
-        """Greedy evaluation: mean of each episode statistic over ``episodes`` episodes."""
+        """Greedy evaluation: mean of each episode statistic over ``episodes`` episodes
+        (text games: ``episodes`` games against a random opponent, see ``TextPolicy.evaluate``)."""
+        if hasattr(self.policy, "evaluate"):
+            return self.policy.evaluate(games=episodes)
         if env is None:
             if self.env_spec is None:
                 raise MarlError("This result has no env spec; pass env=marl.make_env(...).")

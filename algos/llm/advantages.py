@@ -1,0 +1,133 @@
+"""Advantage estimators of LLM self-play, on padded per-trajectory tensors.
+
+A *trajectory* is one seat's turns in one game: ``rewards [n, T]`` with a
+``mask [n, T]`` of real turns (turn ``t`` of row ``i`` is the seat's ``t``-th
+reply, or the game's ``t``-th round in simultaneous games). Sources:
+``reference/llm_selfplay.md`` §1.6 (MARS), §2.1–2.2 (Advantage Alignment, RLOO).
+"""
+from __future__ import annotations
+
+from typing import Hashable, Sequence
+
+import torch
+
+
+def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Return-to-go over a trajectory's own turns: ``R_t = sum_{t'>=t} gamma^(t'-t) r_t'``.
+
+    MARS turn-level return (arXiv 2510.15414; reference §1.6, gamma = 1 there).
+
+    Args:
+        rewards: ``[n, T]`` reward credited to each turn.
+        mask: ``[n, T]`` bool, True on real turns (padding carries no reward).
+    Returns:
+        ``[n, T]`` returns, 0 on padding.
+    """
+    r = rewards * mask
+    out = torch.zeros_like(r)
+    acc = torch.zeros_like(r[:, 0])
+    for t in range(r.shape[1] - 1, -1, -1):
+        acc = r[:, t] + gamma * acc
+        out[:, t] = acc
+    return out * mask
+
+
+def normalize_by_key(values: torch.Tensor, mask: torch.Tensor, keys: Sequence[Hashable], eps: float = 1e-6) -> torch.Tensor:
+    """``(v - mean_k) / (std_k + eps)`` over all masked entries of the rows with key ``k``.
+
+    MARS agent-specific normalisation (reference §1.6–1.7): key = the seat's
+    role (per game), population std. A key with one entry gets advantage 0.
+
+    Args:
+        values: ``[n, T]``; mask: ``[n, T]`` bool; keys: ``n`` hashables (one per row).
+    Returns:
+        ``[n, T]``, 0 on padding.
+    """
+    out = torch.zeros_like(values)
+    for k in dict.fromkeys(keys):
+        rows = torch.tensor([kk == k for kk in keys])
+        m = mask & rows.unsqueeze(1)
+        v = values[m]
+        out[m] = (v - v.mean()) / (v.std(unbiased=False) + eps)
+    return out
+
+
+def leave_one_out(returns: torch.Tensor, mask: torch.Tensor, groups: Sequence[Hashable]) -> torch.Tensor:
+    """RLOO baseline per time step: ``A_t^b = G_t^b - mean_{b' in group(b), b' != b} G_t^b'``.
+
+    As in the AdAlignLLM trainer (reference §2.2, ``use_rloo``): the group is
+    the rollouts sharing a game seed (and seat); only rollouts that have a
+    turn ``t`` count. A row alone at ``t`` gets advantage 0 (no baseline can
+    be formed without peers).
+
+    Args:
+        returns: ``[n, T]`` (e.g. :func:`discounted_returns`); mask: ``[n, T]`` bool;
+        groups: ``n`` hashables.
+    Returns:
+        ``[n, T]`` advantages, 0 on padding.
+    """
+    out = torch.zeros_like(returns)
+    m = mask.to(returns.dtype)
+    for g in dict.fromkeys(groups):
+        rows = torch.tensor([gg == g for gg in groups])
+        G, M = returns[rows], m[rows]
+        total, count = (G * M).sum(0), M.sum(0)
+        others = (count - 1).clamp(min=1)
+        base = (total - G * M) / others
+        adv = torch.where(count > 1, G - base, torch.zeros_like(G)) * M
+        out[rows] = adv
+    return out
+
+
+def aa_weights(a1: torch.Tensor, mask: torch.Tensor, gamma: float, jit: bool = False) -> torch.Tensor:
+    """Advantage Alignment weight on the co-player's advantage.
+
+    Published (``jit=False``, AdAlignLLM ``exclude_k_equals_t=True``):
+    ``w_t = gamma * sum_{k<t} gamma^(t-k) A1_k`` (0 at t = 0).
+    Jit (``jit=True``, k <= t, no extra gamma): ``w_t = sum_{k<=t} gamma^(t-k) A1_k``.
+    Duque et al. 2025 (arXiv 2406.14662) and Piche et al. 2025 (arXiv 2511.19405);
+    reference §2.1–2.2, test vectors §2.4.
+
+    Args:
+        a1: ``[n, T]`` own advantages; mask ``[n, T]``.
+    Returns:
+        ``[n, T]`` weights, 0 on padding.
+    """
+    a = a1 * mask
+    out = torch.zeros_like(a)
+    acc = torch.zeros_like(a[:, 0])  # sum_{k<=t} gamma^(t-k) A1_k
+    for t in range(a.shape[1]):
+        prev = acc
+        acc = gamma * acc + a[:, t]
+        out[:, t] = acc if jit else gamma * (gamma * prev)
+    return out * mask
+
+
+def aa_credit(a1: torch.Tensor, a2: torch.Tensor, mask: torch.Tensor, beta: float, gamma: float,
+              jit: bool = False) -> torch.Tensor:
+    """Opponent-aware advantage ``A*_t = A1_t + beta * w_t * A2_t`` (:func:`aa_weights`).
+
+    Args:
+        a1: ``[n, T]`` own advantages; a2: ``[n, T]`` the co-player's advantages
+            in the same game at the same step (0 where it has none); mask ``[n, T]``.
+        beta: weight of the alignment term (0.5 for the IPD in AdAlignLLM).
+        gamma: AA discount (0.9 there).
+    Returns:
+        ``[n, T]`` credits, 0 on padding.
+    """
+    return (a1 + beta * aa_weights(a1, mask, gamma, jit) * a2) * mask
+
+
+def trajectory_group_norm(rewards: torch.Tensor, mask: torch.Tensor, groups: Sequence[Hashable],
+                          eps: float = 1e-6) -> torch.Tensor:
+    """GRPO-style trajectory advantage: ``(sum_t r_t - mean_group) / (std_group + eps)`` on every turn.
+
+    The "naive GRPO" of MARS Fig. 1 (reference §1.6): one scalar per
+    trajectory, no temporal credit, all seats of a group pooled.
+
+    Returns:
+        ``[n, T]`` (the row's scalar repeated on its turns, 0 on padding).
+    """
+    total = (rewards * mask).sum(1, keepdim=True)
+    norm = normalize_by_key(total, torch.ones_like(total, dtype=torch.bool), groups, eps)
+    return norm * mask

@@ -1,0 +1,300 @@
+"""TextEnvRunner: an RLlib ``EnvRunner`` that plays ``games_per_iteration`` text games at once.
+
+Every decision round it collects the chats of all games waiting for a model
+reply, generates them in one batch per policy (the learner's module, or a past
+copy from the opponent pool), lets bots answer their seats, and steps the
+games. A game's seats are all played by the learner (``"self"``), or one seat
+(drawn at random) by the learner and the other by an opponent drawn from
+``opponents`` (a bot name or ``"pool"``).
+
+Each reply becomes a :class:`Turn`; rewards that reach a seat which did not
+act (an opponent's winning move) are added to that seat's last turn (MARS,
+reference §1.5).
+"""
+from __future__ import annotations
+
+import copy
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from marl.engine.runner import BatchedEnvRunner
+from marl.env import EnvSpec, unknown_choice
+from marl.algos.llm.policy import Generator, VLLMGenerator, load_tokenizer
+
+
+@dataclass
+class Turn:
+    """One reply of one seat. ``step``: the game's decision round; ``k``: the seat's own turn index."""
+
+    game: int
+    seat: str
+    step: int
+    k: int
+    trained: bool
+    group: int
+    prompt_ids: List[int] = field(default_factory=list)
+    response_ids: List[int] = field(default_factory=list)
+    reward: float = 0.0
+    invalid: bool = False
+
+
+class TextEnvRunner(BatchedEnvRunner):
+    """Plays text games with the module's LM (see the module docstring).
+
+    ``sample()`` returns ``{"turns": [Turn], "metrics": {...}}``;
+    ``evaluate(bot, games)`` plays the learner against a fixed bot in both seats.
+    """
+
+    # ------------------------------------------------------------------ setup
+    def make_env(self):
+        spec = self.marl["env_spec"]
+        self.env_spec = EnvSpec(**spec) if spec is not None else None
+        n = int(self.marl["games_per_iteration"])
+        self.games = [self._new_env() for _ in range(n)]
+        env = self.games[0]
+        self.env = env
+        self.bot_classes = env.bots()
+        self.rng = random.Random(int(self.marl.get("seed", 0)) + 7919 * int(self.worker_index or 0))
+        self._seed = int(self.marl.get("seed", 0)) * 1_000_003 + 100_000 * int(self.worker_index or 0)
+        self.pool: List[Dict[str, torch.Tensor]] = []
+        self._iteration = 0
+
+    def _new_env(self):
+        if self.env_spec is not None:
+            return self.env_spec.make()
+        return copy.deepcopy(self.marl["env_object"])
+
+    def make_module(self):
+        spec = self.config.get_multi_rl_module_spec(inference_only=True)
+        self.module = spec.build()
+        self.module.foreach_module(lambda mid, m: m.eval())
+        m = self.marl
+        tok = load_tokenizer(m.get("tokenizer"), m.get("model"))
+        kw = dict(temperature=m["temperature"], top_p=m["top_p"], max_new_tokens=m["max_new_tokens"],
+                  constrain=m["constrain_actions"])
+        if m.get("generator", "hf") == "vllm":
+            self.generator = VLLMGenerator(tok, m["model"], **kw)
+        else:
+            self.generator = Generator(tok, **kw)
+        self._pool_module = None
+
+    def get_spaces(self):
+        return {}
+
+    def set_state(self, state):
+        super().set_state(state)
+        if isinstance(self.generator, VLLMGenerator) and "rl_module" in state:
+            for mid in self.module.keys():
+                self.generator.load_weights(self._merged_state(mid))
+
+    def _merged_state(self, mid: str) -> Dict[str, torch.Tensor]:
+        lm = self.module[mid].lm
+        if hasattr(lm, "merge_and_unload"):  # LoRA: vLLM takes plain weights
+            lm = copy.deepcopy(lm).merge_and_unload()
+        return lm.state_dict()
+
+    # ------------------------------------------------------------------ opponents
+    def _draw_opponent(self) -> str:
+        mix: Dict[str, float] = self.marl["opponents"]
+        names, weights = list(mix), [float(w) for w in mix.values()]
+        return self.rng.choices(names, weights)[0]
+
+    def _snapshot(self) -> None:
+        """Keep a copy of the first module's weights in the opponent pool every ``pool_every`` iterations."""
+        every = int(self.marl["pool_every"])
+        if every <= 0 or self._iteration % every:
+            return
+        mid = next(iter(self.module.keys()))
+        self.pool.append({k: v.detach().clone() for k, v in self.module[mid].state_dict().items()})
+        self.pool = self.pool[-int(self.marl["pool_size"]):]
+
+    def _pool_policy(self):
+        if not self.pool:
+            return None
+        mid = next(iter(self.module.keys()))
+        if self._pool_module is None:
+            self._pool_module = copy.deepcopy(self.module[mid]).eval()
+        self._pool_module.load_state_dict(self.rng.choice(self.pool))
+        return self._pool_module
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, explore: bool = True, **kwargs) -> Dict[str, Any]:
+        """Play one batch of training games (``games_per_iteration``; ``group_size``
+        consecutive games share a seed)."""
+        self._iteration += 1
+        self._snapshot()
+        n, gs = len(self.games), max(int(self.marl["group_size"]), 1)
+        pool = self._pool_policy()
+        seats: List[Dict[str, Any]] = []
+        for g in range(n):
+            opp = self._draw_opponent() if g % gs == 0 else seats[g - 1]["opponent"]
+            if opp == "pool" and pool is None:
+                opp = "self"  # the pool is empty on the first iterations
+            seats.append(self._seating(opp, pool))
+        seeds = [self._seed + self._iteration * n + g // gs for g in range(n)]
+        turns, metrics = self.play(self.games, seats, seeds)
+        self.num_env_steps_sampled_lifetime += metrics["env_steps"]
+        return {"turns": turns, "metrics": metrics}
+
+    def _seating(self, opponent: str, pool) -> Dict[str, Any]:
+        """Who plays each seat of one game: a module id (trained), a pool LM or a bot."""
+        players = self.env.players
+        table = {a: ("module", self.marl["agent_to_module"][a]) for a in players}
+        if opponent != "self":
+            other = self.rng.choice(players)
+            if opponent == "pool":
+                table[other] = ("pool", pool)
+            else:
+                bot = self.bot_classes[opponent](seed=self.rng.randrange(1 << 30))
+                table[other] = ("bot", bot)
+        return {"opponent": opponent, "table": table}
+
+    def play(self, games, seats: List[Dict[str, Any]], seeds: List[int]):
+        """Play ``games`` to the end with the given seating; returns ``(turns, metrics)``."""
+        lms = {mid: self.module[mid].lm for mid in self.module.keys()}
+        return play(games, seats, seeds, lms, self.generator)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, opponent: str, games: int) -> Dict[str, List[float]]:
+        """:func:`evaluate` with this runner's modules at ``eval_temperature``."""
+        lms = {mid: self.module[mid].lm for mid in self.module.keys()}
+        return evaluate(self._new_env, self.marl["agent_to_module"], lms, self.generator, opponent, games,
+                        float(self.marl["eval_temperature"]))
+
+
+def evaluate(make_env, agent_to_module: Dict[str, str], lms: Dict[str, Any], generator, opponent: str,
+             games: int, temperature: float) -> Dict[str, List[float]]:
+    """Play ``games`` games of the learner against ``opponent`` (a bot name of the game, or
+    ``"self"``), the learner taking the seats in turn (game ``g``: seat ``g % n_seats``).
+
+    Returns:
+        Per-game metrics from the learner's seat: every per-seat metric
+        ``<name>_<seat>`` becomes ``<name>`` (learner), ``opp_<name>`` (the
+        opponent) and ``<seat>_<name>`` (the learner in that seat), e.g.
+        ``return``, ``opp_return``, ``player_0_win``; other metrics as they are.
+    Raises:
+        MarlError: an unknown opponent (lists the game's bots).
+    """
+    envs = [make_env() for _ in range(games)]
+    bots = envs[0].bots()
+    check_opponent_names([opponent], bots)
+    players = envs[0].players
+    seats, learner = [], []
+    for g in range(games):
+        me = players[g % len(players)]
+        table = {a: ("module", agent_to_module[a]) for a in players}
+        if opponent != "self":
+            table.update({a: ("bot", bots[opponent](seed=g)) for a in players if a != me})
+        seats.append({"opponent": opponent, "table": table})
+        learner.append(me)
+    saved, generator.temperature = generator.temperature, temperature
+    try:
+        play(envs, seats, [10**9 + 7 * g for g in range(games)], lms, generator)
+    finally:
+        generator.temperature = saved
+    return _learner_view(envs, learner)
+
+
+def _learner_view(envs, learner: List[str]) -> Dict[str, List[float]]:
+    out: Dict[str, List[float]] = {}
+    for env, me in zip(envs, learner):
+        m = env.episode_metrics()
+        for key, v in m.items():
+            for seat in env.players:
+                if key.endswith("_" + seat):
+                    name = key[: -len(seat) - 1]
+                    name = name if seat == me else f"opp_{name}"
+                    out.setdefault(name, []).append(float(v))
+                    if seat == me:
+                        out.setdefault(f"{me}_{name}", []).append(float(v))
+                    break
+            else:
+                out.setdefault(key, []).append(float(v))
+    return out
+
+
+def check_opponent_names(names, bots) -> None:
+    """Raise :class:`MarlError` for an opponent name that is neither "self", "pool" nor a bot of the game."""
+    valid = ["self", "pool"] + list(bots)
+    for n in names:
+        if n not in valid:
+            raise unknown_choice("opponent", n, valid)
+
+
+def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, Any], generator):
+    """Play ``games`` to the end; returns ``(turns, metrics)``.
+
+    Args:
+        games: text envs; seats: per game ``{"table": {seat: (kind, who)}}`` with kind
+            ``"module"`` (``who`` = module id, looked up in ``lms``), ``"pool"`` (a frozen
+            module) or ``"bot"``; seeds: per game reset seed (also its RLOO group id).
+        lms: module id -> causal LM; generator: a :class:`Generator`.
+    """
+    t0 = time.perf_counter()
+    gen_tokens, gen_time, env_steps = 0, 0.0, 0
+    turns: List[Turn] = []
+    last: Dict[tuple, Turn] = {}
+    counts: Dict[tuple, int] = {}
+    obs = {}
+    for g, (env, s) in enumerate(zip(games, seats)):
+        obs[g], _ = env.reset(seed=seeds[g])
+        for _, (kind, who) in s["table"].items():
+            if kind == "bot":
+                who.reset(seeds[g])
+    steps = {g: 0 for g in obs}
+    while obs:
+        requests: Dict[Any, List[tuple]] = {}
+        replies: Dict[int, Dict[str, str]] = {g: {} for g in obs}
+        for g, o in obs.items():
+            for a, chat in o.items():
+                kind, who = seats[g]["table"][a]
+                if kind == "bot":
+                    replies[g][a] = who.act(games[g], a)
+                    continue
+                key = ("module", who) if kind == "module" else ("pool", id(who))
+                requests.setdefault(key, []).append((g, a, chat, games[g].legal_actions(a), who))
+        for key, reqs in requests.items():
+            lm = lms[key[1]] if key[0] == "module" else reqs[0][4].lm
+            tg = time.perf_counter()
+            prompts, responses, texts = generator.generate(lm, [r[2] for r in reqs], [r[3] for r in reqs])
+            gen_time += time.perf_counter() - tg
+            for (g, a, _c, _l, _w), p, resp, text in zip(reqs, prompts, responses, texts):
+                replies[g][a] = text
+                gen_tokens += len(resp)
+                k = counts.get((g, a), 0)
+                counts[(g, a)] = k + 1
+                turn = Turn(g, a, steps[g], k, key[0] == "module", seeds[g], p, resp)
+                turns.append(turn)
+                last[(g, a)] = turn
+        nxt = {}
+        for g, reply in replies.items():
+            env = games[g]
+            for a in reply:  # bots' turns carry rewards too (co-player advantages, AA)
+                if seats[g]["table"][a][0] == "bot":
+                    k = counts.get((g, a), 0)
+                    counts[(g, a)] = k + 1
+                    last[(g, a)] = Turn(g, a, steps[g], k, False, seeds[g])
+                    turns.append(last[(g, a)])
+            o, rew, done, _, info = env.step(reply)
+            env_steps += 1
+            steps[g] += 1
+            for a, r in rew.items():
+                if (g, a) in last:
+                    last[(g, a)].reward += float(r)
+            for a, i in info.items():
+                if a in reply and (g, a) in last:
+                    last[(g, a)].invalid = bool(i.get("invalid"))
+            if not done["__all__"]:
+                nxt[g] = o
+        obs = nxt
+    dt = time.perf_counter() - t0
+    metrics: Dict[str, Any] = {"env_steps": env_steps, "tokens_generated": gen_tokens,
+                               "generate_time_s": gen_time, "play_time_s": dt}
+    for g, env in enumerate(games):
+        for k, v in env.episode_metrics().items():
+            metrics.setdefault(k, []).append(float(v))
+    return turns, metrics

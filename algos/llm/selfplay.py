@@ -1,0 +1,331 @@
+"""LLM self-play algorithms: MARS, Advantage Alignment, REINFORCE and GRPO (an RLlib ``Algorithm``).
+
+``training_step``: every env runner plays ``games_per_iteration`` games
+(:class:`~marl.algos.llm.runner.TextEnvRunner`), the turns' advantages are
+computed here (:func:`turn_advantages`), one row per trained reply goes to the
+``LearnerGroup`` (:class:`~marl.algos.llm.learner.LLMLearner`; ``num_learners``,
+``num_gpus_per_learner``), and the new weights are synced to the runners. Every
+``eval_every`` iterations the policy plays ``eval_games`` games against each
+fixed opponent of ``eval_opponents``; results are logged as ``vs_<bot>_<metric>``.
+
+Estimators (``reference/llm_selfplay.md``):
+
+* ``mars`` — turn-level return-to-go (gamma 1), normalised per seat role over
+  the batch (§1.6; ``role_norm=False`` pools the roles: the ablation);
+* ``advantage_alignment`` — RLOO per-step advantages A1 (§2.2) and
+  ``A* = A1 + beta * w * A2`` with the co-player's A2 (§2.1; ``aa_variant``
+  ``published`` (k < t) or ``jit`` (k <= t));
+* ``reinforce`` — the same RLOO advantages without the alignment term (naive self-play);
+* ``grpo`` — one group-normalised return per trajectory, seats pooled (MARS Fig. 1 "naive GRPO").
+
+``reward_sharing="sum"`` trains every seat on the sum of all seats' rewards
+(the prosocial control of §5.4).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.policy.policy import PolicySpec
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+import gymnasium as gym
+
+from marl.algos.llm import advantages as est
+from marl.algos.llm.learner import LLMLearner
+from marl.algos.llm.policy import CausalLMModule, Generator, load_tokenizer
+from marl.algos.llm.runner import TextEnvRunner, Turn, check_opponent_names, evaluate
+from marl.engine.runner import MappingFn
+from marl.engine.trainer import Trainer, TrainerConfig, lr_schedule
+from marl.env import MarlError, unknown_choice
+
+ESTIMATORS = ("mars", "advantage_alignment", "reinforce", "grpo")
+REWARD_SHARING = ("none", "sum")
+AA_VARIANTS = ("published", "jit")
+LOSS_AGG = ("seq_mean_token_mean", "token_mean")
+
+
+# ============================================================ advantages
+def _rows(turns: List[Turn], by_step: bool) -> Tuple[List[tuple], torch.Tensor, torch.Tensor, Dict[int, tuple]]:
+    """Pad turns into trajectories: rows = (game, seat), column = the seat's turn ``k``
+    (``by_step``: the game's decision round). Returns ``(keys, rewards [n, T], mask, where)``
+    with ``where[id(turn)] = (row, col)``."""
+    keys = list(dict.fromkeys((t.game, t.seat) for t in turns))
+    row = {k: i for i, k in enumerate(keys)}
+    col = (lambda t: t.step) if by_step else (lambda t: t.k)
+    T = max(col(t) for t in turns) + 1
+    r = torch.zeros(len(keys), T)
+    mask = torch.zeros(len(keys), T, dtype=torch.bool)
+    where = {}
+    for t in turns:
+        i, j = row[(t.game, t.seat)], col(t)
+        r[i, j] += t.reward
+        mask[i, j] = True
+        where[id(t)] = (i, j)
+    return keys, r, mask, where
+
+
+def _share_rewards(keys: List[tuple], r: torch.Tensor) -> torch.Tensor:
+    """Each seat's reward per step replaced by the sum over the seats of its game (aligned by step)."""
+    out = r.clone()
+    games: Dict[Any, List[int]] = {}
+    for i, (g, _) in enumerate(keys):
+        games.setdefault(g, []).append(i)
+    for rows in games.values():
+        out[rows] = r[rows].sum(0, keepdim=True)
+    return out
+
+
+def _co_player(keys: List[tuple], a: torch.Tensor) -> torch.Tensor:
+    """Sum of the other seats' advantages in the same game at the same step (AA's A2)."""
+    out = torch.zeros_like(a)
+    games: Dict[Any, List[int]] = {}
+    for i, (g, _) in enumerate(keys):
+        games.setdefault(g, []).append(i)
+    for rows in games.values():
+        total = a[rows].sum(0)
+        out[rows] = total.unsqueeze(0) - a[rows]
+    return out
+
+
+def turn_advantages(turns: List[Turn], cfg: Dict[str, Any], simultaneous: bool, group_size: int) -> Dict[int, float]:
+    """Advantage of every turn (``id(turn) -> A``) for the estimator ``cfg["estimator"]`` (module docstring).
+
+    Rewards are divided by ``reward_scale`` first. Groups for baselines: games
+    sharing a seed when ``group_size`` > 1, else the whole batch; per seat
+    for RLOO (A1) and MARS, pooled for GRPO.
+    """
+    if not turns:
+        return {}
+    name = cfg["estimator"]
+    by_step = simultaneous  # simultaneous games align seats by round (AA needs it)
+    keys, r, mask, where = _rows(turns, by_step)
+    r = r / float(cfg["reward_scale"])
+    if cfg["reward_sharing"] == "sum":
+        r = _share_rewards(keys, r)
+    seed_of = {(t.game, t.seat): t.group for t in turns}
+    group = [seed_of[k] if group_size > 1 else 0 for k in keys]
+    seat = [k[1] for k in keys]
+    if name == "mars":
+        R = est.discounted_returns(r, mask, float(cfg["gamma"]))
+        adv = est.normalize_by_key(R, mask, seat if cfg["role_norm"] else [0] * len(keys))
+    elif name == "grpo":
+        adv = est.trajectory_group_norm(r, mask, group)
+    else:
+        G = est.discounted_returns(r, mask, float(cfg["gamma"]))
+        adv = est.leave_one_out(G, mask, list(zip(group, seat)))
+        if name == "advantage_alignment":
+            adv = est.aa_credit(adv, _co_player(keys, adv), mask, float(cfg["beta"]), float(cfg["aa_gamma"]),
+                                jit=cfg["aa_variant"] == "jit")
+    return {tid: float(adv[i, j]) for tid, (i, j) in where.items()}
+
+
+def turns_to_batch(turns: List[Turn], adv: Dict[int, float], seat_to_module: Dict[str, str], pad_id: int) -> MultiAgentBatch:
+    """One row per trained reply: ``input_ids``, ``attention_mask`` ``[S, L]``, ``loss_mask [S, L-1]``
+    (True where the next token belongs to the reply), ``advantages [S]``; per module."""
+    per: Dict[str, List[Turn]] = {}
+    for t in turns:
+        if t.trained and t.response_ids:
+            per.setdefault(seat_to_module[t.seat], []).append(t)
+    batches, n_tokens = {}, 0
+    for mid, ts in per.items():
+        L = max(len(t.prompt_ids) + len(t.response_ids) for t in ts)
+        ids = np.full((len(ts), L), pad_id, dtype=np.int64)
+        att = np.zeros((len(ts), L), dtype=np.int64)
+        lmask = np.zeros((len(ts), L - 1), dtype=bool)
+        for i, t in enumerate(ts):
+            p, q = len(t.prompt_ids), len(t.response_ids)
+            ids[i, : p + q] = t.prompt_ids + t.response_ids
+            att[i, : p + q] = 1
+            lmask[i, p - 1: p + q - 1] = True  # logp[j] scores token j+1: the reply's tokens
+        n_tokens += int(lmask.sum())
+        batches[mid] = SampleBatch({"input_ids": ids, "attention_mask": att, "loss_mask": lmask,
+                                    "advantages": np.array([adv[id(t)] for t in ts], dtype=np.float32)})
+    return MultiAgentBatch(batches, env_steps=n_tokens)
+
+
+# ============================================================ policy for users
+class TextPolicy:
+    """The trained LM(s) with their generator: ``reply(chats)`` and ``evaluate(opponent, games)``.
+
+    Attributes:
+        lms: module id -> causal LM; generator: :class:`~marl.algos.llm.policy.Generator`.
+    """
+
+    def __init__(self, lms: Dict[str, Any], generator: Generator, agent_to_module: Dict[str, str], make_env,
+                 temperature: float):
+        self.lms, self.generator, self.agent_to_module = lms, generator, agent_to_module
+        self.make_env, self.temperature = make_env, temperature
+
+    def reply(self, chats, seat: Optional[str] = None, legal=None) -> List[str]:
+        """Generated replies to a list of chats (the model of ``seat``; default: the first module)."""
+        mid = self.agent_to_module[seat] if seat else next(iter(self.lms))
+        return self.generator.generate(self.lms[mid], chats, legal)[2]
+
+    def evaluate(self, opponent: str = "random", games: int = 100) -> Dict[str, float]:
+        """Mean metrics of ``games`` games against a fixed ``opponent`` (see :func:`runner.evaluate`)."""
+        stats = evaluate(self.make_env, self.agent_to_module, self.lms, self.generator, opponent, games,
+                         self.temperature)
+        return {k: float(np.mean(v)) for k, v in stats.items()}
+
+
+# ============================================================ algorithm
+class LLMSelfPlay(Trainer):
+    """Self-play training of a causal LM on a text game (module docstring)."""
+
+    learner_class = LLMLearner
+    module_class = CausalLMModule
+    learner_metrics = ("policy_loss", "kl", "entropy", "clip_fraction", "tokens_trained_per_s")
+
+    @classmethod
+    def module_config(cls, cfg, mapping=None, mid=None) -> Dict[str, Any]:
+        keys = ("model", "dtype", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target", "gradient_checkpointing")
+        return {k: cfg[k] for k in keys}
+
+    @classmethod
+    def check_env(cls, cfg, info) -> None:
+        """Raises MarlError: a non-text env, no ``model``, a bad choice, or Advantage Alignment /
+        reward sharing on a turn-based game."""
+        g = next(iter(info.groups.values()))
+        if not isinstance(g.action_space, gym.spaces.Text):
+            raise MarlError(f"{cfg['algo']} trains language models on text games (ipd, stag_hunt, chicken, "
+                            f"trust_and_split, openspiel); {info.family}:{info.scenario} is not one.")
+        if cfg.get("model") is None:
+            raise MarlError(f"{cfg['algo']} needs model=: a local path or hub id, or a transformers config.")
+        for key, valid in (("estimator", ESTIMATORS), ("reward_sharing", REWARD_SHARING),
+                           ("aa_variant", AA_VARIANTS), ("loss_agg", LOSS_AGG), ("generator", ("hf", "vllm"))):
+            if cfg[key] not in valid:
+                raise unknown_choice(key, cfg[key], valid)
+        if not isinstance(cfg["opponents"], dict) or not cfg["opponents"]:
+            raise MarlError(f"opponents must be a dict name -> probability, e.g. {{'self': 0.5, 'pool': 0.5}}; got {cfg['opponents']!r}.")
+
+    @classmethod
+    def check_text_env(cls, cfg, env) -> None:
+        """Checks that need the game object (bots, simultaneous moves)."""
+        bots = env.bots()
+        check_opponent_names(list(cfg["opponents"]), bots)
+        check_opponent_names([o for o in (cfg["eval_opponents"] or [])], bots)
+        if not env.simultaneous and (cfg["estimator"] == "advantage_alignment" or cfg["reward_sharing"] == "sum"):
+            raise MarlError(f"{cfg['algo']} with estimator={cfg['estimator']}, reward_sharing={cfg['reward_sharing']} "
+                            f"aligns seats by round and needs a simultaneous-move game (ipd, stag_hunt, chicken, "
+                            f"trust_and_split); {env.info.family}:{env.info.scenario} is turn-based.")
+
+    @classmethod
+    def build_config(cls, cfg, env, mapping, env_token: str):
+        """RLlib config: TextEnvRunners for sampling, LLMLearners (DDP when ``num_learners`` > 1)."""
+        cls.check_text_env(cfg, env)
+        learner_cfg = dict(cfg)
+        learner_cfg.update(
+            env_spec=vars(env.spec) if env.spec is not None else None,
+            env_object=env if env.spec is None else None,
+            env_token=env_token,
+            agent_to_module=dict(mapping.agent_to_module),
+            simultaneous=bool(env.simultaneous),
+        )
+        text = gym.spaces.Text(max_length=1 << 16)  # chats in, replies out (RLlib wants spaces)
+        specs = {mid: RLModuleSpec(module_class=CausalLMModule, observation_space=text, action_space=text,
+                                   model_config=cls.module_config(cfg)) for mid in mapping.modules}
+        policies = {mid: PolicySpec(observation_space=text, action_space=text) for mid in mapping.modules}
+        config = (
+            TrainerConfig(algo_class=cls)
+            .environment(observation_space=None, action_space=None, disable_env_checking=True)
+            .env_runners(env_runner_cls=TextEnvRunner, num_env_runners=int(cfg["num_env_runners"]),
+                         num_cpus_per_env_runner=float(cfg["num_cpus_per_env_runner"]))
+            .learners(num_learners=int(cfg["num_learners"]), num_gpus_per_learner=float(cfg["num_gpus_per_learner"]),
+                      num_cpus_per_learner=float(cfg["num_cpus_per_learner"]) if cfg["num_learners"] else "auto",
+                      learner_config_dict=learner_cfg)
+            .multi_agent(policies=policies, policy_mapping_fn=MappingFn(mapping.agent_to_module))
+            .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
+            .training(lr=lr_schedule(cfg), grad_clip=float(cfg["max_grad_norm"]) if cfg.get("max_grad_norm") else None,
+                      grad_clip_by="global_norm")
+            .debugging(seed=int(cfg["seed"]), log_level="ERROR")
+        )
+        config.torch_ddp_kwargs = {"find_unused_parameters": True}  # LoRA / unused heads (reference §4.3)
+        config.learner_config_dict = learner_cfg
+        return config
+
+    # --------------------------------------------------------------- iteration
+    def _runners(self, fn):
+        group = self.env_runner_group
+        if group.num_remote_env_runners() == 0:
+            return [fn(group.local_env_runner)]
+        return group.foreach_env_runner(fn, local_env_runner=False)
+
+    def training_step(self) -> None:
+        hp = self.marl_config
+        parts = self._runners(lambda r: r.sample())
+        turns, metrics = _merge_parts(parts)
+        adv = turn_advantages(turns, hp, hp["simultaneous"], int(hp["group_size"]))
+        pad = self._pad_id()
+        self.update_learners(turns_to_batch(turns, adv, hp["agent_to_module"], pad))
+        gen_time = sum(p["metrics"]["generate_time_s"] for p in parts)
+        self.extra_metrics = {
+            "tokens_generated_per_s": metrics.pop("tokens_generated") / max(gen_time, 1e-9),
+            "replies_trained": float(sum(t.trained for t in turns)),
+        }
+        every = int(hp["eval_every"])
+        if every > 0 and (self.progress["iterations"] + 1) % every == 0:
+            self.extra_metrics.update(self.evaluate_opponents())
+        self.rollout = {"metrics": metrics}
+
+    def _pad_id(self) -> int:
+        if not hasattr(self, "_pad"):
+            tok = load_tokenizer(self.marl_config.get("tokenizer"), self.marl_config.get("model"))
+            self._pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        return int(self._pad)
+
+    def evaluate_opponents(self, opponents=None, games: Optional[int] = None) -> Dict[str, float]:
+        """Mean ``vs_<bot>_<metric>`` over ``games`` games against each fixed opponent
+        (default ``eval_opponents``, or every bot of the game), on the first env runner."""
+        hp = self.marl_config
+        games = int(games or hp["eval_games"])
+        opponents = opponents or hp["eval_opponents"] or list(self._runners(lambda r: list(r.bot_classes))[0])
+        out = {}
+        for opp in opponents:
+            stats = self._runners(lambda r, o=opp: r.evaluate(o, games))[0]
+            out.update({f"vs_{opp}_{k}": float(np.mean(v)) for k, v in stats.items()})
+        return out
+
+    @classmethod
+    def policy_from(cls, trainer, mapping) -> TextPolicy:
+        """A :class:`TextPolicy` with a copy of the learner's weights."""
+        hp = trainer.marl_config
+        runner = trainer.env_runner_group.local_env_runner
+        if runner is None or trainer.env_runner_group.num_remote_env_runners() > 0:
+            trainer.env_runner_group.sync_weights(from_worker_or_learner_group=trainer.learner_group)
+        state = trainer.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
+        lms = {}
+        for mid in mapping.modules:
+            m = CausalLMModule(model_config=cls.module_config(hp))
+            m.set_state(state[mid])
+            m.eval()
+            lms[mid] = m.lm
+        tok = load_tokenizer(hp.get("tokenizer"), hp.get("model"))
+        gen = Generator(tok, hp["eval_temperature"], hp["top_p"], hp["max_new_tokens"], hp["constrain_actions"])
+        from marl.env import EnvSpec
+
+        spec = EnvSpec(**hp["env_spec"]) if hp.get("env_spec") else None
+        make = spec.make if spec is not None else (lambda: __import__("copy").deepcopy(hp["env_object"]))
+        return TextPolicy(lms, gen, hp["agent_to_module"], make, float(hp["eval_temperature"]))
+
+
+def _merge_parts(parts: List[Dict[str, Any]]) -> Tuple[List[Turn], Dict[str, Any]]:
+    """Concatenate runners' turns (game ids made unique) and metrics."""
+    turns: List[Turn] = []
+    metrics: Dict[str, Any] = {"env_steps": 0, "tokens_generated": 0}
+    offset = 0
+    for p in parts:
+        games = 0
+        for t in p["turns"]:
+            t.game += offset
+            games = max(games, t.game - offset + 1)
+            turns.append(t)
+        offset += games
+        for k, v in p["metrics"].items():
+            if isinstance(v, list):
+                metrics.setdefault(k, []).extend(v)
+            elif k in ("env_steps", "tokens_generated"):
+                metrics[k] += v
+    return turns, metrics

@@ -1,0 +1,206 @@
+"""LLM self-play: estimator formulas on hand-computed vectors (reference/llm_selfplay.md §1.13, §2.4),
+token masks, the learner's loss, generation, and short Ray runs (LoRA, errors)."""
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+import marl  # noqa: E402
+from marl.algos.llm import advantages as est  # noqa: E402
+from marl.algos.llm.learner import aggregate, k3_kl, policy_loss  # noqa: E402
+from marl.algos.llm.policy import CausalLMModule, Generator, tiny_config, word_tokenizer  # noqa: E402
+from marl.algos.llm.runner import Turn  # noqa: E402
+from marl.algos.llm.selfplay import turn_advantages, turns_to_batch  # noqa: E402
+
+ONE = torch.ones(1, 3, dtype=torch.bool)
+
+
+# ------------------------------------------------------------------ formulas
+def test_mars_turn_returns_and_role_normalisation():
+    R = est.discounted_returns(torch.tensor([[0.05, 0.05, 1.05]]), ONE, 1.0)
+    assert torch.allclose(R, torch.tensor([[1.15, 1.10, 1.05]]))
+    A = est.normalize_by_key(R, ONE, ["p0"])
+    assert torch.allclose(A, torch.tensor([[1.2247, 0.0, -1.2247]]), atol=1e-4)
+
+
+def test_role_normalisation_is_per_role():
+    # role p1's rewards are 10x larger; per-role normalisation gives both the same advantages
+    R = torch.tensor([[1.0, 2.0], [10.0, 20.0]])
+    A = est.normalize_by_key(R, torch.ones(2, 2, dtype=torch.bool), ["p0", "p1"])
+    assert torch.allclose(A[0], A[1])
+    pooled = est.normalize_by_key(R, torch.ones(2, 2, dtype=torch.bool), [0, 0])
+    assert not torch.allclose(pooled[0], pooled[1])
+
+
+def test_discounted_returns_ignore_padding():
+    r = torch.tensor([[1.0, 1.0, 5.0]])
+    m = torch.tensor([[True, True, False]])
+    assert torch.allclose(est.discounted_returns(r, m, 0.5), torch.tensor([[1.5, 1.0, 0.0]]))
+
+
+def test_advantage_alignment_published_and_jit():
+    a1, a2 = torch.tensor([[1.0, -1.0, 2.0]]), torch.tensor([[0.5, 1.0, -1.0]])
+    assert torch.allclose(est.aa_weights(a1, ONE, 0.9), torch.tensor([[0.0, 0.81, -0.081]]), atol=1e-6)
+    assert torch.allclose(est.aa_credit(a1, a2, ONE, 0.5, 0.9), torch.tensor([[1.0, -0.595, 2.0405]]), atol=1e-6)
+    assert torch.allclose(est.aa_weights(a1, ONE, 0.9, jit=True), torch.tensor([[1.0, -0.1, 1.91]]), atol=1e-6)
+    assert torch.allclose(est.aa_credit(a1, a2, ONE, 0.5, 0.9, jit=True), torch.tensor([[1.25, -1.05, 1.045]]), atol=1e-6)
+    assert torch.equal(est.aa_credit(a1, a2, ONE, 0.0, 0.9), a1)  # beta 0: naive
+
+
+def test_rloo_leave_one_out():
+    G = torch.tensor([[3.0, 1.0], [1.0, 1.0], [2.0, 0.0]])
+    A = est.leave_one_out(G, torch.ones(3, 2, dtype=torch.bool), [0, 0, 0])
+    assert torch.allclose(A, torch.tensor([[1.5, 0.5], [-1.5, 0.5], [0.0, -1.0]]))
+    alone = est.leave_one_out(G, torch.ones(3, 2, dtype=torch.bool), [0, 1, 1])
+    assert torch.equal(alone[0], torch.zeros(2))  # no peer: no baseline, no signal
+
+
+def test_grpo_one_scalar_per_trajectory():
+    r = torch.tensor([[1.0, 0.0], [0.0, 0.0], [3.0, 0.0]])
+    m = torch.tensor([[True, True], [True, False], [True, True]])
+    A = est.trajectory_group_norm(r, m, [0, 0, 0])
+    assert A[0, 0] == A[0, 1] and A[1, 1] == 0
+    assert abs(float(A[:, 0].sum())) < 1e-5  # zero mean over the group
+
+
+def _turns(rewards):
+    """Turns of two simultaneous games: rewards[g][seat] = per-round rewards."""
+    out = []
+    for g, seats in enumerate(rewards):
+        for seat, rs in seats.items():
+            for k, r in enumerate(rs):
+                out.append(Turn(g, seat, k, k, True, g, [1, 2], [3], r))
+    return out
+
+
+def test_turn_advantages_aa_uses_co_player_advantage():
+    turns = _turns([{"a": [3, 3], "b": [3, 0]}, {"a": [0, 1], "b": [5, 1]}])
+    cfg = dict(estimator="reinforce", reward_scale=1.0, reward_sharing="none", gamma=1.0, role_norm=True,
+               beta=0.5, aa_gamma=1.0, aa_variant="published")
+    naive = turn_advantages(turns, cfg, simultaneous=True, group_size=1)
+    aa = turn_advantages(turns, {**cfg, "estimator": "advantage_alignment"}, simultaneous=True, group_size=1)
+    by = {(t.game, t.seat, t.k): t for t in turns}
+    # RLOO per seat over the batch: seat a, game 0, round 0: G = 6 vs the other game's 1 -> A1 = 5
+    assert naive[id(by[(0, "a", 0)])] == pytest.approx(5.0)
+    # round 1 of game 0 for seat a: A1 = 3 - 1 = 2; w = gamma * A1_0 = 5; A2 (seat b) = 0 - 1 = -1
+    assert aa[id(by[(0, "a", 1)])] == pytest.approx(2.0 + 0.5 * 5.0 * -1.0)
+    assert aa[id(by[(0, "a", 0)])] == pytest.approx(5.0)  # nothing before round 0
+
+
+def test_reward_sharing_sums_seats():
+    turns = _turns([{"a": [5], "b": [0]}, {"a": [1], "b": [1]}])
+    cfg = dict(estimator="reinforce", reward_scale=1.0, reward_sharing="sum", gamma=1.0, role_norm=True,
+               beta=0.5, aa_gamma=1.0, aa_variant="published")
+    adv = turn_advantages(turns, cfg, simultaneous=True, group_size=1)
+    assert all(v == pytest.approx(3.0 if t.game == 0 else -3.0) for t in turns for v in [adv[id(t)]])
+
+
+# ------------------------------------------------------------------ tokens and loss
+def test_only_reply_tokens_carry_loss():
+    t = Turn(0, "a", 0, 0, True, 0, [7, 8, 9], [4, 2], 1.0)
+    skipped = Turn(0, "b", 0, 0, False, 0, [7, 8], [5, 2], 1.0)  # a bot / untrained seat
+    b = turns_to_batch([t, skipped], {id(t): 0.5, id(skipped): 1.0}, {"a": "m", "b": "m"}, pad_id=0)
+    rows = b.policy_batches["m"]
+    assert rows["input_ids"].tolist() == [[7, 8, 9, 4, 2]]
+    # logp[j] scores token j+1: tokens 4 and 2 sit at positions 3 and 4 -> mask indices 2, 3
+    assert rows["loss_mask"].tolist() == [[False, False, True, True]]
+    assert rows["advantages"].tolist() == [0.5]
+
+
+def test_masked_tokens_do_not_change_the_loss():
+    logp = torch.randn(2, 5, requires_grad=True)
+    mask = torch.tensor([[0, 1, 1, 0, 0], [0, 0, 1, 1, 1]], dtype=torch.bool)
+    adv = torch.tensor([[1.0], [-2.0]]).expand(2, 5)
+    loss = aggregate(policy_loss(logp, logp.detach(), adv, 0.2, 1.4), mask, "seq_mean_token_mean")
+    loss.backward()
+    assert torch.all(logp.grad[~mask] == 0) and torch.all(logp.grad[mask] != 0)
+    # REINFORCE on the first epoch: d loss / d logp = -A / (tokens of the reply)
+    assert logp.grad[0, 1] == pytest.approx(-1.0 / 2) and logp.grad[1, 2] == pytest.approx(2.0 / 3)
+
+
+def test_ppo_clip_and_dual_clip():
+    old = torch.zeros(1, 3)
+    logp = torch.log(torch.tensor([[1.5, 0.5, 5.0]]))
+    pos = policy_loss(logp, old, torch.ones(1, 3), 0.2, 0.0)
+    assert torch.allclose(pos, torch.tensor([[-1.2, -0.5, -1.2]]))
+    neg = policy_loss(logp, old, -torch.ones(1, 3), 0.2, 1.4)
+    assert torch.allclose(neg, torch.tensor([[1.4, 0.8, 1.4]]))  # rho*|A| capped at c*|A|
+
+
+def test_k3_kl_zero_at_reference_and_positive_elsewhere():
+    x = torch.tensor([-1.0, -2.0])
+    assert torch.equal(k3_kl(x, x), torch.zeros(2))
+    assert torch.all(k3_kl(x, x + 0.3) > 0)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = word_tokenizer(["<A>", "<B>", "start", "<A> <B>"])
+    module = CausalLMModule(model_config={"model": tiny_config(len(tok), n_positions=64)})
+    return tok, module
+
+
+def test_token_logp_matches_log_softmax(tiny):
+    tok, module = tiny
+    ids = torch.tensor([[4, 8, 2, 5, 6]])
+    logp, ent = module.token_logp(ids, torch.ones_like(ids), entropy=True)
+    full = torch.log_softmax(module.lm(input_ids=ids).logits.float(), -1)
+    assert torch.allclose(logp[0, 2], full[0, 2, 5], atol=1e-5)
+    assert torch.all(ent > 0) and torch.all(ent <= math.log(len(tok)) + 1e-4)
+
+
+def test_reference_policy_is_frozen_and_outside_the_state(tiny):
+    _, module = tiny
+    ids = torch.tensor([[4, 8, 2, 5, 6]])
+    before = module.token_logp(ids, torch.ones_like(ids), reference=True)[0]
+    with torch.no_grad():
+        for p in module.lm.parameters():
+            p.add_(0.1)
+    after = module.token_logp(ids, torch.ones_like(ids), reference=True)[0]
+    assert torch.allclose(before, after)
+    assert not any(k.startswith("_ref") for k in module.state_dict())
+
+
+@pytest.mark.parametrize("moves", [["<A>", "<B>"], ["<A> <B>", "<B> <A>"]])
+def test_constrained_generation_only_produces_legal_moves(tiny, moves):
+    tok, module = tiny
+    gen = Generator(tok, temperature=1.0, max_new_tokens=4, constrain=True)
+    chats = [[{"role": "user", "content": "start"}]] * 16
+    prompts, responses, texts = gen.generate(module.lm, chats, [moves] * 16)
+    assert set(texts) <= set(moves) and all(r[-1] == tok.eos_token_id for r in responses)
+    assert prompts[0] == tok("user start [EOS] assistant", add_special_tokens=False)["input_ids"]
+
+
+def test_lora_trains_only_adapters(tiny):
+    pytest.importorskip("peft")
+    tok, _ = tiny
+    m = CausalLMModule(model_config={"model": tiny_config(len(tok), n_positions=64), "lora": True, "lora_r": 4,
+                                     "lora_alpha": 8, "lora_target": ["c_attn"]})
+    trainable = [n for n, p in m.named_parameters() if p.requires_grad]
+    assert trainable and all("lora" in n for n in trainable)
+    ids = torch.tensor([[4, 8, 2, 5, 6]])
+    ref = m.token_logp(ids, torch.ones_like(ids), reference=True)[0]
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "lora_B" in n:
+                p.add_(0.5)
+    assert not torch.allclose(m.token_logp(ids, torch.ones_like(ids))[0], ref)  # adapters matter
+    assert torch.allclose(m.token_logp(ids, torch.ones_like(ids), reference=True)[0], ref)  # reference = base
+
+
+# ------------------------------------------------------------------ errors
+def test_llm_algorithms_reject_tensor_envs_and_missing_model():
+    with pytest.raises(marl.MarlError, match="text games"):
+        marl.make_env("matrix", "two_step").fit("mars", model="x")
+    with pytest.raises(marl.MarlError, match="needs model="):
+        marl.make_env("ipd").fit("reinforce")
+
+
+def test_bad_opponent_and_turn_based_alignment_are_errors(tiny):
+    tok, _ = tiny
+    env = marl.make_env("ipd", rounds=2)
+    with pytest.raises(marl.MarlError, match="always_defect"):
+        env.fit("reinforce", model=tiny_config(len(tok)), tokenizer=tok, opponents={"grim": 1.0},
+                stop={"iterations": 1})
