@@ -47,3 +47,16 @@ for _game in ("ipd", "stag_hunt", "chicken"):
         f"marl.envs.text.dilemmas:make_{_game}",
         f"Iterated {_game.replace('_', ' ')} as a text game for LLM agents (rounds=10)",
     )
+register_env(
+    "openspiel",
+    "marl.envs.text.openspiel:make",
+    "Turn-based OpenSpiel games as text games (tic-tac-toe, poker, Connect Four, mini Hanabi, any pyspiel name); "
+    "needs open_spiel",
+    scenarios="marl.envs.text.openspiel:scenarios",
+)
+register_env(
+    "trust_and_split",
+    "marl.envs.text.trust_and_split:make",
+    "Trust-and-Split: iterated 10-coin split with private values and one message per round (text game)",
+    scenarios="marl.envs.text.trust_and_split:scenarios",
+)
