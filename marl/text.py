@@ -22,10 +22,17 @@ Unparseable or illegal text is handled by ``invalid_action``:
 * ``"retry"``: the agent is asked again (its bad reply and a notice listing the
   legal moves are added to its chat) up to ``retries`` times, each bad reply
   costing ``invalid_penalty``; then the game is forfeited;
-* ``"forfeit"``: the game ends at once; the offender gets ``invalid_penalty``
-  (MARS: -1 - 10 = -11 in tic-tac-toe) and the others 0.
+* ``"forfeit"``: the game ends at once; every offender (several can reply
+  badly in one step of a simultaneous game) gets ``invalid_penalty`` (MARS:
+  -1 - 10 = -11 in tic-tac-toe) and the others 0.
 
-Every episode reports ``invalid_rate`` (bad replies / replies) in its metrics.
+A reply is read by :meth:`TextEnv.parse` (default :func:`parse_action`); a
+game with free-text turns (no move list, e.g. Trust-and-Split's messages)
+overrides it. ``format_reward`` is added to the reward of every valid reply
+(MARS: +0.05, §1.5), also in a step that a co-player forfeits.
+
+Every episode reports ``invalid_rate`` (bad replies / replies to a move list:
+free-text replies are not counted) in its metrics.
 """
 from __future__ import annotations
 
@@ -79,10 +86,16 @@ class Bot(abc.ABC):
     """A fixed opponent that plays a seat of a :class:`TextEnv` (for evaluation and opponent mixes).
 
     Bots read the game object directly (e.g. the co-player's last move) and
-    return a legal move as text.
+    return a legal move as text (any text on a free-text turn).
+
+    Args:
+        seed: seed of the bot's randomness (ignored by deterministic bots).
     """
 
     name = "bot"
+
+    def __init__(self, seed: Optional[int] = None):
+        pass
 
     def reset(self, seed: Optional[int] = None) -> None:
         """Called at the start of every game."""
@@ -93,7 +106,7 @@ class Bot(abc.ABC):
 
 
 class RandomBot(Bot):
-    """Uniformly random legal move."""
+    """Uniformly random legal move; the empty text (says nothing) on a free-text turn."""
 
     name = "random"
 
@@ -105,23 +118,29 @@ class RandomBot(Bot):
             self.rng.seed(seed)
 
     def act(self, env: "TextEnv", agent: str) -> str:
-        return self.rng.choice(env.legal_actions(agent))
+        legal = env.legal_actions(agent)
+        return self.rng.choice(legal) if legal else ""
 
 
 class TextEnv(RLlibMultiAgentEnv, abc.ABC):
     """Base of text games (see the module docstring for the protocol).
 
     Subclasses set ``family``, ``players`` (seat ids), ``simultaneous`` and
-    ``kind`` and implement the game hooks: :meth:`new_game`, :meth:`to_act`,
+    ``kind`` and implement the game hooks: :meth:`new_game`,
     :meth:`legal_actions`, :meth:`system_prompt`, :meth:`observe`,
-    :meth:`apply` and optionally :meth:`default_action`, :meth:`game_metrics`,
-    :meth:`bots`.
+    :meth:`apply` and optionally :meth:`to_act` (default: every seat, for
+    simultaneous games), :meth:`parse`, :meth:`default_action`,
+    :meth:`game_metrics`, :meth:`bots`. The bookkeeping (chats, retries,
+    penalties, forfeits, ``format_reward``, returns, ``invalid_rate``) is done
+    here in :meth:`reset` and :meth:`step`.
 
     Args:
         scenario: name shown in logs (the game).
         invalid_action: ``"penalty"``, ``"retry"`` or ``"forfeit"`` (module docstring).
         invalid_penalty: reward for a bad reply (penalty / retry) or for forfeiting.
         retries: extra attempts per decision under ``"retry"``.
+        format_reward: added to the reward of every valid reply (MARS: 0.05,
+            ``reference/llm_selfplay.md`` §1.5).
         history: ``"full"`` (the whole chat of the game so far, as MARS) or
             ``"last"`` (system prompt + the current state only: short prompts).
         prompt_style: ``"natural"`` (instructions in English, for pretrained
@@ -140,7 +159,8 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
     max_decisions = 100  # per agent and game; subclasses set the true bound
 
     def __init__(self, scenario: str, *, invalid_action: str = "penalty", invalid_penalty: float = 0.0,
-                 retries: int = 2, history: str = "full", prompt_style: str = "natural", seed: Optional[int] = None):
+                 retries: int = 2, format_reward: float = 0.0, history: str = "full", prompt_style: str = "natural",
+                 seed: Optional[int] = None):
         super().__init__()
         for name, value, valid in (("invalid_action", invalid_action, INVALID_ACTIONS),
                                    ("history", history, HISTORIES), ("prompt_style", prompt_style, PROMPT_STYLES)):
@@ -152,6 +172,7 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         self.invalid_action = invalid_action
         self.invalid_penalty = float(invalid_penalty)
         self.retries = int(retries)
+        self.format_reward = float(format_reward)
         self.history = history
         self.compact = prompt_style == "compact"
         self.rng = random.Random(seed)
@@ -171,11 +192,11 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
     # ------------------------------------------------------------------ game hooks
     @abc.abstractmethod
     def new_game(self) -> None:
-        """Start a new game (randomness from ``self.rng``)."""
+        """Start a new game (randomness from ``self.rng``); called by :meth:`reset` before the system prompts."""
 
-    @abc.abstractmethod
     def to_act(self) -> List[str]:
-        """Agents that must move now (empty once the game is over)."""
+        """Agents that must move now (empty once the game is over); default: every seat (simultaneous games)."""
+        return [] if self.done else list(self.players)
 
     @abc.abstractmethod
     def legal_actions(self, agent: str) -> List[str]:
@@ -193,9 +214,36 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
     def apply(self, moves: Dict[str, str]) -> Dict[str, float]:
         """Play one legal move per agent in :meth:`to_act`; return game rewards; set ``self.done``."""
 
+    def parse(self, agent: str, text: str) -> Optional[str]:
+        """The move ``agent``'s reply ``text`` names, or ``None`` for a bad reply.
+
+        Default: :func:`parse_action` over :meth:`legal_actions`. A game with
+        free-text turns overrides it to accept any text there.
+        """
+        return parse_action(text, self.legal_actions(agent))
+
     def default_action(self, agent: str) -> str:
-        """The move played for a bad reply under ``invalid_action="penalty"`` (random legal)."""
-        return self.rng.choice(self.legal_actions(agent))
+        """The move played for a bad reply under ``invalid_action="penalty"`` (random legal).
+
+        Raises:
+            MarlError: ``agent`` has no legal moves (a free-text turn whose
+                game does not override :meth:`parse`).
+        """
+        legal = self.legal_actions(agent)
+        if not legal:
+            raise MarlError(f"{agent} has no legal moves to default to; a game with free-text turns must "
+                            f"override parse() to accept them.")
+        return self.rng.choice(legal)
+
+    def other(self, agent: str) -> str:
+        """The co-player of ``agent`` in a two-player game.
+
+        Raises:
+            MarlError: the game does not have exactly two seats.
+        """
+        if len(self.players) != 2:
+            raise MarlError(f"other() needs a two-player game; seats: {self.players}.")
+        return self.players[1 - self.players.index(agent)]
 
     def game_metrics(self) -> Dict[str, float]:
         """Game statistics of the finished episode (e.g. cooperation rate)."""
@@ -212,80 +260,109 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         return 1
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        """Start a new game: :meth:`new_game`, then the system prompts.
+
+        Returns:
+            ``(obs, infos)``: the chats of the agents that must act and their
+            ``infos[agent]["legal_actions"]``.
+        """
         if seed is not None:
             self.rng.seed(seed)
         self.done = False
-        self.chats: Dict[str, Chat] = {}
-        for a in self.players:
-            sp = self.system_prompt(a)
-            self.chats[a] = [{"role": "system", "content": sp}] if sp else []
         self.returns = {a: 0.0 for a in self.players}
         self.n_replies = {a: 0 for a in self.players}
         self.n_invalid = {a: 0 for a in self.players}
         self._pending: Dict[str, str] = {}
         self._tries = {a: 0 for a in self.players}
+        self._last_prompt: Dict[str, str] = {}
         self.new_game()
-        return self._observations(self.to_act()), {}
+        self.chats: Dict[str, Chat] = {}
+        for a in self.players:
+            sp = self.system_prompt(a)
+            self.chats[a] = [{"role": "system", "content": sp}] if sp else []
+        infos: Dict[str, Dict[str, Any]] = {}
+        return self._ask(self.to_act(), infos), infos
 
     def step(self, action_dict: Dict[str, str]):
+        """Read one reply per agent asked; play the moves once every agent to act has a valid one.
+
+        Raises:
+            MarlError: the game is over, or an agent asked for a reply has none in ``action_dict``.
+        """
         asked = [a for a in self.to_act() if a not in self._pending]
         missing = [a for a in asked if a not in action_dict]
         if self.done or missing:
-            raise MarlError(f"step() needs a reply from {missing or 'nobody: the game is over'}; got {sorted(action_dict)}.")
+            raise MarlError(f"step() needs a reply from {missing or 'nobody: the game is over'}; "
+                            f"got {sorted(action_dict)}.")
         rewards = {a: 0.0 for a in self.players}
         infos: Dict[str, Dict[str, Any]] = {}
         again: List[str] = []
-        forfeit = None
+        offenders: List[str] = []
         for a in asked:
-            text = str(action_dict[a])
-            legal = self.legal_actions(a)
-            move = parse_action(text, legal)
-            self.n_replies[a] += 1
-            self.chats[a].append({"role": "user", "content": self._last_prompt[a]})
-            self.chats[a].append({"role": "assistant", "content": text})
+            move = self._read(a, str(action_dict[a]))
             infos[a] = {"invalid": move is None, "move": move}
             if move is not None:
                 self._pending[a] = move
-                continue
-            self.n_invalid[a] += 1
-            if self.invalid_action == "penalty":
-                rewards[a] += self.invalid_penalty
-                self._pending[a] = self.default_action(a)
-                infos[a]["move"] = self._pending[a]
-            elif self.invalid_action == "retry" and self._tries[a] < self.retries:
-                self._tries[a] += 1
-                rewards[a] += self.invalid_penalty
-                again.append(a)
             else:
-                forfeit = a
-        if forfeit is not None:
-            rewards = {a: (self.invalid_penalty if a == forfeit else 0.0) for a in self.players}
+                outcome = self._bad_reply(a, rewards, infos[a])
+                if outcome != "penalty":
+                    (again if outcome == "retry" else offenders).append(a)
+        if offenders:
+            rewards = {a: (self.invalid_penalty if a in offenders else 0.0) for a in self.players}
             self.done = True
         elif not again:
-            moves, self._pending = self._pending, {}
-            self._tries = {a: 0 for a in self.players}
-            for a, r in self.apply(moves).items():
-                rewards[a] += float(r)
+            self._play(rewards)
+        for a, info in infos.items():
+            if not info["invalid"]:
+                rewards[a] += self.format_reward
         for a, r in rewards.items():
             self.returns[a] += r
-        obs = {} if self.done else self._observations(again or self.to_act(), retry=again)
-        for a in obs:
-            infos.setdefault(a, {})["legal_actions"] = self.legal_actions(a)
+        obs = {} if self.done else self._ask(again or self.to_act(), infos, retry=again)
         done = {"__all__": self.done, **{a: self.done for a in self.players}}
         return obs, rewards, done, {"__all__": False}, infos
 
-    def _observations(self, agents: Sequence[str], retry: Sequence[str] = ()) -> Dict[str, Chat]:
-        if not hasattr(self, "_last_prompt"):
-            self._last_prompt: Dict[str, str] = {}
+    def _read(self, agent: str, text: str) -> Optional[str]:
+        """Add ``agent``'s prompt and reply to its chat, count the reply and return :meth:`parse`'s move."""
+        self.chats[agent].append({"role": "user", "content": self._last_prompt[agent]})
+        self.chats[agent].append({"role": "assistant", "content": text})
+        move = self.parse(agent, text)
+        if move is None or self.legal_actions(agent):  # a valid free-text reply is not counted
+            self.n_replies[agent] += 1
+            self.n_invalid[agent] += move is None
+        return move
+
+    def _bad_reply(self, agent: str, rewards: Dict[str, float], info: Dict[str, Any]) -> str:
+        """Apply ``invalid_action`` to ``agent``'s bad reply; return ``"penalty"``, ``"retry"`` or ``"forfeit"``."""
+        if self.invalid_action == "penalty":
+            rewards[agent] += self.invalid_penalty
+            self._pending[agent] = info["move"] = self.default_action(agent)
+            return "penalty"
+        if self.invalid_action == "retry" and self._tries[agent] < self.retries:
+            self._tries[agent] += 1
+            rewards[agent] += self.invalid_penalty
+            return "retry"
+        return "forfeit"
+
+    def _play(self, rewards: Dict[str, float]) -> None:
+        """Apply the pending moves (one per agent to act) and add the game rewards to ``rewards``."""
+        moves, self._pending = self._pending, {}
+        self._tries = {a: 0 for a in self.players}
+        for a, r in self.apply(moves).items():
+            rewards[a] += float(r)
+
+    def _ask(self, agents: Sequence[str], infos: Dict[str, Dict[str, Any]],
+             retry: Sequence[str] = ()) -> Dict[str, Chat]:
+        """The chats ``agents`` answer next (a retry notice for those in ``retry``); sets their ``legal_actions``."""
         out = {}
         for a in agents:
+            legal = self.legal_actions(a)
             if a in retry:
-                legal = ", ".join(self.legal_actions(a))
-                prompt = f"Invalid reply. Answer with exactly one legal action: {legal}"
+                prompt = f"Invalid reply. Answer with exactly one legal action: {', '.join(legal)}"
             else:
                 prompt = self.observe(a)
             self._last_prompt[a] = prompt
             out[a] = self.prompt_chat(a, prompt)
+            infos.setdefault(a, {})["legal_actions"] = legal
         return out
 
     def prompt_chat(self, agent: str, prompt: str) -> Chat:

@@ -6,7 +6,7 @@ import pytest
 from marl.env import MarlError, make_env
 from marl.envs.text.dilemmas import COOPERATE, DEFECT, IteratedDilemma, TitForTat
 from marl.envs.text.trust_and_split import Greedy, TrustAndSplit, TruthfulCooperator, split_payoffs
-from marl.text import RandomBot, parse_action
+from marl.text import RandomBot, TextEnv, parse_action
 
 
 def play(env, bots, seed=0):
@@ -77,6 +77,68 @@ def test_dilemma_forfeit_ends_game():
     assert obs == {} and done["__all__"] and rew == {"player_0": 0.0, "player_1": -11.0}
     with pytest.raises(MarlError):
         env.step({"player_0": COOPERATE, "player_1": COOPERATE})
+
+
+def test_dilemma_forfeit_penalises_every_offender():
+    env = IteratedDilemma("ipd", rounds=5, invalid_action="forfeit", invalid_penalty=-11.0)
+    env.reset(seed=0)
+    obs, rew, done, _, infos = env.step({"player_0": "no", "player_1": "neither"})
+    assert obs == {} and done["__all__"] and rew == {"player_0": -11.0, "player_1": -11.0}
+    assert infos["player_0"]["invalid"] and infos["player_1"]["invalid"]
+    assert env.returns == rew and env.episode_metrics()["invalid_rate"] == 1.0
+
+
+def test_format_reward_is_a_base_option():
+    env = IteratedDilemma("ipd", rounds=2, format_reward=0.05, invalid_penalty=-1.0)
+    env.reset(seed=0)
+    _, rew, *_ = env.step({"player_0": COOPERATE, "player_1": "??"})  # the bad reply gets no format reward
+    assert rew == {"player_0": pytest.approx(0 + 0.05), "player_1": 5 - 1.0}
+    forfeit = IteratedDilemma("ipd", rounds=2, format_reward=0.05, invalid_action="forfeit", invalid_penalty=-11.0)
+    forfeit.reset(seed=0)
+    _, rew, *_ = forfeit.step({"player_0": COOPERATE, "player_1": "??"})
+    assert rew == {"player_0": 0.05, "player_1": -11.0}  # a valid reply keeps its format reward
+
+
+class _Deal(TextEnv):
+    """One simultaneous round; the system prompt shows a card dealt by new_game()."""
+
+    simultaneous = True
+
+    def new_game(self):
+        self.card = self.rng.choice("JQK")
+
+    def legal_actions(self, agent):
+        return ["<go>"]
+
+    def system_prompt(self, agent):
+        return f"Your card is {self.card}."
+
+    def observe(self, agent):
+        return "Go?"
+
+    def apply(self, moves):
+        self.done = True
+        return {a: 1.0 for a in moves}
+
+
+def test_reset_deals_before_system_prompts_and_gives_legal_actions():
+    env = _Deal("deal")
+    obs, infos = env.reset(seed=0)
+    assert obs["player_0"][0]["content"] == f"Your card is {env.card}."
+    assert infos == {a: {"legal_actions": ["<go>"]} for a in env.players}
+    env = IteratedDilemma("ipd", rounds=1)
+    assert env.reset(seed=0)[1] == {a: {"legal_actions": [COOPERATE, DEFECT]} for a in env.players}
+
+
+def test_free_text_turn_needs_a_parse_override():
+    class Talk(_Deal):
+        def legal_actions(self, agent):
+            return []
+
+    env = Talk("talk")
+    env.reset(seed=0)
+    with pytest.raises(MarlError, match="override parse"):
+        env.step({"player_0": "hi", "player_1": "hello"})
 
 
 def test_tit_for_tat_copies_co_player():
@@ -192,6 +254,12 @@ def test_ttt_draw_reward():
     assert done["__all__"] and rew == {"player_0": 0.1, "player_1": 0.1}
     m = env.episode_metrics()
     assert m["draw"] == 1 and m["moves"] == 9 and m["win_player_0"] == m["loss_player_1"] == 0
+
+
+def test_ttt_reset_infos_name_the_player_to_move():
+    env = _ttt()
+    obs, infos = env.reset(seed=0)
+    assert list(obs) == list(infos) == ["player_0"] and len(infos["player_0"]["legal_actions"]) == 9
 
 
 def test_ttt_terminal_reward_reaches_non_acting_player():
@@ -340,6 +408,19 @@ def test_tas_message_phase():
     assert env.legal_actions("player_1")[7] == "<claim 7>"
     _, _, done, _, _ = env.step({"player_0": "<claim 4>", "player_1": "I want <claim 6>"})
     assert done["__all__"] and env.episode_metrics()["invalid_rate"] == 0  # messages are never invalid
+
+
+@pytest.mark.parametrize("invalid_action", ["retry", "forfeit"])
+def test_tas_messages_parse_as_free_text(invalid_action):
+    env = TrustAndSplit(rounds=1, invalid_action=invalid_action, format_reward=0.5)
+    env.reset(seed=0)
+    assert env.parse("player_0", "  <message> a </message> <message> b </message> ") == "b"
+    bot = RandomBot(seed=0)
+    assert bot.act(env, "player_0") == ""                       # free-text turn: says nothing
+    _, rew, done, *_ = env.step({"player_0": "", "player_1": "anything <claim 99>"})
+    assert not done["__all__"] and rew == {"player_0": 0.5, "player_1": 0.5}
+    assert env.messages == {"player_0": "", "player_1": "anything <claim 99>"} and env.n_messages == 2
+    assert bot.act(env, "player_0") in env.legal_actions("player_0")
 
 
 def test_tas_invalid_claim_counts_as_zero():

@@ -45,7 +45,7 @@ class IteratedDilemma(TextEnv):
         rounds: rounds per game (10 in the AdAlignLLM IPD).
         payoffs: a custom table ``{"CC": (r1, r2), "CD": ..., "DC": ..., "DD": ...}``.
         **kwargs: :class:`~marl.text.TextEnv` options (``invalid_action``, ``history``,
-            ``prompt_style``, ...).
+            ``prompt_style``, ``format_reward``, ...).
 
     Episode metrics: ``coop_rate`` (share of ``<A>`` over both seats and all
     rounds), ``coop_rate_early`` (rounds 1..T-1: position reveals the last round),
@@ -70,15 +70,11 @@ class IteratedDilemma(TextEnv):
         self.rounds = int(rounds)
         self.max_decisions = self.rounds
         self.family = game if game in GAMES else "ipd"
-        kwargs.setdefault("invalid_penalty", 0.0)
         super().__init__(game, **kwargs)
 
     # ------------------------------------------------------------------ game
     def new_game(self) -> None:
         self.moves: List[Dict[str, str]] = []  # per round: agent -> move
-
-    def to_act(self) -> List[str]:
-        return [] if self.done else list(self.players)
 
     def legal_actions(self, agent: str) -> List[str]:
         return [COOPERATE, DEFECT]
@@ -92,9 +88,6 @@ class IteratedDilemma(TextEnv):
         self.moves.append(dict(moves))
         self.done = len(self.moves) >= self.rounds
         return {p0: r[0], p1: r[1]}
-
-    def other(self, agent: str) -> str:
-        return self.players[1 - self.players.index(agent)]
 
     # ------------------------------------------------------------------ prompts
     def system_prompt(self, agent: str) -> str:
@@ -163,9 +156,6 @@ class AlwaysCooperate(Bot):
     """Plays ``<A>`` every round."""
 
     name = "always_cooperate"
-
-    def __init__(self, seed: Optional[int] = None):
-        pass
 
     def act(self, env: IteratedDilemma, agent: str) -> str:
         return COOPERATE

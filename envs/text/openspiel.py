@@ -27,8 +27,9 @@ the moves are ``action_to_string(player, a)``.
 Rewards (MARS, §1.5): 0 until the end, then ``state.returns()`` to every seat
 (so the loser of a game its opponent ends also gets its -1 in that step);
 a zero-sum game that ends 0 for all is a draw and pays ``draw_reward`` to
-all; ``format_reward`` is added to every valid reply. A bad reply forfeits
-by default: offender ``invalid_penalty`` (-11 = -1 - 10), the others 0.
+all; the base option ``format_reward`` (MARS: 0.05, default 0) is added to
+every valid reply. A bad reply forfeits by default: offender
+``invalid_penalty`` (-11 = -1 - 10), the others 0.
 """
 from __future__ import annotations
 
@@ -307,9 +308,9 @@ class OpenSpielGame(TextEnv):
         params: pyspiel game parameters (override the scenario's).
         draw_reward: reward of every seat when a zero-sum game ends 0 for all
             (MARS: 0.1).
-        format_reward: added to every valid reply (MARS: 0.05; default 0).
-        **kwargs: :class:`~marl.text.TextEnv` options; here ``invalid_action``
-            defaults to ``"forfeit"`` and ``invalid_penalty`` to -11 (MARS).
+        **kwargs: :class:`~marl.text.TextEnv` options (e.g. ``format_reward``,
+            MARS: 0.05, default 0); here ``invalid_action`` defaults to
+            ``"forfeit"`` and ``invalid_penalty`` to -11 (MARS).
 
     Natural prompts (MARS-like): the system prompt gives the rules, the seat
     and the answer format (one legal action, optionally in
@@ -331,7 +332,7 @@ class OpenSpielGame(TextEnv):
     family = "openspiel"
 
     def __init__(self, game: str = "tic_tac_toe", params: Optional[Dict[str, Any]] = None,
-                 draw_reward: float = 0.1, format_reward: float = 0.0, **kwargs):
+                 draw_reward: float = 0.1, **kwargs):
         pyspiel = load_pyspiel()
         name, base_params = SCENARIOS.get(game, (game, {}))
         if game not in SCENARIOS and game not in pyspiel.registered_names():
@@ -350,7 +351,6 @@ class OpenSpielGame(TextEnv):
         self.players = [f"player_{i}" for i in range(self.game.num_players())]
         self.max_decisions = self.game.max_game_length()
         self.draw_reward = float(draw_reward)
-        self.format_reward = float(format_reward)
         kwargs.setdefault("invalid_action", "forfeit")
         kwargs.setdefault("invalid_penalty", -11.0)
         super().__init__(game, **kwargs)
@@ -358,15 +358,16 @@ class OpenSpielGame(TextEnv):
         if writer.two_players and self.game.num_players() != 2:
             writer = _Render  # e.g. 3-player Kuhn: pyspiel's own strings
         self.writer = writer(self.game, name, self.compact)
-        self.state = self.game.new_initial_state()
-        self.log: List[Tuple[str, str]] = []
-        self._legal: Optional[Dict[str, int]] = None
+        self._initial_state()  # before the first reset: a state to inspect, no chance drawn
 
     # ------------------------------------------------------------------ game
-    def new_game(self) -> None:
+    def _initial_state(self) -> None:
         self.state = self.game.new_initial_state()
-        self.log = []  # (agent or DEALER, move text) of every decision and mid-game chance event
-        self._legal: Optional[Dict[str, int]] = None
+        self.log: List[Tuple[str, str]] = []  # (agent or DEALER, move text): decisions, mid-game chance events
+        self._legal: Optional[Dict[str, int]] = None  # cache of legal_map()
+
+    def new_game(self) -> None:
+        self._initial_state()
         self._sample_chance()
 
     def _sample_chance(self) -> None:
@@ -423,16 +424,6 @@ class OpenSpielGame(TextEnv):
         if self.zero_sum and not any(returns):
             return {a: self.draw_reward for a in self.players}
         return dict(zip(self.players, returns))
-
-    def step(self, action_dict: Dict[str, str]):
-        """:meth:`TextEnv.step`, plus ``format_reward`` for every valid reply (MARS §1.5)."""
-        obs, rewards, dones, truncs, infos = super().step(action_dict)
-        if self.format_reward:
-            for a, info in infos.items():
-                if info.get("invalid") is False:
-                    rewards[a] += self.format_reward
-                    self.returns[a] += self.format_reward
-        return obs, rewards, dones, truncs, infos
 
     # ------------------------------------------------------------------ prompts
     def _invalid_rule(self) -> str:

@@ -32,7 +32,7 @@ import re
 from typing import Dict, List, Optional
 
 from marl.env import MarlError, unknown_choice
-from marl.text import Bot, TextEnv
+from marl.text import Bot, RandomBot, TextEnv
 
 HANDS = ("rock", "paper", "scissors")
 BEATS = {"rock": "scissors", "paper": "rock", "scissors": "paper"}  # winner -> loser
@@ -77,9 +77,10 @@ class TrustAndSplit(TextEnv):
             counts as ``<claim 0>`` (``invalid_action="penalty"``, penalty 0,
             by default). ``invalid_rate`` counts claims only.
 
-    Actions: message phase, any text (``legal_actions`` is ``[]``; a
-    ``<message>...</message>`` block is taken if present); split phase
-    ``<claim k>`` (compact ``kK``, e.g. ``k7``).
+    Actions: message phase, any text (``legal_actions`` is ``[]``; :meth:`parse`
+    takes the last ``<message>...</message>`` block if present, else the whole
+    reply, trimmed and cut to ``max_message_chars``); split phase ``<claim k>``
+    (compact ``kK``, e.g. ``k7``).
 
     Episode metrics: ``collective_payoff`` (points of both per round),
     ``reward_per_round_player_i``, ``high_share`` (share of the coins the
@@ -110,8 +111,6 @@ class TrustAndSplit(TextEnv):
         self.public_values = (not self.messages_on) if public_values is None else bool(public_values)
         self.max_message_chars = int(max_message_chars)
         self.max_decisions = self.rounds * (2 if self.messages_on else 1)
-        kwargs.setdefault("invalid_action", "penalty")
-        kwargs.setdefault("invalid_penalty", 0.0)
         super().__init__(scenario or values, **kwargs)
 
     # ------------------------------------------------------------------ game
@@ -132,9 +131,6 @@ class TrustAndSplit(TextEnv):
         self.messages: Dict[str, str] = {}
         self.phase = MESSAGE if self.messages_on else SPLIT
 
-    def to_act(self) -> List[str]:
-        return [] if self.done else list(self.players)
-
     def claim_text(self, k: int) -> str:
         """The move that claims ``k`` coins (``<claim k>``, compact ``kK``)."""
         return f"k{k}" if self.compact else f"<claim {k}>"
@@ -143,10 +139,23 @@ class TrustAndSplit(TextEnv):
         # The message phase has no move list: any text is a message.
         return [] if self.phase == MESSAGE else [self.claim_text(k) for k in range(self.coins + 1)]
 
+    def parse(self, agent: str, text: str) -> Optional[str]:
+        """A claim in the split phase (:meth:`TextEnv.parse`); in the message phase the message body (never None)."""
+        if self.phase != MESSAGE:
+            return super().parse(agent, text)
+        tagged = _MESSAGE_TAG.findall(text)
+        return (tagged[-1] if tagged else text).strip()[: self.max_message_chars]
+
     def default_action(self, agent: str) -> str:
         return self.claim_text(0)  # an unreadable claim takes nothing
 
     def apply(self, moves: Dict[str, str]) -> Dict[str, float]:
+        """Message phase: store the messages (no reward); split phase: pay the claims and start the next round."""
+        if self.phase == MESSAGE:
+            self.messages = dict(moves)
+            self.n_messages += len(moves)
+            self.phase = SPLIT
+            return {}
         claims = {a: self.legal_actions(a).index(m) for a, m in moves.items()}
         result = split_payoffs(claims, self.values, self.coins)
         self.log.append({"hands": dict(self.hands), "values": dict(self.values),
@@ -155,34 +164,6 @@ class TrustAndSplit(TextEnv):
         if not self.done:
             self._new_round()
         return result["points"]
-
-    def step(self, action_dict: Dict[str, str]):
-        """:meth:`TextEnv.step`; message-phase replies are taken here as free text (never invalid)."""
-        if self.done or self.phase != MESSAGE:
-            return super().step(action_dict)
-        missing = [a for a in self.players if a not in action_dict]
-        if missing:
-            raise MarlError(f"step() needs a message from {missing}; got {sorted(action_dict)}.")
-        for a in self.players:
-            text = str(action_dict[a])
-            self.chats[a].append({"role": "user", "content": self._last_prompt[a]})
-            self.chats[a].append({"role": "assistant", "content": text})
-            self.messages[a] = self._message_body(text)
-            self.n_messages += 1
-        self.phase = SPLIT
-        obs = self._observations(self.to_act())
-        infos = {a: {"invalid": False, "move": self.messages[a], "legal_actions": self.legal_actions(a)}
-                 for a in self.players}
-        rewards = {a: 0.0 for a in self.players}
-        dones = {"__all__": False, **{a: False for a in self.players}}
-        return obs, rewards, dones, {"__all__": False}, infos
-
-    def _message_body(self, text: str) -> str:
-        tagged = _MESSAGE_TAG.findall(text)
-        return (tagged[-1] if tagged else text).strip()[: self.max_message_chars]
-
-    def other(self, agent: str) -> str:
-        return self.players[1 - self.players.index(agent)]
 
     # ------------------------------------------------------------------ prompts
     def private_text(self, agent: str, who: str = "Your") -> str:
@@ -285,9 +266,6 @@ class TrustAndSplit(TextEnv):
 class _Splitter(Bot):
     """A Trust-and-Split bot: a message in the message phase, a claim in the split phase."""
 
-    def __init__(self, seed: Optional[int] = None):
-        pass
-
     def message(self, env: TrustAndSplit, agent: str) -> str:
         return ""
 
@@ -300,22 +278,8 @@ class _Splitter(Bot):
         return env.claim_text(self.claim(env, agent))
 
 
-class RandomSplitter(_Splitter):
-    """Claims a uniformly random 0..coins; says nothing."""
-
-    name = "random"
-
-    def __init__(self, seed: Optional[int] = None):
-        import random
-
-        self.rng = random.Random(seed)
-
-    def reset(self, seed: Optional[int] = None) -> None:
-        if seed is not None:
-            self.rng.seed(seed)
-
-    def claim(self, env: TrustAndSplit, agent: str) -> int:
-        return self.rng.randint(0, env.coins)
+class RandomSplitter(RandomBot):
+    """Claims a uniformly random 0..coins; says nothing (:class:`~marl.text.RandomBot`)."""
 
 
 class Greedy(_Splitter):
