@@ -170,7 +170,7 @@ def test_constrained_generation_only_produces_legal_moves(tiny, moves):
     chats = [[{"role": "user", "content": "start"}]] * 16
     prompts, responses, texts = gen.generate(module.lm, chats, [moves] * 16)
     assert set(texts) <= set(moves) and all(r[-1] == tok.eos_token_id for r in responses)
-    assert prompts[0] == tok("user start [EOS] assistant", add_special_tokens=False)["input_ids"]
+    assert prompts[0] == tok("start", add_special_tokens=False)["input_ids"]
 
 
 def test_lora_trains_only_adapters(tiny):
@@ -204,3 +204,63 @@ def test_bad_opponent_and_turn_based_alignment_are_errors(tiny):
     with pytest.raises(marl.MarlError, match="always_defect"):
         env.fit("reinforce", model=tiny_config(len(tok)), tokenizer=tok, opponents={"grim": 1.0},
                 stop={"iterations": 1})
+
+
+# ------------------------------------------------------------------ Ray: learners and a short run
+def _ipd_tiny(**kw):
+    from marl.envs.text.dilemmas import COMPACT_STATES
+
+    tok = word_tokenizer(["<A>", "<B>", *COMPACT_STATES])
+    env = marl.make_env("ipd", rounds=4, prompt_style="compact", history="last")
+    base = dict(model=tiny_config(len(tok), n_positions=64), tokenizer=tok, constrain_actions=True, max_new_tokens=2)
+    return env, tok, {**base, **kw}
+
+
+def test_two_ddp_learners_match_one_learner(ray_session):
+    """Same batch, same initial weights: 2 CPU learners (DDP, gloo) end where 1 local learner does
+    (reference §5.6), and both learners hold identical weights."""
+    import uuid
+
+    import numpy as np
+    from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+    from marl.api import prepare
+    from marl.algos.llm.selfplay import LLMSelfPlay
+
+    env, tok, kw = _ipd_tiny(loss_agg="seq_mean_token_mean", lr=1e-2)
+    rng = np.random.default_rng(0)
+    S, L = 32, 16
+    lmask = np.zeros((S, L - 1), dtype=bool)
+    lmask[:, 6:9] = True
+    rows = SampleBatch({"input_ids": rng.integers(3, len(tok), size=(S, L)), "attention_mask": np.ones((S, L), np.int64),
+                        "loss_mask": lmask, "advantages": rng.normal(size=S).astype(np.float32)})
+    weights, init = {}, None
+    for n in (0, 2):
+        cfg, _, env2, mapping = prepare(env, "reinforce", {**kw, "num_learners": n})
+        group = LLMSelfPlay.build_config(cfg, env2, mapping, uuid.uuid4().hex).build_learner_group()
+        init = init or group.get_weights()
+        group.set_weights(init)
+        group.update(batch=MultiAgentBatch({"players": rows}, env_steps=S))
+        weights[n] = group.get_weights()["players"]
+        if n == 2:
+            states = [r.get() for r in group.foreach_learner(
+                lambda lr: {k: v.detach().clone() for k, v in lr.module["players"].unwrapped().state_dict().items()})]
+            assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+        group.shutdown()
+    moved = max(float(np.abs(np.asarray(weights[0][k]) - np.asarray(init["players"][k])).max()) for k in weights[0])
+    diff = max(float(np.abs(np.asarray(weights[0][k]) - np.asarray(weights[2][k])).max()) for k in weights[0])
+    assert moved > 1e-3 and diff < 1e-4 * moved * 100  # the update is real, and the same on both paths
+
+
+def test_fit_runs_logs_evaluates_and_reloads_policy(ray_session, run_dir):
+    env, tok, kw = _ipd_tiny(games_per_iteration=8, eval_every=2, eval_games=4, eval_opponents=["always_defect"],
+                             lr=1e-3, log_dir=run_dir, progress=False, lora=True, lora_r=4, lora_target=["c_attn"])
+    res = env.fit("advantage_alignment", stop={"iterations": 2}, **kw)
+    m = res.metrics
+    assert m["iteration"] == 2 and m["replies_trained"] == 8 * 2 * 4
+    assert 0.0 <= m["coop_rate_mean"] <= 1.0 and m["invalid_rate_mean"] == 0.0
+    assert m["vs_always_defect_opp_coop_rate"] == 0.0  # the bot's seat, seen from the learner
+    assert m["players/tokens_trained_per_s"] > 0 and m["tokens_generated_per_s"] > 0
+    ev = res.evaluate(episodes=4)
+    assert ev["invalid_rate"] == 0.0
+    assert set(res.policy.reply([[{"role": "user", "content": "start"}]] * 8, legal=[["<A>", "<B>"]] * 8)) <= {"<A>", "<B>"}

@@ -159,7 +159,7 @@ def test_dilemma_compact_and_errors():
     obs, _ = env.reset(seed=0)
     assert obs["player_0"] == [{"role": "user", "content": "start"}]
     obs, *_ = env.step({"player_0": COOPERATE, "player_1": DEFECT})
-    assert obs["player_1"][-1]["content"] == f"{DEFECT} {COOPERATE}"  # own move first
+    assert obs["player_1"][-1]["content"] == "BA"  # one word: own move first, A = cooperate
     with pytest.raises(MarlError, match="Valid choices"):
         IteratedDilemma("ipdd")
     with pytest.raises(MarlError, match="invalid_action"):

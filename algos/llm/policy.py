@@ -23,10 +23,12 @@ from marl.env import MarlError
 
 Chat = List[Dict[str, str]]
 
-# A plain chat template for word-level tokenizers: "<role> <content> [EOS]" per message.
+# Chat template for tiny word-level models: message contents in order, each reply closed
+# by [EOS]; no role words, so the last prompt token is the end of the latest observation
+# (measured: with a trailing "assistant" token a 2-layer GPT-2 learned no state-dependent
+# IPD policy, with the state as the last token it learned reciprocity).
 WORD_CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} [EOS] {% endfor %}"
-    "{% if add_generation_prompt %}assistant {% endif %}"
+    "{% for m in messages %}{{ m['content'] }} {% if m['role'] == 'assistant' %}[EOS] {% endif %}{% endfor %}"
 )
 WORD_SPECIALS = ["[PAD]", "[UNK]", "[EOS]", "system", "user", "assistant"]
 
@@ -47,7 +49,8 @@ def word_tokenizer(words: Sequence[str], chat_template: str = WORD_CHAT_TEMPLATE
 
     Args:
         words: the vocabulary (duplicates and the special tokens are skipped).
-        chat_template: Jinja chat template (default: ``"<role> <content> [EOS]"`` per message).
+        chat_template: Jinja chat template (default :data:`WORD_CHAT_TEMPLATE`: contents
+            in order, replies closed by ``[EOS]``, no role words).
     Returns:
         The tokenizer; ``[PAD]`` is id 0, ``[EOS]`` ends every message.
     """
@@ -151,7 +154,7 @@ class CausalLMModule(TorchRLModule):
             lm.gradient_checkpointing_enable()
         if mc.get("lora"):
             lm = apply_lora(lm, mc.get("lora_r", 16), mc.get("lora_alpha", 32), mc.get("lora_dropout", 0.0),
-                            mc.get("lora_target", "all-linear"))
+                            mc.get("lora_target") or "all-linear")
         self.lm = lm
         self.lora = bool(mc.get("lora"))
         object.__setattr__(self, "_ref", None)  # not a submodule: no params, no state

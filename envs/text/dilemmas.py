@@ -37,6 +37,13 @@ def _letter(move: str) -> str:
     return "C" if move == COOPERATE else "D"
 
 
+def _letter_ab(move: str) -> str:
+    return "A" if move == COOPERATE else "B"
+
+
+COMPACT_STATES = ("start", "AA", "AB", "BA", "BB")  # the compact prompts (words for a tiny tokenizer)
+
+
 class IteratedDilemma(TextEnv):
     """An iterated 2x2 matrix game between ``player_0`` and ``player_1``, ``rounds`` rounds.
 
@@ -108,10 +115,12 @@ class IteratedDilemma(TextEnv):
     def observe(self, agent: str) -> str:
         k = len(self.moves)
         if self.compact:
+            # one word per state ("start", then own + co-player's last move, e.g. "AB"):
+            # a tiny model then sees the state as one token, as a memory-1 table would
             if not self.moves:
                 return "start"
             last = self.moves[-1]
-            return f"{last[agent]} {last[self.other(agent)]}"
+            return _letter_ab(last[agent]) + _letter_ab(last[self.other(agent)])
         if not self.moves:
             return f"Round 1 of {self.rounds}. Your choice?"
         last = self.moves[-1]
