@@ -192,6 +192,7 @@ def fit(
         yaml.safe_dump(_yaml_safe({**cfg, "stop": stop}), f, sort_keys=False)
     meta = {"algo": algo, "config": _yaml_safe(cfg), "env_spec": env.spec, "env_info": env.info,
             "agent_to_module": dict(mapping.agent_to_module)}
+    meta.update(getattr(type(trainer), "checkpoint_meta", lambda c: {})(cfg))  # e.g. an LLM's tokenizer object
     logger = None
     history, last_ckpt = [], None
     try:

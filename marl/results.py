@@ -158,6 +158,10 @@ def load(path: str, env: Optional[MultiAgentEnv] = None) -> Result:
     ckpt = resolve_checkpoint(path)
     with open(ckpt / META_FILE, "rb") as f:
         meta = pickle.load(f)
+    if "llm" in meta:  # a text-game run: the LM policy (marl.algos.llm.selfplay.TextPolicy)
+        from marl.algos.llm.selfplay import LLMSelfPlay
+
+        return _result(ckpt, meta, LLMSelfPlay.policy_from_checkpoint(ckpt, meta, env), meta.get("env_spec"))
     if env is not None:
         return _load_into(ckpt, meta, env)
     env = meta["env_spec"].make(num_envs=1) if meta.get("env_spec") else None

@@ -196,6 +196,8 @@ def test_llm_algorithms_reject_tensor_envs_and_missing_model():
         marl.make_env("matrix", "two_step").fit("mars", model="x")
     with pytest.raises(marl.MarlError, match="needs model="):
         marl.make_env("ipd").fit("reinforce")
+    with pytest.raises(marl.MarlError, match="no such folder"):
+        marl.make_env("ipd").fit("advantage_alignment", model="/nonexistent/Qwen3-0.6B")
 
 
 def test_bad_opponent_and_turn_based_alignment_are_errors(tiny):
@@ -264,3 +266,7 @@ def test_fit_runs_logs_evaluates_and_reloads_policy(ray_session, run_dir):
     ev = res.evaluate(episodes=4)
     assert ev["invalid_rate"] == 0.0
     assert set(res.policy.reply([[{"role": "user", "content": "start"}]] * 8, legal=[["<A>", "<B>"]] * 8)) <= {"<A>", "<B>"}
+    loaded = marl.load(res.checkpoint)  # the checkpoint's LM and tokenizer, without Ray
+    for name, p in res.policy.lms["players"].state_dict().items():
+        assert torch.equal(p, loaded.policy.lms["players"].state_dict()[name]), name
+    assert loaded.evaluate(episodes=2)["invalid_rate"] == 0.0

@@ -23,6 +23,8 @@ Estimators (``reference/llm_selfplay.md``):
 """
 from __future__ import annotations
 
+import copy
+import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -39,7 +41,7 @@ from marl.algos.llm.policy import CausalLMModule, Generator, load_tokenizer
 from marl.algos.llm.runner import TextEnvRunner, Turn, check_opponent_names, evaluate
 from marl.engine.runner import MappingFn
 from marl.engine.trainer import Trainer, TrainerConfig, lr_schedule
-from marl.env import MarlError, unknown_choice
+from marl.env import EnvSpec, MarlError, unknown_choice
 
 ESTIMATORS = ("mars", "advantage_alignment", "reinforce", "grpo")
 REWARD_SHARING = ("none", "sum")
@@ -179,10 +181,12 @@ class LLMSelfPlay(Trainer):
     module_class = CausalLMModule
     learner_metrics = ("policy_loss", "kl", "entropy", "clip_fraction", "tokens_trained_per_s")
 
+    MODULE_KEYS = ("model", "dtype", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target",
+                   "gradient_checkpointing")
+
     @classmethod
     def module_config(cls, cfg, mapping=None, mid=None) -> Dict[str, Any]:
-        keys = ("model", "dtype", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target", "gradient_checkpointing")
-        return {k: cfg[k] for k in keys}
+        return {k: cfg[k] for k in cls.MODULE_KEYS}
 
     @classmethod
     def check_env(cls, cfg, info) -> None:
@@ -192,8 +196,11 @@ class LLMSelfPlay(Trainer):
         if not isinstance(g.action_space, gym.spaces.Text):
             raise MarlError(f"{cfg['algo']} trains language models on text games (ipd, stag_hunt, chicken, "
                             f"trust_and_split, openspiel); {info.family}:{info.scenario} is not one.")
-        if cfg.get("model") is None:
+        model = cfg.get("model")
+        if model is None:
             raise MarlError(f"{cfg['algo']} needs model=: a local path or hub id, or a transformers config.")
+        if isinstance(model, str) and model.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(model)):
+            raise MarlError(f"model={model!r}: no such folder (a local model needs its config.json and weights there).")
         for key, valid in (("estimator", ESTIMATORS), ("reward_sharing", REWARD_SHARING),
                            ("aa_variant", AA_VARIANTS), ("loss_agg", LOSS_AGG), ("generator", ("hf", "vllm"))):
             if cfg[key] not in valid:
@@ -288,27 +295,44 @@ class LLMSelfPlay(Trainer):
             out.update({f"vs_{opp}_{k}": float(np.mean(v)) for k, v in stats.items()})
         return out
 
+    GENERATION_KEYS = ("tokenizer", "eval_temperature", "top_p", "max_new_tokens", "constrain_actions")
+
+    @classmethod
+    def checkpoint_meta(cls, cfg) -> Dict[str, Any]:
+        """Objects a checkpoint needs to act again (the tokenizer may be an object built in code)."""
+        return {"llm": {k: cfg[k] for k in cls.MODULE_KEYS + cls.GENERATION_KEYS}}
+
     @classmethod
     def policy_from(cls, trainer, mapping) -> TextPolicy:
         """A :class:`TextPolicy` with a copy of the learner's weights."""
         hp = trainer.marl_config
-        runner = trainer.env_runner_group.local_env_runner
-        if runner is None or trainer.env_runner_group.num_remote_env_runners() > 0:
-            trainer.env_runner_group.sync_weights(from_worker_or_learner_group=trainer.learner_group)
         state = trainer.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
+        return cls._policy({mid: state[mid] for mid in mapping.modules}, hp, hp["agent_to_module"],
+                           EnvSpec(**hp["env_spec"]) if hp.get("env_spec") else None, hp.get("env_object"))
+
+    @classmethod
+    def policy_from_checkpoint(cls, ckpt, meta: Dict[str, Any], env=None) -> TextPolicy:
+        """The :class:`TextPolicy` of a checkpoint (``marl.load``); ``env`` replaces the game played by ``evaluate``."""
+        from ray.rllib.core.rl_module.rl_module import RLModule
+
+        mids = dict.fromkeys(meta["agent_to_module"].values())
+        states = {mid: RLModule.from_checkpoint(str(ckpt / "learner_group" / "learner" / "rl_module" / mid)).get_state()
+                  for mid in mids}
+        spec = env.spec if env is not None else meta.get("env_spec")
+        return cls._policy(states, meta["llm"], meta["agent_to_module"], spec, env)
+
+    @classmethod
+    def _policy(cls, states, hp, agent_to_module, spec, env_object) -> TextPolicy:
         lms = {}
-        for mid in mapping.modules:
+        for mid, st in states.items():
             m = CausalLMModule(model_config=cls.module_config(hp))
-            m.set_state(state[mid])
+            m.set_state(st)
             m.eval()
             lms[mid] = m.lm
         tok = load_tokenizer(hp.get("tokenizer"), hp.get("model"))
         gen = Generator(tok, hp["eval_temperature"], hp["top_p"], hp["max_new_tokens"], hp["constrain_actions"])
-        from marl.env import EnvSpec
-
-        spec = EnvSpec(**hp["env_spec"]) if hp.get("env_spec") else None
-        make = spec.make if spec is not None else (lambda: __import__("copy").deepcopy(hp["env_object"]))
-        return TextPolicy(lms, gen, hp["agent_to_module"], make, float(hp["eval_temperature"]))
+        make = spec.make if spec is not None else (lambda: copy.deepcopy(env_object))
+        return TextPolicy(lms, gen, agent_to_module, make, float(hp["eval_temperature"]))
 
 
 def _merge_parts(parts: List[Dict[str, Any]]) -> Tuple[List[Turn], Dict[str, Any]]:
