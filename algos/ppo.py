@@ -28,7 +28,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from marl.algos.networks.entity import agent_model_config, build_agent_net, check_agent
 from marl.algos.networks.mlp import MLP, GRUTrunk
-from marl.engine.trainer import Trainer, TrainingDiverged
+from marl.engine.trainer import Trainer, TrainingDiverged, begin_update
 from marl.env import MarlError
 
 NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
@@ -408,14 +408,7 @@ class PPOLearner(TorchLearner):
     # ---------------------------------------------------------------- update
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
         """One PPO update on a rollout (see the class docstring); returns reduced metrics."""
-        self._check_is_built()
-        if training_data is not None:
-            training_data.solve_refs()
-            batch = training_data.batch
-        self.before_gradient_based_update(timesteps=timesteps or {})
-        batch = self._convert_batch_type(batch)
-        data = {mid: self._prepare(mid, dict(b)) for mid, b in batch.policy_batches.items()}
-        self._weights_seq_no += 1
+        data = {mid: self._prepare(mid, b) for mid, b in begin_update(self, batch, training_data, timesteps).items()}
         for _ in range(int(self.hp["epochs"])):
             iters = {
                 mid: self._minibatches(mid, d, self.module[mid].unwrapped().recurrent) for mid, d in data.items()

@@ -39,7 +39,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from marl.algos.networks.entity import agent_model_config, build_agent_net, check_agent
 from marl.engine.replay import JointEpisodeBuffer
-from marl.engine.trainer import Trainer, TrainingDiverged
+from marl.engine.trainer import Trainer, TrainingDiverged, begin_update
 from marl.env import MarlError
 
 MIXERS = ("none", "vdn", "qmix")
@@ -377,15 +377,9 @@ class ValueDecompLearner(TorchLearner):
 
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
         """One gradient step on a joint batch; returns reduced metrics."""
-        self._check_is_built()
-        if training_data is not None:
-            training_data.solve_refs()
-            batch = training_data.batch
         timesteps = timesteps or {}
-        self.before_gradient_based_update(timesteps=timesteps)
-        batch = self._convert_batch_type(batch)
-        self._weights_seq_no += 1
-        self._update(split_joint(dict(next(iter(batch.policy_batches.values()))), list(self.hp["vd_modules"])))
+        cols = next(iter(begin_update(self, batch, training_data, timesteps).values()))
+        self._update(split_joint(cols, list(self.hp["vd_modules"])))
         if timesteps.get("sync_target"):
             self.sync_targets()
         self.after_gradient_based_update(timesteps=timesteps)

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
-from marl.engine.trainer import TrainingDiverged
+from marl.engine.trainer import TrainingDiverged, begin_update
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -78,14 +78,7 @@ class LLMLearner(TorchLearner):
     # ---------------------------------------------------------------- update
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
         """``epochs`` x ``num_minibatches`` optimizer steps on each module's rows; returns metrics."""
-        self._check_is_built()
-        if training_data is not None:
-            training_data.solve_refs()
-            batch = training_data.batch
-        self.before_gradient_based_update(timesteps=timesteps or {})
-        batch = self._convert_batch_type(batch)
-        data = {mid: self._prepare(mid, dict(b)) for mid, b in batch.policy_batches.items()}
-        self._weights_seq_no += 1
+        data = {mid: self._prepare(mid, b) for mid, b in begin_update(self, batch, training_data, timesteps).items()}
         t0, tokens = time.perf_counter(), 0
         for _ in range(int(self.hp["epochs"])):
             for mid, d in data.items():

@@ -40,7 +40,7 @@ from marl.algos.llm.learner import LLMLearner
 from marl.algos.llm.policy import CausalLMModule, Generator, load_tokenizer
 from marl.algos.llm.runner import TextEnvRunner, Turn, check_opponent_names, evaluate
 from marl.engine.runner import MappingFn
-from marl.engine.trainer import Trainer, TrainerConfig, lr_schedule
+from marl.engine.trainer import Trainer, TrainerConfig, engine_entries, lr_schedule
 from marl.env import EnvSpec, MarlError, unknown_choice
 
 ESTIMATORS = ("mars", "advantage_alignment", "reinforce", "grpo")
@@ -223,14 +223,8 @@ class LLMSelfPlay(Trainer):
     def build_config(cls, cfg, env, mapping, env_token: str):
         """RLlib config: TextEnvRunners for sampling, LLMLearners (DDP when ``num_learners`` > 1)."""
         cls.check_text_env(cfg, env)
-        learner_cfg = dict(cfg)
-        learner_cfg.update(
-            env_spec=vars(env.spec) if env.spec is not None else None,
-            env_object=env if env.spec is None else None,
-            env_token=env_token,
-            agent_to_module=dict(mapping.agent_to_module),
-            simultaneous=bool(env.simultaneous),
-        )
+        learner_cfg = engine_entries(cfg, env, mapping, env_token)
+        learner_cfg["simultaneous"] = bool(env.simultaneous)
         text = gym.spaces.Text(max_length=1 << 16)  # chats in, replies out (RLlib wants spaces)
         specs = {mid: RLModuleSpec(module_class=CausalLMModule, observation_space=text, action_space=text,
                                    model_config=cls.module_config(cfg)) for mid in mapping.modules}

@@ -70,12 +70,8 @@ def build_algorithm_config(algo_cls, cfg: Dict[str, Any], env: MultiAgentEnv, ma
     spaces = module_spaces(mapping)
     specs = agent_module_specs(algo_cls, cfg, mapping)
     specs.update(algo_cls.extra_module_specs(cfg, mapping))  # learner-only modules (e.g. QMIX mixers)
-    learner_cfg = dict(cfg)
+    learner_cfg = engine_entries(cfg, env, mapping, env_token)
     learner_cfg.update(
-        env_spec=vars(env.spec) if env.spec is not None else None,
-        env_object=env if env.spec is None else None,
-        env_token=env_token,
-        agent_to_module=dict(mapping.agent_to_module),
         module_spaces=spaces,
         num_envs=env.num_envs,
     )
@@ -109,6 +105,32 @@ def build_algorithm_config(algo_cls, cfg: Dict[str, Any], env: MultiAgentEnv, ma
     )
     config.learner_config_dict = learner_cfg
     return config
+
+
+def engine_entries(cfg: Dict[str, Any], env, mapping: PolicyMapping, env_token: str) -> Dict[str, Any]:
+    """``cfg`` plus what every runner and learner needs to rebuild the env and the mapping
+    (the learner config dict of any marl algorithm)."""
+    out = dict(cfg)
+    out.update(
+        env_spec=vars(env.spec) if env.spec is not None else None,
+        env_object=env if env.spec is None else None,
+        env_token=env_token,
+        agent_to_module=dict(mapping.agent_to_module),
+    )
+    return out
+
+
+def begin_update(learner, batch, training_data, timesteps) -> Dict[str, Dict[str, Any]]:
+    """Shared opening of marl's ``Learner.update`` overrides: resolve ``training_data``, run the
+    pre-update hook, convert to tensors; returns module id -> column dict."""
+    learner._check_is_built()
+    if training_data is not None:
+        training_data.solve_refs()
+        batch = training_data.batch
+    learner.before_gradient_based_update(timesteps=timesteps or {})
+    batch = learner._convert_batch_type(batch)
+    learner._weights_seq_no += 1
+    return {mid: dict(b) for mid, b in batch.policy_batches.items()}
 
 
 def lr_schedule(cfg: Dict[str, Any]):
