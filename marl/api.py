@@ -188,6 +188,7 @@ def fit(
         overrides = {**overrides, "lr_anneal_steps": int(stop["env_steps"])}
     trainer, env, mapping, cfg = build_trainer(env, algo, **overrides)
     run_dir = _run_dir(cfg, env, resume)
+    trainer.run_dir = run_dir  # for algorithms that write files of their own (LLM transcripts)
     with open(run_dir / "config.yaml", "w") as f:
         yaml.safe_dump(_yaml_safe({**cfg, "stop": stop}), f, sort_keys=False)
     meta = {"algo": algo, "config": _yaml_safe(cfg), "env_spec": env.spec, "env_info": env.info,

@@ -200,12 +200,24 @@ def test_llm_algorithms_reject_tensor_envs_and_missing_model():
         marl.make_env("ipd").fit("advantage_alignment", model="/nonexistent/Qwen3-0.6B")
 
 
+def test_vllm_path_is_guarded_by_an_import_check(tiny):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    with pytest.raises(marl.MarlError, match="marl\\[vllm\\]"):
+        marl.make_env("ipd").fit("reinforce", model="gpt2", generator="vllm")
+
+
 def test_bad_opponent_and_turn_based_alignment_are_errors(tiny):
     tok, _ = tiny
     env = marl.make_env("ipd", rounds=2)
     with pytest.raises(marl.MarlError, match="always_defect"):
         env.fit("reinforce", model=tiny_config(len(tok)), tokenizer=tok, opponents={"grim": 1.0},
                 stop={"iterations": 1})
+    ttt = marl.make_env("openspiel", "tic_tac_toe")
+    with pytest.raises(marl.MarlError, match="simultaneous-move"):
+        ttt.fit("advantage_alignment", model=tiny_config(len(tok)), tokenizer=tok, stop={"iterations": 1})
 
 
 # ------------------------------------------------------------------ Ray: learners and a short run
@@ -263,6 +275,13 @@ def test_fit_runs_logs_evaluates_and_reloads_policy(ray_session, run_dir):
     assert 0.0 <= m["coop_rate_mean"] <= 1.0 and m["invalid_rate_mean"] == 0.0
     assert m["vs_always_defect_opp_coop_rate"] == 0.0  # the bot's seat, seen from the learner
     assert m["players/tokens_trained_per_s"] > 0 and m["tokens_generated_per_s"] > 0
+    import json
+    import pathlib
+
+    lines = (pathlib.Path(res.log_dir) / "transcripts" / "iteration_000002.jsonl").read_text().splitlines()
+    game = json.loads(lines[0])
+    assert len(lines) == 4 and len(game["chats"]["player_0"]) == 2 * 4  # 4 rounds: prompt + reply each
+    assert game["chats"]["player_0"][1]["content"] in ("<A>", "<B>")
     ev = res.evaluate(episodes=4)
     assert ev["invalid_rate"] == 0.0
     assert set(res.policy.reply([[{"role": "user", "content": "start"}]] * 8, legal=[["<A>", "<B>"]] * 8)) <= {"<A>", "<B>"}

@@ -34,3 +34,21 @@ def test_naive_reinforce_self_play_defects(ray_session, run_dir):
     env, kw = _ipd(run_dir, eval_every=100)
     m = env.fit("reinforce", stop={"iterations": 100}, **kw).metrics
     assert m["vs_self_coop_rate"] <= 0.2 and m["vs_self_reward_per_round"] <= 1.3
+
+
+def test_mars_tic_tac_toe_beats_random(ray_session, run_dir):
+    pytest.importorskip("pyspiel")
+    tok = word_tokenizer(["me", "opp", "_"] + [f"c{i}" for i in range(9)])
+    env = marl.make_env("openspiel", "tic_tac_toe", prompt_style="compact", history="last")
+    m = env.fit(
+        "mars", stop={"iterations": 250}, model=tiny_config(len(tok), n_positions=64), tokenizer=tok,
+        constrain_actions=True, max_new_tokens=2, lr=1e-3, temperature=1.0, kl_coef=0.0, entropy_coef=0.0,
+        games_per_iteration=256, opponents={"self": 0.7, "random": 0.3},  # 30% of games vs a random partner
+        eval_every=250, eval_games=600, eval_opponents=["random"], eval_temperature=0.0,  # greedy play
+        log_dir=run_dir, progress=False, seed=0,
+    ).metrics
+    print({k: round(v, 3) for k, v in m.items() if k.startswith("vs_")})
+    # random vs random: X wins 0.585 and loses 0.288 (exact, reference §5.3)
+    assert m["vs_random_player_0_win"] >= 0.80 and m["vs_random_player_0_loss"] <= 0.10
+    assert m["vs_random_player_1_win"] >= 0.40  # as O: random O wins 0.288
+    assert m["vs_random_invalid_rate"] == 0.0

@@ -138,7 +138,10 @@ class TextEnvRunner(BatchedEnvRunner):
         seeds = [self._seed + self._iteration * n + g // gs for g in range(n)]
         turns, metrics = self.play(self.games, seats, seeds)
         self.num_env_steps_sampled_lifetime += metrics["env_steps"]
-        return {"turns": turns, "metrics": metrics}
+        k = int(self.marl["transcripts"])
+        transcripts = [{"opponent": s["opponent"], "returns": dict(env.returns), "chats": dict(env.chats)}
+                       for env, s in zip(self.games[:k], seats[:k])]
+        return {"turns": turns, "metrics": metrics, "transcripts": transcripts}
 
     def _seating(self, opponent: str, pool) -> Dict[str, Any]:
         """Who plays each seat of one game: a module id (trained), a pool LM or a bot."""

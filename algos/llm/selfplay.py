@@ -205,6 +205,13 @@ class LLMSelfPlay(Trainer):
                            ("aa_variant", AA_VARIANTS), ("loss_agg", LOSS_AGG), ("generator", ("hf", "vllm"))):
             if cfg[key] not in valid:
                 raise unknown_choice(key, cfg[key], valid)
+        if cfg["generator"] == "vllm":
+            import importlib.util
+
+            if importlib.util.find_spec("vllm") is None:
+                raise MarlError("generator='vllm' needs vllm and a GPU: pip install 'marl[vllm]' (or generator='hf').")
+            if not isinstance(model, str):
+                raise MarlError("generator='vllm' loads the model from a path or hub id; a config object cannot be served.")
         if not isinstance(cfg["opponents"], dict) or not cfg["opponents"]:
             raise MarlError(f"opponents must be a dict name -> probability, e.g. {{'self': 0.5, 'pool': 0.5}}; got {cfg['opponents']!r}.")
 
@@ -269,7 +276,23 @@ class LLMSelfPlay(Trainer):
         every = int(hp["eval_every"])
         if every > 0 and (self.progress["iterations"] + 1) % every == 0:
             self.extra_metrics.update(self.evaluate_opponents())
+            self.write_transcripts([t for p in parts for t in p["transcripts"]])
         self.rollout = {"metrics": metrics}
+
+    def write_transcripts(self, transcripts: List[Dict[str, Any]]) -> None:
+        """Sample games of this iteration as JSON lines in ``<run>/transcripts/iteration_<n>.jsonl``
+        (``fit`` sets ``run_dir``; nothing is written without it)."""
+        run_dir = getattr(self, "run_dir", None)
+        if run_dir is None or not transcripts:
+            return
+        import json
+        from pathlib import Path
+
+        folder = Path(run_dir) / "transcripts"
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"iteration_{self.progress['iterations'] + 1:06d}.jsonl", "w") as f:
+            for t in transcripts:
+                f.write(json.dumps(t) + "\n")
 
     def _pad_id(self) -> int:
         if not hasattr(self, "_pad"):
