@@ -52,16 +52,18 @@ def _eval(items: List[str]) -> int:
     path = items[0]
     env_kwargs = parse_cli_overrides([i[len("env."):] for i in items[1:] if i.startswith("env.")])
     rest = parse_cli_overrides([i for i in items[1:] if not i.startswith("env.")])
-    unknown = sorted(set(rest) - {"episodes", "env"})
+    unknown = sorted(set(rest) - {"episodes", "env", "opponent"})
     if unknown:
-        raise MarlError(f"marl eval: unknown option(s) {unknown}. Valid: episodes=N, env=family:scenario, env.<kwarg>=value.")
+        raise MarlError(f"marl eval: unknown option(s) {unknown}. Valid: episodes=N, env=family:scenario, "
+                        f"env.<kwarg>=value, opponent=<bot> (text games).")
     episodes = int(rest.get("episodes", 100))
     env = None
     if "env" in rest:
         family, _, scenario = str(rest["env"]).partition(":")
         env = marl.make_env(family, scenario or None, num_envs=min(episodes, 32), **env_kwargs)
     result = marl.load(path, env=env)
-    stats = result.evaluate(episodes=episodes, env=env)
+    extra = {"opponent": str(rest["opponent"])} if "opponent" in rest else {}
+    stats = result.evaluate(episodes=episodes, env=env, **extra)
     print(json.dumps({"checkpoint": result.checkpoint, **stats}, indent=2))
     return 0
 

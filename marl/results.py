@@ -122,11 +122,12 @@ class Result:
     config: Dict[str, Any] = field(default_factory=dict)
     eval: Dict[str, float] = field(default_factory=dict)
 
-    def evaluate(self, episodes: int = 32, env: Optional[MultiAgentEnv] = None, num_envs: Optional[int] = None) -> Dict[str, float]:
+    def evaluate(self, episodes: int = 32, env: Optional[MultiAgentEnv] = None, num_envs: Optional[int] = None,
+                 opponent: str = "random") -> Dict[str, float]:
         """Greedy evaluation: mean of each episode statistic over ``episodes`` episodes
-        (text games: ``episodes`` games against a random opponent, see ``TextPolicy.evaluate``)."""
+        (text games: ``episodes`` games against the bot ``opponent``, see ``TextPolicy.evaluate``)."""
         if hasattr(self.policy, "evaluate"):
-            return self.policy.evaluate(games=episodes)
+            return self.policy.evaluate(opponent=opponent, games=episodes)
         if env is None:
             if self.env_spec is None:
                 raise MarlError("This result has no env spec; pass env=marl.make_env(...).")

@@ -96,8 +96,8 @@ def turn_advantages(turns: List[Turn], cfg: Dict[str, Any], simultaneous: bool, 
     """Advantage of every turn (``id(turn) -> A``) for the estimator ``cfg["estimator"]`` (module docstring).
 
     Rewards are divided by ``reward_scale`` first. Groups for baselines: games
-    sharing a seed when ``group_size`` > 1, else the whole batch; per seat
-    for RLOO (A1) and MARS, pooled for GRPO.
+    sharing a seed when ``group_size`` > 1, else the whole batch; per seat (and
+    apart from bot / past-copy rows of that seat) for RLOO (A1) and MARS, pooled for GRPO.
     """
     if not turns:
         return {}
@@ -108,8 +108,10 @@ def turn_advantages(turns: List[Turn], cfg: Dict[str, Any], simultaneous: bool, 
     if cfg["reward_sharing"] == "sum":
         r = _share_rewards(keys, r)
     seed_of = {(t.game, t.seat): t.group for t in turns}
+    trained = {(t.game, t.seat): t.trained for t in turns}
     group = [seed_of[k] if group_size > 1 else 0 for k in keys]
-    seat = [k[1] for k in keys]
+    # baselines never mix the learner's rows with a bot's or a past copy's in the same seat
+    seat = [(k[1], trained[k]) for k in keys]
     if name == "mars":
         R = est.discounted_returns(r, mask, float(cfg["gamma"]))
         adv = est.normalize_by_key(R, mask, seat if cfg["role_norm"] else [0] * len(keys))
