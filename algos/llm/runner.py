@@ -73,6 +73,9 @@ class TextEnvRunner(BatchedEnvRunner):
         self.module = spec.build()
         self.module.foreach_module(lambda mid, m: m.eval())
         m = self.marl
+        if torch.cuda.is_available() and (float(m["num_gpus_per_env_runner"]) > 0 or (
+                int(m["num_env_runners"]) == 0 and float(m["num_gpus_per_learner"]) > 0)):
+            self.module.foreach_module(lambda mid, mod: mod.to("cuda"))  # generate on the GPU
         tok = load_tokenizer(m.get("tokenizer"), m.get("model"))
         kw = dict(temperature=m["temperature"], top_p=m["top_p"], max_new_tokens=m["max_new_tokens"],
                   constrain=m["constrain_actions"])

@@ -242,7 +242,8 @@ class LLMSelfPlay(Trainer):
             TrainerConfig(algo_class=cls)
             .environment(observation_space=None, action_space=None, disable_env_checking=True)
             .env_runners(env_runner_cls=TextEnvRunner, num_env_runners=int(cfg["num_env_runners"]),
-                         num_cpus_per_env_runner=float(cfg["num_cpus_per_env_runner"]))
+                         num_cpus_per_env_runner=float(cfg["num_cpus_per_env_runner"]),
+                         num_gpus_per_env_runner=float(cfg["num_gpus_per_env_runner"]))
             .learners(num_learners=int(cfg["num_learners"]), num_gpus_per_learner=float(cfg["num_gpus_per_learner"]),
                       num_cpus_per_learner=float(cfg["num_cpus_per_learner"]) if cfg["num_learners"] else "auto",
                       learner_config_dict=learner_cfg)
