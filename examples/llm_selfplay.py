@@ -24,7 +24,7 @@ from marl.config import parse_cli_overrides
 TINY = {
     "ipd": dict(lr=3e-4, games_per_iteration=128, entropy_coef=0.0),
     "tic_tac_toe": dict(lr=1e-3, games_per_iteration=256, entropy_coef=0.0, kl_coef=0.0, temperature=1.0,
-                        eval_temperature=1.0, opponents={"self": 0.7, "random": 0.3}),
+                        eval_temperature=0.0, opponents={"self": 0.7, "random": 0.3}),  # greedy evaluation
 }
 COLUMNS = {
     "ipd": ["coop_rate_mean", "collective_payoff_mean", "vs_always_defect_reward_per_round",

@@ -75,7 +75,7 @@ def _list(_: List[str]) -> int:
     print("Environments (marl.make_env(family, scenario)):")
     for fam, scen in list_envs(with_scenarios=True).items():
         shown = ", ".join(scen[:40]) + (" ..." if len(scen) > 40 else "")
-        print(f"  {fam:<11} {shown or '(any: pass an env object or module path)'}")
+        print(f"  {fam:<11} {shown or '(one game: marl.make_env(' + repr(fam) + '))'}")
     print("Algorithms (env.fit(algo)):")
     for name, desc in list_algos().items():
         print(f"  {name:<11} {desc}")
