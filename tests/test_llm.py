@@ -329,3 +329,14 @@ def test_separate_seat_policies_and_opponent_pool(ray_session, run_dir):
     assert any(not torch.equal(w0[k], w1[k]) for k in w0)  # trained on their own seats' data
     # with a pool opponent only the learner's seat trains: fewer replies than 8 games x 2 seats x 4 rounds
     assert res.metrics["replies_trained"] < 8 * 2 * 4
+
+
+def test_free_text_replies_and_invalid_rate(ray_session, run_dir):
+    """Natural-language prompts, unconstrained generation: unreadable replies are played as the
+    game's default move and counted in invalid_rate (an untrained model mostly babbles)."""
+    tok = word_tokenizer(["<A>", "<B>", "Round", "1", "2", "of", "Your", "choice?"])
+    env = marl.make_env("ipd", rounds=2, history="last")
+    m = env.fit("reinforce", stop={"iterations": 1}, model=tiny_config(len(tok), n_positions=256), tokenizer=tok,
+                max_new_tokens=4, games_per_iteration=8, eval_every=0, log_dir=run_dir, progress=False).metrics
+    assert 0.0 < m["invalid_rate_mean"] <= 1.0
+    assert m["replies_trained"] == 8 * 2 * 2
