@@ -41,10 +41,10 @@ def test_mars_tic_tac_toe_beats_random(ray_session, run_dir):
     tok = word_tokenizer(["me", "opp", "_"] + [f"c{i}" for i in range(9)])
     env = marl.make_env("openspiel", "tic_tac_toe", prompt_style="compact", history="last")
     m = env.fit(
-        "mars", stop={"iterations": 250}, model=tiny_config(len(tok), n_positions=64), tokenizer=tok,
+        "mars", stop={"iterations": 300}, model=tiny_config(len(tok), n_positions=64), tokenizer=tok,
         constrain_actions=True, max_new_tokens=2, lr=1e-3, temperature=1.0, kl_coef=0.0, entropy_coef=0.0,
         games_per_iteration=256, opponents={"self": 0.7, "random": 0.3},  # 30% of games vs a random partner
-        eval_every=250, eval_games=600, eval_opponents=["random"], eval_temperature=0.0,  # greedy play
+        eval_every=300, eval_games=2000, eval_opponents=["random"], eval_temperature=0.0,  # greedy play
         log_dir=run_dir, progress=False, seed=0,
     ).metrics
     print({k: round(v, 3) for k, v in m.items() if k.startswith("vs_")})
