@@ -669,6 +669,18 @@ def make_env(name: Any, scenario: Optional[str] = None, **kwargs) -> MultiAgentE
             built env and set as ``env.info.entity_layout``, replacing the
             env's own layout; ``env.spec`` keeps it, so ``env.spec.make()``
             rebuilds the env with the same layout.
+            ``crash`` (any family with discrete actions): wrap the env in
+            :class:`~marl.envs.wrappers.crash.CrashWrapper`; a rate in
+            ``[0, 1]``, a dict of its options, or a coach strategy name
+            (``"fixed"``, ``"curriculum"``, ``"adaptive"``); see
+            :func:`~marl.envs.wrappers.crash.crash_options`. ``env.spec``
+            keeps the options, so ``env.spec.make()`` rebuilds the wrapper.
+            ``offbeat`` (discrete-action families): action -> duration in steps,
+            e.g. ``{"catch": 3}``, or group -> {action -> duration}; wraps the
+            env in :class:`~marl.envs.wrappers.offbeat.OffBeatWrapper` (a dict
+            with a ``"durations"`` key also passes ``effect`` / ``noop_action``,
+            e.g. ``{"durations": {"catch": 3}, "effect": "spread"}``); kept in
+            ``env.spec`` (docs/offbeat.md).
 
     Raises:
         MarlError: unknown family or scenario (the message lists the valid
@@ -684,10 +696,24 @@ def make_env(name: Any, scenario: Optional[str] = None, **kwargs) -> MultiAgentE
     if name not in fams:
         raise unknown_choice("env", name, list(fams))
     layout = kwargs.pop("entity_layout", None)
+    crash = kwargs.pop("crash", None)
+    offbeat = kwargs.pop("offbeat", None)
     env = _load(fams[name].factory)(scenario, **kwargs)
     if env.spec is None:
         env.spec = EnvSpec(name, scenario, dict(kwargs))
     if layout is not None:
         env.info.entity_layout = check_entity_layout(layout, env.info)
         env.spec.kwargs = {**env.spec.kwargs, "entity_layout": copy.deepcopy(env.info.entity_layout)}
+    if offbeat is not None:
+        from marl.envs.wrappers.offbeat import wrap_offbeat
+
+        inner_spec = env.spec
+        env = wrap_offbeat(env, offbeat)
+        env.spec = EnvSpec(inner_spec.family, inner_spec.scenario,
+                           {**inner_spec.kwargs, "offbeat": copy.deepcopy(offbeat)})
+    if crash is not None:
+        from marl.envs.wrappers.crash import CrashWrapper, crash_options
+
+        opts = crash_options(crash, seed=kwargs.get("seed"))
+        env = CrashWrapper(env, **opts)  # its spec adds the normalised crash options
     return env

@@ -1,0 +1,2 @@
+"""Env wrappers for any batched :class:`~marl.env.MultiAgentEnv` (installed as ``marl.envs.wrappers``)."""
+from marl.envs.wrappers.crash import CrashWrapper  # noqa: F401
