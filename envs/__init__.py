@@ -60,3 +60,9 @@ register_env(
     "Trust-and-Split: iterated 10-coin split with private values and one message per round (text game)",
     scenarios="marl.envs.text.trust_and_split:scenarios",
 )
+register_env(
+    "stag_hunter",
+    "marl.envs.stag_hunter:make",
+    "Stag-Hunter grid (2 hunters, stag needs both catching at once, hares one); off-beat test bed",
+    scenarios="marl.envs.stag_hunter:scenarios",
+)
