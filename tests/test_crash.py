@@ -275,3 +275,15 @@ def test_adaptive_relative_thresholds():
         p = c.observe([float(torch.rand(1)) * 2 - 0.5], i)
         assert 0.0 <= p <= 0.5
     assert Coach("adaptive", K=2, p_max=0.3, rate=0.1).metrics()["coach_rate"] == 0.1
+
+
+def test_trainer_applies_the_adaptive_coach(ray_session, run_dir):
+    """fit() builds the env's coach, feeds it each iteration's episodes, sets the runners' crash rate and logs it."""
+    import marl
+
+    env = marl.make_env("mpe", "simple_spread", N=4, num_envs=16,
+                        crash={"strategy": "adaptive", "coach": {"K": 16, "p_ref": -1000.0}})
+    res = env.fit("mappo", stop={"iterations": 4}, progress=False, log_dir=run_dir, eval_episodes=0)
+    rates = [h["coach_rate"] for h in res.history]
+    assert rates == sorted(rates) and rates[-1] > 0  # every window beats the (low) reference: p rises
+    assert res.history[-1]["crash_rate_mean"] > 0  # the runners' env really crashes agents now

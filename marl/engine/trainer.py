@@ -169,6 +169,39 @@ class Trainer(Algorithm):
         self.extra_metrics: Dict[str, float] = {}  # set by training_step (e.g. epsilon)
         if self.marl_config.get("init_from"):
             self.init_weights_from(self.marl_config["init_from"])
+        self.coach = self._make_coach()
+
+    # --------------------------------------------------------------- crash coach
+    def _make_coach(self):
+        """The crash-rate coach of an env made with ``crash="fixed"|"curriculum"|"adaptive"``
+        (:class:`marl.algos.coach.Coach`), or None."""
+        env = LOCAL_ENVS.get(self.marl_config.get("env_token"))
+        make = getattr(env, "make_coach", None) if env is not None else None
+        coach = make() if callable(make) else None
+        if coach is not None:
+            self._set_crash_rate(coach.rate)
+        return coach
+
+    def _set_crash_rate(self, p: float) -> None:
+        """Apply the coach's rate to every runner's env (remote runners rebuilt their env from its spec)."""
+        def setter(runner):
+            if hasattr(runner.env, "set_rate"):
+                runner.env.set_rate(p)
+
+        group = self.env_runner_group
+        if group.num_remote_env_runners() == 0:
+            setter(group.local_env_runner)
+        else:
+            group.foreach_env_runner(setter, local_env_runner=False)
+
+    def _coach_step(self, metrics: Dict[str, Any]) -> Dict[str, float]:
+        """Feed the iteration's finished episodes to the coach, apply its new rate, return its metrics."""
+        if self.coach is None:
+            return {}
+        wins = metrics.get("win_rate") or None
+        p = self.coach.observe(metrics.get("episode_return", []), self.progress["env_steps"], wins=wins)
+        self._set_crash_rate(p)
+        return {k: float(v) for k, v in self.coach.metrics().items()}  # coach_rate, coach_performance, ...
 
     def init_weights_from(self, path: str) -> None:
         """Start from the agent networks of another run's checkpoint (``init_from``), e.g. an HPN
@@ -248,6 +281,7 @@ class Trainer(Algorithm):
                 out[f"{k}_mean"] = float(np.mean(v))
         out.update(self._learner_results)
         out.update(self.extra_metrics)
+        out.update(self._coach_step(m))
         self.last_metrics = out
         return out
 
@@ -265,12 +299,17 @@ class Trainer(Algorithm):
     def get_state(self, components=None, *, not_components=None, **kwargs):
         state = super().get_state(components, not_components=not_components, **kwargs)
         state["marl_progress"] = dict(self.progress)
+        if getattr(self, "coach", None) is not None:
+            state["marl_coach"] = self.coach.__dict__.copy()
         return state
 
     def set_state(self, state):
         super().set_state(state)
         if "marl_progress" in state:
             self.progress.update(state["marl_progress"])
+        if state.get("marl_coach") and getattr(self, "coach", None) is not None:
+            self.coach.__dict__.update(state["marl_coach"])
+            self._set_crash_rate(self.coach.rate)
 
     # --------------------------------------------------------------- hooks
     @classmethod
