@@ -25,6 +25,7 @@ setup(
         "tensorboard",
         "pyyaml",
         "tqdm",
+        "matplotlib",
     ],
     extras_require={
         "dev": ["pytest>=8", "pytest-timeout"],

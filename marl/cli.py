@@ -52,16 +52,20 @@ def _eval(items: List[str]) -> int:
     path = items[0]
     env_kwargs = parse_cli_overrides([i[len("env."):] for i in items[1:] if i.startswith("env.")])
     rest = parse_cli_overrides([i for i in items[1:] if not i.startswith("env.")])
-    unknown = sorted(set(rest) - {"episodes", "env", "opponent"})
+    unknown = sorted(set(rest) - {"episodes", "env", "opponent", "crash_rates"})
     if unknown:
         raise MarlError(f"marl eval: unknown option(s) {unknown}. Valid: episodes=N, env=family:scenario, "
-                        f"env.<kwarg>=value, opponent=<bot> (text games).")
+                        f"env.<kwarg>=value, opponent=<bot> (text games), crash_rates=[0,0.1,0.2,0.3,0.5].")
     episodes = int(rest.get("episodes", 100))
     env = None
     if "env" in rest:
         family, _, scenario = str(rest["env"]).partition(":")
         env = marl.make_env(family, scenario or None, num_envs=min(episodes, 32), **env_kwargs)
     result = marl.load(path, env=env)
+    if "crash_rates" in rest:
+        rows = result.evaluate_crashes(rates=list(rest["crash_rates"]), episodes=episodes)
+        print(json.dumps({"checkpoint": result.checkpoint, "crash_eval": rows, "written": f"{result.log_dir}/crash_eval.*"}, indent=2))
+        return 0
     extra = {"opponent": str(rest["opponent"])} if "opponent" in rest else {}
     stats = result.evaluate(episodes=episodes, env=env, **extra)
     print(json.dumps({"checkpoint": result.checkpoint, **stats}, indent=2))

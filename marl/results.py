@@ -135,6 +135,39 @@ class Result:
         stats = run_episodes(env, self.policy, episodes)
         return {f"{k}_mean": float(np.mean(v)) for k, v in stats.items() if v}
 
+    def evaluate_crashes(self, rates=(0.0, 0.1, 0.2, 0.3, 0.5), episodes: int = 100, out_dir: Optional[str] = None,
+                         **crash_options) -> List[Dict[str, float]]:
+        """Greedy evaluation of the team at each test crash rate (Zhao et al. 2022's protocol, reference §5.2).
+
+        Every rate plays ``episodes`` episodes of the trained scenario wrapped in a
+        :class:`~marl.envs.wrappers.crash.CrashWrapper` (``crash_options``:
+        ``crash_time``, ``behaviour``, ``max_crashed``, ``seed``; the training
+        run's own crash options are the defaults, without its coach).
+
+        Writes ``crash_eval.csv``, ``crash_eval.md`` and ``crash_eval.png`` (return,
+        and win rate where the env reports one, against the crash rate) to
+        ``out_dir`` (default: the run folder). Returns one row per rate.
+
+        Raises:
+            MarlError: no env spec to rebuild the scenario, or a rate outside [0, 1].
+        """
+        if self.env_spec is None:
+            raise MarlError("evaluate_crashes needs a run made with marl.make_env (its env spec rebuilds the scenario).")
+        base = dict(self.env_spec.kwargs.get("crash") or {})
+        base.pop("strategy", None)
+        base.pop("coach", None)
+        base.update(crash_options)
+        rows = []
+        for p in rates:
+            env = self.env_spec.make(num_envs=min(episodes, 32), crash={**base, "rate": float(p)})
+            stats = run_episodes(env, self.policy, episodes)
+            env.close()
+            row = {"crash_rate": float(p)}
+            row.update({f"{k}_mean": float(np.mean(v)) for k, v in stats.items() if v})
+            rows.append(row)
+        _write_crash_table(rows, Path(out_dir or self.log_dir or "."))
+        return rows
+
     def __repr__(self) -> str:
         r = self.metrics.get("episode_return_mean")
         return f"Result(env_steps={self.metrics.get('env_steps')}, return={r}, checkpoint={self.checkpoint!r})"
@@ -226,3 +259,32 @@ def resolve_checkpoint(path: str) -> Path:
     if not cands:
         raise MarlError(f"No marl checkpoint at '{path}' (expected '{META_FILE}' or a run folder with checkpoints/).")
     return cands[-1]
+
+
+def _write_crash_table(rows: List[Dict[str, float]], folder: Path) -> None:
+    """``crash_eval.csv`` / ``.md`` / ``.png`` of :meth:`Result.evaluate_crashes`."""
+    import csv
+
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = ["crash_rate"] + [k for k in ("episode_return_mean", "win_rate_mean", "crash_rate_mean") if k in rows[0]]
+    with open(folder / "crash_eval.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(f"{r.get(k, float('nan')):.3f}" for k in keys) + " |" for r in rows]
+    (folder / "crash_eval.md").write_text("\n".join(lines) + "\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = "win_rate_mean" if "win_rate_mean" in rows[0] else "episode_return_mean"
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    ax.plot([r["crash_rate"] for r in rows], [r[metric] for r in rows], marker="o")
+    ax.set_xlabel("test crash rate p")
+    ax.set_ylabel(metric.replace("_mean", "").replace("_", " "))
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(folder / "crash_eval.png", dpi=120)
+    plt.close(fig)

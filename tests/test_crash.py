@@ -287,3 +287,17 @@ def test_trainer_applies_the_adaptive_coach(ray_session, run_dir):
     rates = [h["coach_rate"] for h in res.history]
     assert rates == sorted(rates) and rates[-1] > 0  # every window beats the (low) reference: p rises
     assert res.history[-1]["crash_rate_mean"] > 0  # the runners' env really crashes agents now
+
+
+def test_crash_evaluation_table_and_plot(ray_session, run_dir, tmp_path):
+    """A trained team evaluated over test crash rates: one row per rate, CSV / markdown / PNG written."""
+    import marl
+
+    env = marl.make_env("mpe", "simple_spread", N=4, num_envs=8, crash=0.0)
+    res = env.fit("mappo", stop={"iterations": 1}, progress=False, log_dir=run_dir, eval_episodes=0)
+    rows = res.evaluate_crashes(rates=[0.0, 0.5, 1.0], episodes=8, out_dir=str(tmp_path))
+    assert [r["crash_rate"] for r in rows] == [0.0, 0.5, 1.0]
+    assert rows[0]["crash_rate_mean"] == 0.0 and rows[2]["crash_rate_mean"] > 0.5  # every agent flagged at p=1
+    for ext in ("csv", "md", "png"):
+        assert (tmp_path / f"crash_eval.{ext}").stat().st_size > 0
+    assert (tmp_path / "crash_eval.md").read_text().startswith("| crash_rate | episode_return_mean")
