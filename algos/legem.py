@@ -52,6 +52,42 @@ def causal_shift(rewards: torch.Tensor, records: Iterable[Record]) -> torch.Tens
     return out
 
 
+def decision_records(decisions: torch.Tensor) -> List[Record]:
+    """Action records ``(agent, start, end, -1)`` of one episode from its decision mask.
+
+    Args:
+        decisions: ``[L, n]`` bool, agent ``i`` chose a new action at step ``t``
+            (step 0 always counts); an action lasts until the agent's next decision
+            or the episode's last step.
+    """
+    L, n = decisions.shape
+    out: List[Record] = []
+    for i in range(n):
+        starts = sorted({0} | {int(t) for t in torch.nonzero(decisions[:, i]).flatten()})
+        ends = [s - 1 for s in starts[1:]] + [L - 1]
+        out.extend((i, s, e, -1) for s, e in zip(starts, ends))
+    return out
+
+
+def redistribute_team_reward(rewards: torch.Tensor, decisions: torch.Tensor, team_reward: str = "mean") -> torch.Tensor:
+    """Causal shift of one episode's team reward for value decomposition.
+
+    Args:
+        rewards: ``[L, n]`` per-agent rewards (the team reward repeated in cooperative envs).
+        decisions: ``[L, n]`` bool decision mask (:func:`decision_records`).
+        team_reward: how the learner aggregates agents (``"mean"`` or ``"sum"``).
+    Returns:
+        ``[L, n]`` per-agent rewards whose aggregate is the shifted team reward
+        (:func:`causal_shift`); identical to ``rewards``' aggregate when every
+        agent decides at every step (no off-beat actions).
+    """
+    n = rewards.shape[1]
+    team = rewards.mean(1) if team_reward == "mean" else rewards.sum(1)
+    shifted = causal_shift(team, decision_records(decisions))
+    per_agent = shifted if team_reward == "mean" else shifted / n
+    return per_agent.unsqueeze(1).expand(-1, n).clone()
+
+
 class EpisodicMemoryGraph:
     """Per-agent episodic memory graph with value propagation (reconstruction, see the module docstring).
 

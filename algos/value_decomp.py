@@ -40,7 +40,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from marl.algos.networks.entity import agent_model_config, build_agent_net, check_agent
 from marl.engine.replay import JointEpisodeBuffer
 from marl.engine.trainer import Trainer, TrainingDiverged, begin_update
-from marl.env import MarlError
+from marl.env import MarlError, unknown_choice
 
 MIXERS = ("none", "vdn", "qmix")
 NEG_INF = -1e10  # Q of an unavailable action in argmaxes (pymarl uses -9999999)
@@ -48,6 +48,9 @@ JOINT = "__joint__"  # batch key of the team-level columns (not a module id: for
 
 
 # ============================================================ schedules and targets
+REDISTRIBUTIONS = ("none", "causal_shift")
+
+
 def epsilon_at(env_steps: float, start: float, end: float, anneal_steps: float) -> float:
     """Linear epsilon schedule in sampled env steps (pymarl ``DecayThenFlatSchedule``):
     ``start`` at 0, ``end`` from ``anneal_steps`` on."""
@@ -503,6 +506,11 @@ class ValueDecomp(Trainer):
         """
         if cfg["mixer"] not in MIXERS:
             raise MarlError(f"Unknown mixer '{cfg['mixer']}'. Valid choices: {', '.join(MIXERS)}.")
+        if cfg["reward_redistribution"] not in REDISTRIBUTIONS:
+            raise unknown_choice("reward_redistribution", cfg["reward_redistribution"], REDISTRIBUTIONS)
+        if cfg["reward_redistribution"] != "none" and len(info.teams) > 1:
+            raise MarlError("reward_redistribution shifts one team reward; "
+                            f"{info.family}:{info.scenario} has teams {list(info.teams)}.")
         check_agent(cfg, info)
         for g in info.groups.values():
             if not g.discrete:
@@ -591,6 +599,25 @@ class ValueDecomp(Trainer):
         self.rng = np.random.default_rng(int(c["seed"]))
         self.progress.update(pending_episodes=0, last_target_sync=0, updates=0, reward_stats=[0.0, 0.0, 0.0])
 
+    def redistribute(self, slots) -> None:
+        """Rewrite the rewards of newly committed episodes with the LeGEM-style causal shift
+        (:func:`marl.algos.legem.redistribute_team_reward`): a team reward earned when
+        actions complete moves to the steps where those actions started (off-beat actions)."""
+        from marl.algos.legem import redistribute_team_reward
+
+        c, d = self.marl_config, self.buffer.data
+        mods = list(c["vd_modules"])
+        for slot in slots:
+            L = int(self.buffer.lengths[slot])
+            r = torch.from_numpy(np.concatenate([d[f"{m}/rewards"][slot, :L] for m in mods], 1))
+            dec = torch.from_numpy(np.concatenate([d[f"{m}/decision"][slot, :L] for m in mods], 1))
+            new = redistribute_team_reward(r, dec, c["vd_team_reward"]).numpy()
+            col = 0
+            for m in mods:
+                n = d[f"{m}/rewards"].shape[2]
+                d[f"{m}/rewards"][slot, :L] = new[:, col:col + n]
+                col += n
+
     def epsilon(self) -> float:
         c = self.marl_config
         return epsilon_at(self.progress["env_steps"], float(c["epsilon_start"]), float(c["epsilon_end"]), float(c["epsilon_anneal_steps"]))
@@ -600,6 +627,8 @@ class ValueDecomp(Trainer):
         eps = self.epsilon()
         self.rollout = self.sample_rollouts(epsilon=eps)
         new = self.buffer.add_rollout(self.rollout)
+        if c["reward_redistribution"] != "none":
+            self.redistribute(self.buffer.just_committed)
         if c["standardise_rewards"]:
             for m in self.rollout["modules"].values():
                 p["reward_stats"] = merge_moments(p["reward_stats"], m["rewards"])

@@ -1,4 +1,5 @@
 """LeGEM-style redistribution (reconstruction, reference/algorithms.md §6.3, §6.6)."""
+import pytest
 import torch
 
 from marl.algos.legem import EpisodicMemoryGraph, causal_shift, chain_values, memory_shaping
@@ -51,3 +52,28 @@ def test_memory_shaping_with_beta_zero_is_identity():
     assert torch.equal(memory_shaping(r, v, vn, d, 0.9, 0.0), r)
     shaped = memory_shaping(r, v, vn, d, 0.9, 1.0)
     assert torch.allclose(shaped, r + 0.9 ** d.float() * vn - v)
+
+
+def test_team_reward_redistribution_identity_without_offbeat_and_shift_with_it():
+    from marl.algos.legem import redistribute_team_reward
+
+    r = torch.tensor([[0.0, 0.0], [0.0, 0.0], [10.0, 10.0], [2.0, 2.0]])
+    every_step = torch.ones(4, 2, dtype=torch.bool)
+    assert torch.equal(redistribute_team_reward(r, every_step, "mean"), r)
+    # both agents start a 3-step catch at step 0; the stag reward at step 2 moves to step 0
+    dec = torch.tensor([[1, 1], [0, 0], [0, 0], [1, 1]], dtype=torch.bool)
+    out = redistribute_team_reward(r, dec, "mean")
+    assert out[:, 0].tolist() == [10.0, 0.0, 0.0, 2.0] and torch.isclose(out.mean(1).sum(), r.mean(1).sum())
+    out_sum = redistribute_team_reward(r, dec, "sum")
+    assert torch.isclose(out_sum.sum(), r.sum())
+
+
+def test_qmix_with_causal_shift_runs_on_offbeat_stag_hunter(ray_session, run_dir):
+    import marl
+
+    env = marl.make_env("stag_hunter", num_envs=8, offbeat={"catch": 3})
+    res = env.fit("qmix", stop={"iterations": 3}, reward_redistribution="causal_shift", batch_size=8,
+                  log_dir=run_dir, progress=False, eval_episodes=0)
+    assert res.metrics["iteration"] == 3
+    with pytest.raises(marl.MarlError, match="causal_shift"):
+        env.fit("qmix", reward_redistribution="legem_v2")

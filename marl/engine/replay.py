@@ -34,7 +34,7 @@ array                       shape                           meaning
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import numpy as np
 
@@ -79,6 +79,7 @@ class JointEpisodeBuffer:
             self.data[f"{m}/actions"] = np.zeros((C, L, n), np.int64)
             self.data[f"{m}/rewards"] = np.zeros((C, L, n), np.float32)
             self.data[f"{m}/alive"] = np.zeros((C, L, n), bool)
+            self.data[f"{m}/decision"] = np.ones((C, L, n), bool)  # off-beat envs: the agent chose at this step
             if s.get("n_actions"):
                 self.data[f"{m}/avail"] = np.zeros((C, L + 1, n, s["n_actions"]), bool)
         self.lengths = np.zeros(C, np.int64)
@@ -87,6 +88,7 @@ class JointEpisodeBuffer:
         self._slot = np.full(self.num_envs, -1, np.int64)  # open slot per env copy (-1: none)
         self._pos = np.zeros(self.num_envs, np.int64)  # next step index in the open slot
         self.episodes_added = 0
+        self.just_committed: List[int] = []  # slots committed by the last add_rollout (reward redistribution)
 
     # ---------------------------------------------------------------- filling
     def __len__(self) -> int:
@@ -120,6 +122,7 @@ class JointEpisodeBuffer:
         mods = {m: {k: v.numpy() for k, v in cols.items()} for m, cols in rollout["modules"].items()}
         state, final_state = rollout["state"].numpy(), rollout["final_state"].numpy()
         committed = 0
+        self.just_committed = []
         for t in range(T):
             if starts[t].any():
                 self._open(np.flatnonzero(starts[t]))
@@ -139,6 +142,7 @@ class JointEpisodeBuffer:
                 self.data["terminated"][s, p] = term[t, c]
                 self.lengths[s] = p + 1
                 self.committed[s] = True
+                self.just_committed.extend(int(x) for x in s)
                 self._slot[c] = -1
                 committed += len(c)
             self._pos[cols] += 1
@@ -154,6 +158,8 @@ class JointEpisodeBuffer:
             d[f"{m}/actions"][slot, pos] = x["actions"][t, cols]
             d[f"{m}/rewards"][slot, pos] = x["rewards"][t, cols]
             d[f"{m}/alive"][slot, pos] = x["alive"][t, cols]
+            if "decision" in x:
+                d[f"{m}/decision"][slot, pos] = x["decision"][t, cols]
             if f"{m}/avail" in d:
                 d[f"{m}/avail"][slot, pos] = x["avail"][t, cols]
 
@@ -182,6 +188,8 @@ class JointEpisodeBuffer:
         T = int(self.lengths[pick].max())
         out = {}
         for k, v in self.data.items():
+            if k.endswith("/decision"):  # used when episodes are committed, not by the learners
+                continue
             steps = T + 1 if v.shape[1] == self.limit + 1 else T
             out[k] = v[pick, :steps]
         return out
@@ -206,7 +214,8 @@ class JointEpisodeBuffer:
         Raises:
             MarlError: the stored episodes have other shapes (another env or mapping).
         """
-        if int(state["episode_limit"]) != self.limit or set(state["data"]) != set(self.data):
+        optional = {k for k in self.data if k.endswith("/decision")}  # absent in older checkpoints
+        if int(state["episode_limit"]) != self.limit or not (set(self.data) - optional <= set(state["data"]) <= set(self.data)):
             raise MarlError("the checkpoint's replay buffer was made for another env or policy mapping")
         n = min(len(state["lengths"]), self.capacity)
         self.committed[:] = False

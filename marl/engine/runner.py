@@ -152,8 +152,11 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
     def _record_step(self, nxt: Step, buf, glob) -> None:
         m = self.mapping
         final_obs = nxt.final_obs if nxt.final_obs is not None else nxt.obs
+        decision = (nxt.info or {}).get("offbeat", {}).get("decision")  # off-beat envs: who chose this step
         for mid, b in buf.items():
             b["rewards"].append(m.gather(mid, nxt.reward))
+            if decision is not None:
+                b["decision"].append(m.gather(mid, decision))
             b["final_obs"].append(m.add_agent_id(mid, m.gather(mid, final_obs)))
             if m.group_info(mid).discrete:
                 b["final_avail"].append(self._final_avail(mid, nxt))
