@@ -108,8 +108,8 @@ class OffBeatWrapper(MultiAgentEnv):
         effect: ``"on_completion"`` (default) or ``"spread"``.
         noop_action: what the inner env receives while an ``on_completion``
             action has not completed: index or name, or group -> index/name (default 0).
-        keep_records: keep :attr:`records` (default True; a Python loop over the
-            actions that finish at a step).
+        keep_records: keep :attr:`records` (default True: one log entry of tensors per
+            group and step; the records are built when read).
 
     Raises:
         MarlError: continuous groups, unknown groups / actions, durations < 1,
@@ -199,9 +199,14 @@ class OffBeatWrapper(MultiAgentEnv):
         self.last_decision = {g: z(gi.n_agents).bool() for g, gi in gs.items()}
         self.last_executed = {g: z(gi.n_agents) for g, gi in gs.items()}
         self.free = {g: torch.ones(B, gi.n_agents, dtype=torch.bool, device=dev) for g, gi in gs.items()}
-        self.records: List[List[ActionRecord]] = [[] for _ in range(B)]
-        if "last_records" not in self.__dict__:
-            self.last_records: List[List[ActionRecord]] = [[] for _ in range(B)]
+        # Records are built on demand from a log of per-step tensors (one entry per group and
+        # step), so stepping never loops over agents in Python. Copy b's running episode is log
+        # positions [_begin[b], end), its last finished one _last_span[b]; _off = positions pruned.
+        if "_log" not in self.__dict__:
+            self._log: List[tuple] = []
+            self._off = 0
+            self._last_span = [(0, 0)] * B
+        self._begin = [self._off + len(self._log)] * B
         self._alive: Dict[str, torch.Tensor] = {}
         self._inner_avail: Dict[str, Optional[torch.Tensor]] = {}
 
@@ -271,23 +276,50 @@ class OffBeatWrapper(MultiAgentEnv):
                 complete = self.remaining[name] == 0
                 ends = ran & (complete | done[:, None] | ~step.alive[name])
                 if bool(ends.any()):
-                    start, cur, comp = self.start[name].tolist(), self.current[name].tolist(), complete.tolist()
-                    t = self.t.tolist()
-                    for b, i in ends.nonzero().tolist():
-                        self.records[b].append(ActionRecord(g.agents[i], start[b][i], t[b], cur[b][i], comp[b][i]))
+                    self._log.append((g.agents, ends.cpu(), self.start[name].cpu(), self.t.cpu(),
+                                      self.current[name].cpu(), complete.cpu()))
         # busy state is cleared for dead agents and ended copies
         for name in self.info.groups:
             cut = ~step.alive[name] | done[:, None]
             self.remaining[name] = torch.where(cut, 0, self.remaining[name])
         self.t = torch.where(done, 0, self.t + 1)
         if bool(done.any()):
-            for b in done.nonzero().flatten().tolist():
-                self.last_records[b], self.records[b] = self.records[b], []
+            self._close_records(done.nonzero().flatten().tolist())
         self.free = {n: (self.remaining[n] == 0) & step.alive[n] for n in self.info.groups}
         return self._wrap(step, decision, done, final_busy)
 
     def close(self) -> None:
         self.env.close()
+
+    # ------------------------------------------------------------------ records
+    @property
+    def records(self) -> List[List[ActionRecord]]:
+        """Per copy, the :class:`ActionRecord` s of the running episode."""
+        end = self._off + len(self._log)
+        return [self._records_of(b, self._begin[b], end) for b in range(self.num_envs)]
+
+    @property
+    def last_records(self) -> List[List[ActionRecord]]:
+        """Per copy, the :class:`ActionRecord` s of its last finished episode."""
+        return [self._records_of(b, *self._last_span[b]) for b in range(self.num_envs)]
+
+    def _records_of(self, b: int, lo: int, hi: int) -> List[ActionRecord]:
+        out = []
+        for agents, ends, start, t, cur, comp in self._log[lo - self._off: hi - self._off]:
+            for i in ends[b].nonzero().flatten().tolist():
+                out.append(ActionRecord(agents[i], int(start[b, i]), int(t[b]), int(cur[b, i]), bool(comp[b, i])))
+        return out
+
+    def _close_records(self, ended: List[int]) -> None:
+        """Copies ``ended`` finished their episode: it becomes their last one; drop log entries nobody needs."""
+        end = self._off + len(self._log)
+        for b in ended:
+            self._last_span[b] = (self._begin[b], end)
+            self._begin[b] = end
+        low = min(min(self._begin), min(lo for lo, _ in self._last_span))
+        if low - self._off > 256:  # prune in chunks, not every step
+            del self._log[: low - self._off]
+            self._off = low
 
     # ------------------------------------------------------------------ internals
 
