@@ -134,6 +134,9 @@ class StagHunter(MultiAgentEnv):
         self._gen.manual_seed(0 if seed is None else int(seed))
         self._moves = _MOVES.to(self.device)
         self._dirs = _DIRS.to(self.device)
+        # per hunter, the indices of the other hunters (the observation's hunters block)
+        keep = ~torch.eye(self.H, dtype=torch.bool, device=self.device)
+        self._others = keep.nonzero()[:, 1].reshape(self.H, self.H - 1)
 
         H, M = self.H, self.M
         agents = [f"hunter_{i}" for i in range(H)]
@@ -253,9 +256,7 @@ class StagHunter(MultiAgentEnv):
         others = torch.cat([self.hunters[:, None].expand(B, H, H, 2), self.stag[:, None, None].expand(B, H, 1, 2),
                             self.hares[:, None].expand(B, H, self.M, 2)], 2)  # [B, H, H+1+M, 2]
         rel = others - self.hunters[:, :, None]
-        keep = ~torch.eye(H, dtype=torch.bool, device=self.device)  # drop self from the hunters block
-        idx = torch.cat([torch.nonzero(keep[i]).flatten() for i in range(H)]).reshape(H, H - 1)
-        rel_h = torch.gather(rel[:, :, :H], 2, idx[None, :, :, None].expand(B, H, H - 1, 2))
+        rel_h = torch.gather(rel[:, :, :H], 2, self._others[None, :, :, None].expand(B, H, H - 1, 2))
         obs = torch.cat([self.hunters.float() / n, rel_h.reshape(B, H, -1).float() / n,
                          rel[:, :, H:].reshape(B, H, -1).float() / n], -1)
         state = torch.cat([self.hunters.reshape(B, -1).float() / n, self.stag.float() / n,

@@ -179,9 +179,11 @@ class CausalLMModule(TorchRLModule):
                     logits = self.lm(input_ids=input_ids, attention_mask=attention_mask).logits
             else:
                 logits = lm(input_ids=input_ids, attention_mask=attention_mask).logits
-        logp_all = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-        logp = logp_all.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-        ent = -(logp_all.exp() * logp_all).sum(-1) if entropy else None
+        # log p = logit - logsumexp: no second [S, L, vocab] tensor of log-probs (large vocabularies)
+        lf = logits[:, :-1].float()
+        lse = torch.logsumexp(lf, dim=-1)
+        logp = lf.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1) - lse
+        ent = lse - (torch.softmax(lf, dim=-1) * lf).sum(-1) if entropy else None  # -sum p log p
         return logp, ent
 
     def _reference(self):

@@ -69,13 +69,18 @@ def _rows(turns: List[Turn], by_step: bool) -> Tuple[List[tuple], torch.Tensor, 
     return keys, r, mask, where
 
 
-def _share_rewards(keys: List[tuple], r: torch.Tensor) -> torch.Tensor:
-    """Each seat's reward per step replaced by the sum over the seats of its game (aligned by step)."""
-    out = r.clone()
+def _game_rows(keys: List[tuple]) -> List[List[int]]:
+    """Row indices of each game's seats."""
     games: Dict[Any, List[int]] = {}
     for i, (g, _) in enumerate(keys):
         games.setdefault(g, []).append(i)
-    for rows in games.values():
+    return list(games.values())
+
+
+def _share_rewards(keys: List[tuple], r: torch.Tensor) -> torch.Tensor:
+    """Each seat's reward per step replaced by the sum over the seats of its game (aligned by step)."""
+    out = r.clone()
+    for rows in _game_rows(keys):
         out[rows] = r[rows].sum(0, keepdim=True)
     return out
 
@@ -83,12 +88,8 @@ def _share_rewards(keys: List[tuple], r: torch.Tensor) -> torch.Tensor:
 def _co_player(keys: List[tuple], a: torch.Tensor) -> torch.Tensor:
     """Sum of the other seats' advantages in the same game at the same step (AA's A2)."""
     out = torch.zeros_like(a)
-    games: Dict[Any, List[int]] = {}
-    for i, (g, _) in enumerate(keys):
-        games.setdefault(g, []).append(i)
-    for rows in games.values():
-        total = a[rows].sum(0)
-        out[rows] = total.unsqueeze(0) - a[rows]
+    for rows in _game_rows(keys):
+        out[rows] = a[rows].sum(0, keepdim=True) - a[rows]
     return out
 
 

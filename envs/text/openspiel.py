@@ -126,6 +126,14 @@ class _Grid(_Render):
     def view(self, state, player: int, log) -> str:
         return "\n".join(row.upper().replace(".", "_") for row in _grid(state, player))
 
+    title = board = ""  # set by each board game
+
+    def rules(self, player: int) -> str:
+        mark, other = self.marks[player], self.marks[1 - player]
+        return (f"You are playing {self.title} as player_{player} with mark {mark}; the other player controls "
+                f"{other}. X moves first. GAME RULES: {self.board} Your legal actions are written "
+                f"{self.move_form(mark)}.")
+
     def compact_view(self, state, player: int, log) -> str:
         # Own-view tokens so that one policy can play both seats from the same words.
         mine = self.marks[player].lower()
@@ -134,13 +142,13 @@ class _Grid(_Render):
 
 
 class _TicTacToe(_Grid):
-    def rules(self, player: int) -> str:
-        mark, other = self.marks[player], self.marks[1 - player]
-        return (f"You are playing tic-tac-toe as player_{player} with mark {mark}; the other player controls "
-                f"{other}. X moves first. GAME RULES: a 3x3 grid, rows and columns indexed 0-2, (0,0) is the "
-                f"top-left cell; players take turns marking an empty cell; three of one mark in a row, column "
-                f"or diagonal wins; a full grid without a line is a draw. In the game state '_' is an empty "
-                f"cell. Your legal actions are written <{mark}(row,column)>.")
+    title = "tic-tac-toe"
+    board = ("a 3x3 grid, rows and columns indexed 0-2, (0,0) is the top-left cell; players take turns marking "
+             "an empty cell; three of one mark in a row, column or diagonal wins; a full grid without a line is "
+             "a draw. In the game state '_' is an empty cell.")
+
+    def move_form(self, mark: str) -> str:
+        return f"<{mark}(row,column)>"
 
     def action(self, state, player: int, action: int) -> str:
         return f"c{action}" if self.compact else f"<{self.marks[player]}({action // 3},{action % 3})>"
@@ -150,13 +158,13 @@ class _TicTacToe(_Grid):
 
 
 class _ConnectFour(_Grid):
-    def rules(self, player: int) -> str:
-        mark, other = self.marks[player], self.marks[1 - player]
-        return (f"You are playing Connect Four as player_{player} with mark {mark}; the other player controls "
-                f"{other}. X moves first. GAME RULES: a grid of 6 rows and 7 columns (0-6, left to right), "
-                f"shown top row first; a move drops your mark into a column, where it falls to the lowest "
-                f"empty cell; four of one mark in a row, column or diagonal wins; a full grid is a draw. "
-                f"'_' is an empty cell. Your legal actions are written <col k>.")
+    title = "Connect Four"
+    board = ("a grid of 6 rows and 7 columns (0-6, left to right), shown top row first; a move drops your mark "
+             "into a column, where it falls to the lowest empty cell; four of one mark in a row, column or "
+             "diagonal wins; a full grid is a draw. '_' is an empty cell.")
+
+    def move_form(self, mark: str) -> str:
+        return "<col k>"
 
     def action(self, state, player: int, action: int) -> str:
         return f"c{action}" if self.compact else f"<col {action}>"
