@@ -18,8 +18,10 @@ is an option:
   i.e. ``0.8 * P_ref`` / ``0.5 * P_ref`` for the default fractions when
   ``P_ref >= 0`` (the ``|P_ref|`` form, our extension, keeps the rule sensible
   for negative returns). ``P_ref`` is given (``p_ref=``), or taken from the
-  windows the coach completes while ``p == 0``, or fed from dedicated ``p = 0``
-  episodes with :meth:`Coach.observe_reference`.
+  windows the coach completes while ``p == 0``, or (the default with
+  ``crash="adaptive"``) the latest ``K`` episodes of the env copies the crash
+  wrapper keeps at ``p = 0`` (``reference_share``, 1/8 of the copies), fed
+  through :meth:`Coach.observe_reference` so ``P_ref`` follows the team as it learns.
 
 Defaults (reference §5.3): ``K = 20``, ``delta = 0.05``, ``p_max = 0.5``,
 ``tau_hi = 0.8 P_ref``, ``tau_lo = 0.5 P_ref``. ``T_curr = 500_000`` env steps
@@ -113,6 +115,7 @@ class Coach:
         self._p_ref_given = self.p_ref is not None
         self.warmup_steps = _num(opts.get("warmup_steps", 0), "warmup_steps", 0.0)
         self._window: List[float] = []
+        self._ref_window: List[float] = []  # latest p = 0 reference episodes (observe_reference)
         self.performance: Optional[float] = None  # P of the last completed window
         self.env_steps = 0
         self.history: List[Dict[str, float]] = []  # one entry per adaptive decision
@@ -132,10 +135,14 @@ class Coach:
         return self.p_ref - (1.0 - self.lo_frac) * a, self.p_ref - (1.0 - self.hi_frac) * a
 
     def observe_reference(self, episode_returns: Sequence[float], wins: Optional[Sequence[float]] = None) -> None:
-        """Set ``P_ref`` from episodes played at ``p = 0`` (mean return, or win rate)."""
-        perf = _performance(episode_returns, wins)
-        if perf is not None:
-            self.p_ref = perf
+        """Feed episodes played at ``p = 0``; ``P_ref`` becomes the mean return (or win rate)
+        of the latest ``K`` of them, so it follows the team as it learns."""
+        if self._p_ref_given:
+            return
+        vals = list(map(float, wins if wins is not None else episode_returns))
+        self._ref_window = (self._ref_window + vals)[-self.K:]
+        if self._ref_window:
+            self.p_ref = float(np.mean(self._ref_window))
 
     def observe(self, episode_returns: Sequence[float], env_steps: int,
                 wins: Optional[Sequence[float]] = None) -> float:
@@ -163,8 +170,8 @@ class Coach:
     def _decide(self, perf: float) -> None:
         """One adaptive decision from the performance of a full window."""
         self.performance = perf
-        if self._rate == 0.0 and not self._p_ref_given and self.tau_hi is None:
-            self.p_ref = perf  # performance at p = 0 (refreshed while p is 0)
+        if self._rate == 0.0 and not self._p_ref_given and self.tau_hi is None and not self._ref_window:
+            self.p_ref = perf  # performance at p = 0 (refreshed while p is 0; reference copies take over)
         th = self.thresholds()
         old = self._rate
         if th is not None and self.env_steps >= self.warmup_steps:
@@ -189,7 +196,3 @@ class Coach:
     def __repr__(self) -> str:
         return f"<Coach {self.strategy} p={self._rate}>"
 
-
-def _performance(returns: Sequence[float], wins: Optional[Sequence[float]]) -> Optional[float]:
-    vals = wins if wins is not None else returns
-    return float(np.mean(list(map(float, vals)))) if len(vals) else None

@@ -60,13 +60,7 @@ def decision_records(decisions: torch.Tensor) -> List[Record]:
             (step 0 always counts); an action lasts until the agent's next decision
             or the episode's last step.
     """
-    L, n = decisions.shape
-    out: List[Record] = []
-    for i in range(n):
-        starts = sorted({0} | {int(t) for t in torch.nonzero(decisions[:, i]).flatten()})
-        ends = [s - 1 for s in starts[1:]] + [L - 1]
-        out.extend((i, s, e, -1) for s, e in zip(starts, ends))
-    return out
+    return [(i, s, e - 1, -1) for i, iv in enumerate(decision_intervals(decisions)) for s, e in iv]
 
 
 def redistribute_team_reward(rewards: torch.Tensor, decisions: torch.Tensor, team_reward: str = "mean") -> torch.Tensor:
@@ -89,13 +83,21 @@ def redistribute_team_reward(rewards: torch.Tensor, decisions: torch.Tensor, tea
 
 
 class EpisodicMemoryGraph:
-    """Per-agent episodic memory graph with value propagation (reconstruction, see the module docstring).
+    """One agent's episodic memory graph with value propagation (reconstruction, see the module docstring).
+
+    Nodes are keys of observations at decision points: ``round(o P / resolution)``
+    with a fixed random Gaussian projection ``P`` ``[obs_dim, key_dim]`` (as in
+    EMDQN / ERLAM); observations with equal keys share a node. An edge
+    ``n -> n'`` joins a decision to the agent's next one and keeps the best
+    ``(R, d)`` seen: ``R`` the reward collected in between (discounted inside the
+    interval), ``d`` the steps between them. A decision followed by the episode's
+    end keeps its best reward-to-go as a *terminal* value.
 
     Args:
-        obs_dim: observation size; key_dim: size of the random projection;
-        gamma: discount per step; resolution: rounding step of the keys
-            (observations whose projected keys round alike share a node);
-        max_nodes: FIFO cap on the number of nodes; seed: of the projection.
+        obs_dim: observation size; key_dim: size of the projection (default 8);
+        gamma: discount per step; resolution: rounding step of the keys;
+        max_nodes: FIFO cap on the number of nodes (the oldest is evicted with
+            its outgoing edges); seed: of the projection.
     """
 
     def __init__(self, obs_dim: int, key_dim: int = 8, gamma: float = 0.99, resolution: float = 0.1,
@@ -103,41 +105,57 @@ class EpisodicMemoryGraph:
         g = torch.Generator().manual_seed(seed)
         self.proj = torch.randn(obs_dim, key_dim, generator=g) / key_dim ** 0.5
         self.gamma, self.resolution, self.max_nodes = float(gamma), float(resolution), int(max_nodes)
-        self.nodes: Dict[tuple, int] = {}
+        self.nodes: Dict[bytes, int] = {}  # key -> id, in insertion order (FIFO eviction)
         self.edges: Dict[int, Dict[int, Tuple[float, int]]] = defaultdict(dict)  # n -> n' -> (R, d)
-        self.terminal_edges: Dict[int, float] = {}  # n -> best reward collected until the episode end
-        self.value: Dict[int, float] = {}
+        self.terminal: Dict[int, float] = {}  # n -> best reward-to-go when the episode ended after n
+        self.values = torch.zeros(0)  # V by node id (after :meth:`propagate`; 0 for unseen ids)
         self._next_id = 0
 
-    def key(self, obs: torch.Tensor) -> tuple:
+    def keys(self, obs: torch.Tensor) -> List[bytes]:
+        """Node keys of observations ``[K, obs_dim]`` (one per row)."""
+        k = torch.round(obs.float() @ self.proj / self.resolution).to(torch.int32).numpy()
+        return [row.tobytes() for row in k]
+
+    def key(self, obs: torch.Tensor) -> bytes:
         """The node key of one observation ``[obs_dim]``."""
-        return tuple(torch.round(obs.float() @ self.proj / self.resolution).long().tolist())
+        return self.keys(obs.reshape(1, -1))[0]
 
     def node(self, obs: torch.Tensor) -> int:
-        k = self.key(obs)
+        """The node id of one observation ``[obs_dim]`` (created if new)."""
+        return self._node(self.key(obs))
+
+    def _node(self, k: bytes) -> int:
         if k not in self.nodes:
             if len(self.nodes) >= self.max_nodes:  # FIFO eviction of the oldest node
-                old_key = next(iter(self.nodes))
-                old = self.nodes.pop(old_key)
+                old = self.nodes.pop(next(iter(self.nodes)))
                 self.edges.pop(old, None)
-                self.terminal_edges.pop(old, None)
-                self.value.pop(old, None)
+                self.terminal.pop(old, None)
             self.nodes[k] = self._next_id
             self._next_id += 1
         return self.nodes[k]
+
+    def lookup(self, obs: torch.Tensor) -> torch.Tensor:
+        """Memory values ``[K]`` of observations ``[K, obs_dim]`` (0 for keys not in memory)."""
+        ids = [self.nodes.get(k, -1) for k in self.keys(obs)]
+        out = torch.zeros(len(ids))
+        for j, i in enumerate(ids):
+            if 0 <= i < self.values.shape[0]:
+                out[j] = self.values[i]
+        return out
 
     def add_episode(self, obs: Sequence[torch.Tensor], rewards: Sequence[float], durations: Sequence[int]) -> List[int]:
         """Add one agent's decisions of one episode.
 
         Args:
-            obs: observation at each decision point (``K`` of them).
+            obs: observations at the ``K`` decision points (a ``[K, obs_dim]`` tensor or a list).
             rewards: reward collected from decision ``k`` until decision ``k+1``
                 (or the episode's end), already discounted inside the interval.
             durations: steps from decision ``k`` to ``k+1`` (or to the end).
         Returns:
             The node ids of the decisions.
         """
-        ids = [self.node(o) for o in obs]
+        o = obs if isinstance(obs, torch.Tensor) else torch.stack(list(obs))
+        ids = [self._node(k) for k in self.keys(o.reshape(len(o), -1))]
         for k, n in enumerate(ids):
             r, d = float(rewards[k]), int(durations[k])
             if k + 1 < len(ids):
@@ -145,24 +163,42 @@ class EpisodicMemoryGraph:
                 if old is None or r > old[0]:
                     self.edges[n][ids[k + 1]] = (r, d)
             else:
-                self.terminal_edges[n] = max(r, self.terminal_edges.get(n, float("-inf")))
+                self.terminal[n] = max(r, self.terminal.get(n, float("-inf")))
         return ids
 
-    def propagate(self, sweeps: int = 50) -> Dict[int, float]:
-        """Value propagation ``V(n) = max(terminal R, max_{n->n'} R + gamma^d V(n'))`` (``sweeps`` passes)."""
-        V = {n: self.terminal_edges.get(n, 0.0) for n in self.nodes.values()}
+    def propagate(self, sweeps: int = 50) -> torch.Tensor:
+        """Value propagation ``V(n) = max(terminal R, max_{n->n'} R + gamma^d V(n'))``.
+
+        Runs up to ``sweeps`` synchronous sweeps over all edges (tensor ops), starting
+        from the terminal values, and stops early at a fixed point.
+
+        Returns:
+            ``[num_ids]`` values by node id (also kept in :attr:`values`); evicted
+            ids and nodes without any remembered continuation hold 0.
+        """
+        n = self._next_id
+        src, dst, R, D = [], [], [], []
+        for a, out in self.edges.items():
+            for b, (r, d) in out.items():
+                src.append(a), dst.append(b), R.append(r), D.append(d)
+        src_t, dst_t = torch.tensor(src, dtype=torch.long), torch.tensor(dst, dtype=torch.long)
+        R_t, disc = torch.tensor(R), self.gamma ** torch.tensor(D, dtype=torch.float64)
+        base = torch.full((n,), float("-inf"), dtype=torch.float64)
+        if self.terminal:
+            base[torch.tensor(list(self.terminal))] = torch.tensor(list(self.terminal.values()), dtype=torch.float64)
+        has_value = torch.zeros(n, dtype=torch.bool)
+        has_value[src_t] = True
+        has_value[base > float("-inf")] = True
+        V = torch.where(base > float("-inf"), base, torch.zeros_like(base))
         for _ in range(sweeps):
-            changed = False
-            for n in V:
-                best = self.terminal_edges.get(n, float("-inf"))
-                for m, (r, d) in self.edges.get(n, {}).items():
-                    best = max(best, r + self.gamma ** d * V.get(m, 0.0))
-                if best != float("-inf") and abs(best - V[n]) > 1e-9:
-                    V[n], changed = best, True
-            if not changed:
+            cand = base.clone().scatter_reduce(0, src_t, R_t.double() + disc * V[dst_t], reduce="amax")
+            new = torch.where(has_value, cand, torch.zeros_like(cand))
+            if torch.allclose(new, V, rtol=0.0, atol=1e-9):
+                V = new
                 break
-        self.value = V
-        return V
+            V = new
+        self.values = V.float()
+        return self.values
 
 
 def memory_shaping(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, durations: torch.Tensor,
@@ -186,3 +222,135 @@ def chain_values(rewards: Sequence[float], gamma: float, durations: Optional[Seq
         acc = rewards[k] + gamma ** d[k] * acc  # acc is 0 after the last decision
         out[k] = acc
     return out
+
+
+def decision_intervals(decisions: torch.Tensor) -> List[List[Tuple[int, int]]]:
+    """Per agent, the ``(start, end_exclusive)`` step interval of each action of one episode.
+
+    Args:
+        decisions: ``[L, n]`` bool decision mask (step 0 always counts as a decision).
+    """
+    L, n = decisions.shape
+    out = []
+    for i in range(n):
+        starts = sorted({0} | {int(t) for t in torch.nonzero(decisions[:, i]).flatten()})
+        out.append(list(zip(starts, starts[1:] + [L])))
+    return out
+
+
+def interval_returns(team: torch.Tensor, intervals: Sequence[Tuple[int, int]], gamma: float) -> List[float]:
+    """Reward collected in each interval ``[s, e)`` of ``team`` ``[L]``, discounted from ``s``."""
+    out = []
+    for s, e in intervals:
+        disc = gamma ** torch.arange(e - s, dtype=torch.float64)
+        out.append(float((team[s:e].double() * disc).sum()))
+    return out
+
+
+class LegemMemory:
+    """A team's per-agent episodic memory graphs and the potential-based shaping built on them.
+
+    LeGEM-style (reconstructed, reference §6.3): agent ``i``'s graph is built from
+    its own decision points; node values come from value propagation
+    (:meth:`EpisodicMemoryGraph.propagate`), refreshed every ``refresh_episodes``
+    added episodes. The agent's potential at step ``t`` is the memory value of
+    its most recent decision node, ``Phi_i(t) = V_i(n_i(tau_i(t)))``, and the
+    shaping term is ``F_i(t) = beta (gamma Phi_i(t+1) - Phi_i(t))``; summed with
+    discounting over one action of duration ``d`` it equals the reference's
+    ``beta (gamma^d V(n') - V(n))`` at the decision step. ``Phi = 0`` after a
+    terminal step; at a truncated episode end the last potential is kept, so no
+    spurious penalty is added. Potential-based, so optimal policies are
+    preserved (Ng et al. 1999); ``beta = 0`` leaves rewards unchanged.
+
+    Args:
+        n_agents: agents ``n`` of the team; obs_dim: their observation size.
+        gamma: discount per step. beta: shaping weight (default 1).
+        key_dim, resolution, max_nodes, seed: of each :class:`EpisodicMemoryGraph`
+            (agent ``i``'s projection uses ``seed + i``).
+        refresh_episodes: value propagation after this many added episodes.
+    """
+
+    def __init__(self, n_agents: int, obs_dim: int, gamma: float = 0.99, beta: float = 1.0, key_dim: int = 4,
+                 resolution: float = 0.25, refresh_episodes: int = 20, max_nodes: int = 100_000, seed: int = 0):
+        self.n, self.gamma, self.beta = int(n_agents), float(gamma), float(beta)
+        self.refresh_episodes = max(1, int(refresh_episodes))
+        self.graphs = [EpisodicMemoryGraph(obs_dim, key_dim, gamma, resolution, max_nodes, seed + i)
+                       for i in range(self.n)]
+        self.episodes = 0
+        self._since_refresh = 0
+
+    def add_episode(self, obs: torch.Tensor, team: torch.Tensor, decisions: torch.Tensor) -> None:
+        """Add one episode: ``obs`` ``[L, n, D]`` (at steps ``0..L-1``), team reward ``[L]``
+        (after any causal shift), decision mask ``[L, n]``."""
+        for i, iv in enumerate(decision_intervals(decisions)):
+            starts = torch.tensor([s for s, _ in iv])
+            self.graphs[i].add_episode(obs[starts, i], interval_returns(team, iv, self.gamma),
+                                       [e - s for s, e in iv])
+        self.episodes += 1
+        self._since_refresh += 1
+        if self._since_refresh >= self.refresh_episodes:
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Value propagation on every agent's graph."""
+        for g in self.graphs:
+            g.propagate()
+        self._since_refresh = 0
+
+    def potentials(self, obs: torch.Tensor, decisions: torch.Tensor) -> torch.Tensor:
+        """``Phi`` ``[L, n]``: memory value of each agent's latest decision node at every step."""
+        L = obs.shape[0]
+        out = torch.zeros(L, self.n)
+        for i, iv in enumerate(decision_intervals(decisions)):
+            starts = torch.tensor([s for s, _ in iv])
+            vals = self.graphs[i].lookup(obs[starts, i])
+            for (s, e), v in zip(iv, vals):
+                out[s:e, i] = v
+        return out
+
+    def shaping(self, obs: torch.Tensor, decisions: torch.Tensor, terminated: bool) -> torch.Tensor:
+        """Shaping terms ``F`` ``[L, n]`` of one episode (see the class docstring)."""
+        phi = self.potentials(obs, decisions)
+        last = torch.zeros(1, self.n) if terminated else phi[-1:]
+        nxt = torch.cat([phi[1:], last])
+        return self.beta * (self.gamma * nxt - phi)
+
+    def state_dict(self) -> Dict[str, object]:
+        return {"graphs": [g.__dict__ for g in self.graphs], "episodes": self.episodes,
+                "since_refresh": self._since_refresh}
+
+    def load_state_dict(self, state: Dict[str, object]) -> None:
+        for g, d in zip(self.graphs, state["graphs"]):
+            g.__dict__.update(d)
+        self.episodes, self._since_refresh = int(state["episodes"]), int(state["since_refresh"])
+
+
+def causal_shift_rollout(rewards: torch.Tensor, decisions: torch.Tensor, starts: torch.Tensor,
+                         dones: torch.Tensor) -> torch.Tensor:
+    """Per-agent causal shift inside a fixed-length rollout chunk (MAPPO / IPPO).
+
+    Agent ``i``'s reward at a step where its action completes moves to the step
+    where that action started. An action completes at ``t`` when the agent
+    decides again at ``t + 1`` or the episode ends at ``t``. Rewards stay where
+    they are when the start lies before the chunk or the completion after it
+    (not known inside the chunk), so each agent's return within the chunk is
+    conserved exactly.
+
+    Args:
+        rewards: ``[T, B, N]`` per-agent rewards.
+        decisions: ``[T, B, N]`` bool, the agent chose a new action at ``t``.
+        starts: ``[T, B]`` bool, an episode starts at ``t``.
+        dones: ``[T, B]`` bool, an episode ends at ``t`` (terminated or truncated).
+    Returns:
+        ``[T, B, N]`` shifted rewards (equal to ``rewards`` when every agent
+        decides at every step).
+    """
+    T = rewards.shape[0]
+    new_action = decisions | starts.unsqueeze(-1)
+    steps = torch.arange(T).view(T, 1, 1).expand_as(rewards)
+    start = torch.where(new_action, steps, torch.full_like(steps, -1)).cummax(0).values  # -1: before the chunk
+    ends = dones.unsqueeze(-1).expand_as(new_action).clone()
+    ends[:-1] |= new_action[1:]
+    move = ends & (start >= 0)
+    moved = torch.where(move, rewards, torch.zeros_like(rewards))
+    return rewards - moved + torch.zeros_like(rewards).scatter_add(0, start.clamp(min=0), moved)

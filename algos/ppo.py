@@ -29,8 +29,9 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from marl.algos.networks.entity import agent_model_config, build_agent_net, check_agent
 from marl.algos.networks.mlp import MLP, GRUTrunk
 from marl.engine.trainer import Trainer, TrainingDiverged, begin_update
-from marl.env import MarlError
+from marl.env import MarlError, unknown_choice
 
+REDISTRIBUTIONS = ("none", "causal_shift")  # reward_redistribution choices (legem: value decomposition only)
 NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
 
 
@@ -552,7 +553,26 @@ class PPO(Trainer):
         check_agent(cfg, info)
         if cfg["critic"] not in ("state", "obs"):
             raise MarlError(f"Unknown critic '{cfg['critic']}'. Valid choices: obs, state.")
+        if cfg["reward_redistribution"] == "legem":
+            raise MarlError(f"reward_redistribution='legem' (episodic-memory shaping) needs whole episodes and is "
+                            f"implemented for value decomposition (qmix, vdn, iql); {cfg['algo']} takes "
+                            f"'none' or 'causal_shift'.")
+        if cfg["reward_redistribution"] not in REDISTRIBUTIONS:
+            raise unknown_choice("reward_redistribution", cfg["reward_redistribution"], REDISTRIBUTIONS)
+
+    @staticmethod
+    def redistribute(rollout: Dict[str, Any]) -> None:
+        """Off-beat envs: per-agent causal shift of the rewards inside the rollout chunk
+        (:func:`marl.algos.legem.causal_shift_rollout`; LeGEM-style, reconstructed)."""
+        from marl.algos.legem import causal_shift_rollout
+
+        dones = rollout["terminated"] | rollout["truncated"]
+        for m in rollout["modules"].values():
+            if "decision" in m:  # absent when the env has no off-beat wrapper: nothing to shift
+                m["rewards"] = causal_shift_rollout(m["rewards"], m["decision"], rollout["starts"], dones)
 
     def training_step(self) -> None:
         self.rollout = self.sample_rollouts()
+        if self.marl_config["reward_redistribution"] == "causal_shift":
+            self.redistribute(self.rollout)
         self.update_learners(rollout_to_sequences(self.rollout, self.marl_config["critic"]))

@@ -48,7 +48,7 @@ JOINT = "__joint__"  # batch key of the team-level columns (not a module id: for
 
 
 # ============================================================ schedules and targets
-REDISTRIBUTIONS = ("none", "causal_shift")
+REDISTRIBUTIONS = ("none", "causal_shift", "legem")
 
 
 def epsilon_at(env_steps: float, start: float, end: float, anneal_steps: float) -> float:
@@ -597,12 +597,19 @@ class ValueDecomp(Trainer):
             int(c["buffer_size"]), c["vd_episode_limit"], int(c["num_envs"]) * runners, c["vd_shapes"], c["vd_state_dim"]
         )
         self.rng = np.random.default_rng(int(c["seed"]))
+        self.legem = self._make_legem()
         self.progress.update(pending_episodes=0, last_target_sync=0, updates=0, reward_stats=[0.0, 0.0, 0.0])
 
     def redistribute(self, slots) -> None:
-        """Rewrite the rewards of newly committed episodes with the LeGEM-style causal shift
-        (:func:`marl.algos.legem.redistribute_team_reward`): a team reward earned when
-        actions complete moves to the steps where those actions started (off-beat actions)."""
+        """Rewrite the rewards of newly committed episodes (off-beat actions; LeGEM-style,
+        reconstructed, ``docs/offbeat.md``).
+
+        ``causal_shift``: a team reward earned when actions complete moves to the steps
+        where those actions started (:func:`marl.algos.legem.redistribute_team_reward`).
+        ``legem``: the causal shift, then each agent's reward gets the potential-based
+        shaping term of its episodic memory graph (:class:`marl.algos.legem.LegemMemory`),
+        after the episode has been added to the memory.
+        """
         from marl.algos.legem import redistribute_team_reward
 
         c, d = self.marl_config, self.buffer.data
@@ -611,12 +618,29 @@ class ValueDecomp(Trainer):
             L = int(self.buffer.lengths[slot])
             r = torch.from_numpy(np.concatenate([d[f"{m}/rewards"][slot, :L] for m in mods], 1))
             dec = torch.from_numpy(np.concatenate([d[f"{m}/decision"][slot, :L] for m in mods], 1))
-            new = redistribute_team_reward(r, dec, c["vd_team_reward"]).numpy()
+            new = redistribute_team_reward(r, dec, c["vd_team_reward"])
+            team = new.mean(1) if c["vd_team_reward"] == "mean" else new.sum(1)
             col = 0
             for m in mods:
                 n = d[f"{m}/rewards"].shape[2]
-                d[f"{m}/rewards"][slot, :L] = new[:, col:col + n]
+                if c["reward_redistribution"] == "legem":
+                    obs, dm = torch.from_numpy(d[f"{m}/obs"][slot, :L]), dec[:, col:col + n]
+                    self.legem[m].add_episode(obs, team, dm)
+                    new[:, col:col + n] += self.legem[m].shaping(obs, dm, bool(d["terminated"][slot, L - 1]))
+                d[f"{m}/rewards"][slot, :L] = new[:, col:col + n].numpy()
                 col += n
+
+    def _make_legem(self) -> Dict[str, Any]:
+        """One :class:`~marl.algos.legem.LegemMemory` per module (``reward_redistribution="legem"``)."""
+        from marl.algos.legem import LegemMemory
+
+        c = self.marl_config
+        if c["reward_redistribution"] != "legem":
+            return {}
+        return {m: LegemMemory(s["n"], s["obs_dim"], float(c["gamma"]), float(c["legem_beta"]),
+                               int(c["legem_key_dim"]), float(c["legem_resolution"]),
+                               int(c["legem_refresh_episodes"]), int(c["legem_max_nodes"]), int(c["seed"]))
+                for m, s in c["vd_shapes"].items()}
 
     def epsilon(self) -> float:
         c = self.marl_config
@@ -665,9 +689,13 @@ class ValueDecomp(Trainer):
         state = super().get_state(components, not_components=not_components, **kwargs)
         if self.marl_config.get("checkpoint_buffer", True):
             state["replay_buffer"] = self.buffer.get_state()
+        if self.legem:
+            state["legem_memory"] = {m: mem.state_dict() for m, mem in self.legem.items()}
         return state
 
     def set_state(self, state):
         super().set_state(state)
         if "replay_buffer" in state:
             self.buffer.set_state(state["replay_buffer"])
+        for m, mem_state in state.get("legem_memory", {}).items():
+            self.legem[m].load_state_dict(mem_state)

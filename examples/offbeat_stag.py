@@ -1,5 +1,6 @@
 """Off-beat stag hunt: stag captures against the catch duration, QMIX with and without the
-LeGEM-style causal-shift reward redistribution (reconstructed; docs/offbeat.md).
+LeGEM-style reward redistribution (causal shift, or causal shift plus episodic-memory shaping;
+reconstructed, docs/offbeat.md).
 
     python examples/offbeat_stag.py --durations 1 3 5 --seeds 0 1 --env-steps 200000
 
@@ -26,7 +27,7 @@ def run(duration: int, redistribution: str, seed: int, args) -> dict:
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--durations", nargs="+", type=int, default=[1, 3, 5])
-    p.add_argument("--redistribution", nargs="+", default=["none", "causal_shift"])
+    p.add_argument("--redistribution", nargs="+", default=["none", "causal_shift", "legem"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--env-steps", type=float, default=200_000)
     p.add_argument("--num-envs", type=int, default=32)

@@ -156,6 +156,7 @@ class Result:
         base = dict(self.env_spec.kwargs.get("crash") or {})
         base.pop("strategy", None)
         base.pop("coach", None)
+        base.pop("reference_share", None)  # every copy plays at the test rate
         base.update(crash_options)
         rows = []
         for p in rates:

@@ -218,6 +218,23 @@ def test_make_env_round_trip():
         make_env("mpe", "simple_spread", continuous_actions=True, crash=0.1)
 
 
+def test_reference_copies_never_crash_and_are_marked():
+    env = make_env("mpe", "simple_spread", N=4, num_envs=16, max_cycles=5, crash={"rate": 1.0, "reference_share": 0.25})
+    assert env.options()["reference_share"] == 0.25 and env.spec.make().reference_share == 0.25
+    s = env.reset(seed=0)
+    flags = torch.cat(list(env.flags.values()), -1)
+    assert not flags[:4].any() and flags[4:].all()  # the first ceil(0.25 * 16) copies stay at p = 0
+    ended = None
+    for _ in range(5):
+        s = env.step(env.random_actions(s))
+        ended = s.info.get("episode_metrics", ended)
+    assert ended["crash_reference"].tolist() == [1.0] * 4 + [0.0] * 12
+    assert make_env("matrix", "climbing", num_envs=8, crash="adaptive").reference_share == 0.125
+    assert make_env("matrix", "climbing", crash=0.3).reference_share == 0.0
+    with pytest.raises(MarlError, match="reference_share"):
+        make_env("matrix", "climbing", crash={"rate": 0.1, "reference_share": 1.5})
+
+
 # --------------------------------------------------------------------------- coach
 
 
@@ -269,7 +286,14 @@ def test_adaptive_relative_thresholds():
     assert c.thresholds() == pytest.approx((-15.0, -12.0))
     assert c.observe([-11.0] * 5, 0) == pytest.approx(0.05)
     c.observe_reference([-20.0, -20.0])
-    assert c.p_ref == -20.0
+    assert c.p_ref == -10.0  # a given P_ref stays
+    c = Coach("adaptive", K=3)  # measured on p = 0 reference episodes: the latest K of them
+    c.observe_reference([1.0, 2.0])
+    assert c.p_ref == pytest.approx(1.5)
+    c.observe_reference([3.0, 4.0])
+    assert c.p_ref == pytest.approx(3.0)
+    c.observe([100.0] * 3, 0)  # a window at p = 0 no longer overwrites the reference episodes' P_ref
+    assert c.p_ref == pytest.approx(3.0) and c.rate == pytest.approx(0.05)
     c = Coach("adaptive", K=1, tau_hi=1.0, tau_lo=0.0, p_max=0.5)
     for i in range(200):  # random performance: p stays in [0, p_max]
         p = c.observe([float(torch.rand(1)) * 2 - 0.5], i)
@@ -287,6 +311,11 @@ def test_trainer_applies_the_adaptive_coach(ray_session, run_dir):
     rates = [h["coach_rate"] for h in res.history]
     assert rates == sorted(rates) and rates[-1] > 0  # every window beats the (low) reference: p rises
     assert res.history[-1]["crash_rate_mean"] > 0  # the runners' env really crashes agents now
+    # the default adaptive coach measures P_ref on the copies kept at p = 0 (2 of 16 here)
+    env = marl.make_env("mpe", "simple_spread", N=4, num_envs=16, crash={"strategy": "adaptive", "coach": {"K": 4}})
+    res = env.fit("mappo", stop={"iterations": 2}, progress=False, log_dir=run_dir, eval_episodes=0)
+    last = res.history[-1]
+    assert last["crash_reference_mean"] == pytest.approx(2 / 16) and "coach_p_ref" in last
 
 
 def test_crash_evaluation_table_and_plot(ray_session, run_dir, tmp_path):

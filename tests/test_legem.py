@@ -33,7 +33,7 @@ def test_value_propagation_on_a_chain_equals_the_discounted_return():
     ids = mem.add_episode(obs, rewards, durations)
     V = mem.propagate()
     want = chain_values(rewards, 0.9, durations)
-    assert [round(V[i], 6) for i in ids] == [round(v, 6) for v in want]
+    assert [round(float(V[i]), 6) for i in ids] == [round(v, 6) for v in want]
     assert abs(want[0] - (1 + 0.9 * (0 + 0.9 ** 3 * (2 + 0.9 ** 2 * 5)))) < 1e-9
 
 
@@ -43,7 +43,7 @@ def test_memory_keeps_the_best_branch():
     mem.add_episode([s0, a], [0.0, 1.0], [1, 1])
     mem.add_episode([s0, b], [0.0, 3.0], [1, 1])
     V = mem.propagate()
-    assert V[mem.node(s0)] == 3.0  # max over the two remembered continuations
+    assert float(V[mem.node(s0)]) == 3.0  # max over the two remembered continuations
 
 
 def test_memory_shaping_with_beta_zero_is_identity():
@@ -77,3 +77,98 @@ def test_qmix_with_causal_shift_runs_on_offbeat_stag_hunter(ray_session, run_dir
     assert res.metrics["iteration"] == 3
     with pytest.raises(marl.MarlError, match="causal_shift"):
         env.fit("qmix", reward_redistribution="legem_v2")
+
+
+def _two_agent_episode():
+    """Agent 0 decides at 0, 3; agent 1 at 0, 1, 3 (L = 5); distinct 1-d observations."""
+    obs = torch.arange(10, dtype=torch.float32).reshape(5, 2, 1)
+    dec = torch.tensor([[1, 1], [0, 1], [0, 0], [1, 1], [0, 0]], dtype=torch.bool)
+    team = torch.tensor([0.0, 0.0, 10.0, 0.0, 2.0])
+    return obs, dec, team
+
+
+def test_legem_memory_values_and_shaping_per_action():
+    from marl.algos.legem import LegemMemory
+
+    g = 0.9
+    mem = LegemMemory(2, 1, gamma=g, beta=1.0, key_dim=1, resolution=1e-3, refresh_episodes=1)
+    obs, dec, team = _two_agent_episode()
+    mem.add_episode(obs, team, dec)
+    # agent 0: decision at 0 collects 10 g^2 by step 3, then 2 g from its decision at 3 to the end
+    v3 = 2 * g
+    v0 = 10 * g ** 2 + g ** 3 * v3
+    phi = mem.potentials(obs, dec)
+    assert torch.allclose(phi[:, 0], torch.tensor([v0, v0, v0, v3, v3]))
+    F = mem.shaping(obs, dec, terminated=True)
+    # over one action of duration d the discounted shaping is gamma^d V(n') - V(n) (reference §6.3)
+    disc = g ** torch.arange(3, dtype=torch.float32)
+    assert torch.isclose((F[:3, 0] * disc).sum(), torch.tensor(g ** 3 * v3 - v0), atol=1e-5)
+    # a terminated episode telescopes to -Phi(0); beta = 0 is the identity
+    full = g ** torch.arange(5, dtype=torch.float32)
+    assert torch.isclose((F[:, 1] * full).sum(), -phi[0, 1], atol=1e-5)
+    mem.beta = 0.0
+    assert torch.equal(mem.shaping(obs, dec, terminated=True), torch.zeros(5, 2))
+
+
+def test_legem_truncated_episode_keeps_last_potential():
+    from marl.algos.legem import LegemMemory
+
+    mem = LegemMemory(2, 1, gamma=0.9, key_dim=1, resolution=1e-3, refresh_episodes=1)
+    obs, dec, team = _two_agent_episode()
+    mem.add_episode(obs, team, dec)
+    phi = mem.potentials(obs, dec)
+    F = mem.shaping(obs, dec, terminated=False)
+    assert torch.allclose(F[-1], (0.9 - 1.0) * phi[-1])
+
+
+def test_qmix_with_legem_runs_and_checkpoints_its_memory(ray_session, run_dir):
+    import marl
+
+    env = marl.make_env("stag_hunter", num_envs=8, offbeat={"catch": 3})
+    res = env.fit("qmix", stop={"iterations": 3}, reward_redistribution="legem", legem_refresh_episodes=4,
+                  batch_size=8, log_dir=run_dir, progress=False, eval_episodes=0)
+    assert res.metrics["iteration"] == 3
+    import pickle
+
+    from marl.results import resolve_checkpoint
+
+    with open(resolve_checkpoint(res.checkpoint) / "algorithm_state.pkl", "rb") as f:
+        state = pickle.load(f)
+    (mem,) = state["legem_memory"].values()  # one module (all agents share)
+    assert mem["episodes"] >= 8 and all(len(g["nodes"]) > 0 for g in mem["graphs"])
+
+
+def test_rollout_causal_shift_moves_each_agents_reward_to_its_start_and_conserves_it():
+    from marl.algos.legem import causal_shift_rollout
+
+    T, B, N = 6, 2, 2
+    dec = torch.zeros(T, B, N, dtype=torch.bool)
+    dec[[0, 3], 0, 0] = True        # copy 0, agent 0: actions [0, 2], [3, 5]
+    dec[[1, 2], 0, 1] = True        # agent 1: [?, 0] started before the chunk, [1, 1], [2, 5]
+    starts = torch.zeros(T, B, dtype=torch.bool)
+    dones = torch.zeros(T, B, dtype=torch.bool)
+    dones[2, 1], starts[3, 1] = True, True  # copy 1: an episode ends at 2, the next starts at 3
+    dec[:, 1] = True
+    dec[4:, 1] = False              # copy 1: the action started at 3 lasts past the chunk
+    r = torch.arange(1.0, 1 + T * B * N).reshape(T, B, N)
+    out = causal_shift_rollout(r, dec, starts, dones)
+    # copy 0, agent 0: reward at 2 (end of [0, 2]) moves to 0; at 5 the end is unknown -> stays
+    assert out[:, 0, 0].tolist() == [r[0, 0, 0] + r[2, 0, 0], r[1, 0, 0], 0.0, r[3, 0, 0], r[4, 0, 0], r[5, 0, 0]]
+    # agent 1: step 0 ends an action started before the chunk -> stays; [1, 1] stays in place
+    assert out[:3, 0, 1].tolist() == r[:3, 0, 1].tolist()
+    # copy 1: every agent decides at 0..3 -> identity there; rewards at 4, 5 stay (no end seen)
+    assert torch.equal(out[:, 1], r[:, 1])
+    assert torch.allclose(out.sum(0), r.sum(0))
+    every = torch.ones(T, B, N, dtype=torch.bool)
+    assert torch.equal(causal_shift_rollout(r, every, starts, dones), r)
+
+
+def test_mappo_causal_shift_runs_and_legem_is_refused(ray_session, run_dir):
+    import marl
+
+    env = marl.make_env("stag_hunter", num_envs=4, offbeat={"catch": 3})
+    res = env.fit("mappo", stop={"iterations": 2}, reward_redistribution="causal_shift", rollout_length=20,
+                  log_dir=run_dir, progress=False, eval_episodes=0)
+    assert res.metrics["iteration"] == 2
+    with pytest.raises(marl.MarlError, match="value decomposition"):
+        env.fit("mappo", reward_redistribution="legem", log_dir=run_dir, progress=False)

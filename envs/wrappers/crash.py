@@ -53,6 +53,7 @@ CRASH_TIMES = ("uniform", "start", "hazard")
 STRATEGIES = ("fixed", "curriculum", "adaptive")
 FIXED_DEFAULT_RATE = 0.2  # rate of crash="fixed" (reference §5.5: fixed p = 0.2)
 MAX_REDRAWS = 10_000
+ADAPTIVE_REFERENCE_SHARE = 0.125  # copies kept at p = 0 for the adaptive coach's P_ref (ours; reference §5.3)
 
 # documented no-op / stop action of the built-in families (default noop_action)
 _FAMILY_NOOP = {"smax": 4, "smacv2": 1}
@@ -116,6 +117,11 @@ class CrashWrapper(MultiAgentEnv):
         strategy: optional coach strategy name stored for the trainer
             (``fixed``, ``curriculum``, ``adaptive``); see :meth:`make_coach`.
         coach: options of that :class:`~marl.algos.coach.Coach`.
+        reference_share: share of the copies (the first ``ceil(share * B)``) that
+            always play at ``p = 0``; their episodes carry ``crash_reference = 1``
+            in the episode metrics, and the adaptive coach measures its reference
+            performance ``P_ref`` on them (reference §5.3). Default: 0.125 with
+            ``strategy="adaptive"``, else 0.
 
     Raises:
         MarlError: a continuous group, bad rate / crash_time / behaviour /
@@ -134,6 +140,7 @@ class CrashWrapper(MultiAgentEnv):
         seed: int = 0,
         strategy: Optional[str] = None,
         coach: Optional[Dict[str, Any]] = None,
+        reference_share: Optional[float] = None,
     ):
         if not isinstance(env, MultiAgentEnv):
             raise MarlError(f"CrashWrapper wraps a marl MultiAgentEnv, got {type(env).__name__}.")
@@ -168,6 +175,14 @@ class CrashWrapper(MultiAgentEnv):
             raise unknown_choice("coach strategy", strategy, STRATEGIES)
         self.strategy = strategy
         self.coach_options = dict(coach or {})
+        if reference_share is None:
+            reference_share = ADAPTIVE_REFERENCE_SHARE if strategy == "adaptive" else 0.0
+        if isinstance(reference_share, bool) or not isinstance(reference_share, (int, float)) \
+                or not 0.0 <= reference_share < 1.0:
+            raise MarlError(f"reference_share must be a number in [0, 1), got {reference_share!r}.")
+        self.reference_share = float(reference_share)
+        k_ref = math.ceil(self.reference_share * self.num_envs) if self.reference_share > 0 else 0
+        self._reference = torch.arange(self.num_envs) < min(k_ref, self.num_envs - 1)  # [B] copies kept at p = 0
         self.seed = int(seed)
         self.gen = torch.Generator().manual_seed(self.seed)
         self._groups = list(self.info.groups)
@@ -203,6 +218,8 @@ class CrashWrapper(MultiAgentEnv):
             "rate": self._rate, "crash_time": ct, "behaviour": self.behaviour,
             "noop_action": dict(self.noop_action), "max_crashed": self.max_crashed, "seed": self.seed,
         }
+        if self.reference_share > 0:
+            out["reference_share"] = self.reference_share
         if self.strategy is not None:
             out["strategy"] = self.strategy
         if self.coach_options:
@@ -241,18 +258,19 @@ class CrashWrapper(MultiAgentEnv):
         k = int(rows.sum())
         if k == 0:
             return
-        n, p = sum(self._sizes), self._rate
+        n = sum(self._sizes)
+        p = torch.where(self._reference[rows], 0.0, self._rate).unsqueeze(-1)  # [k, 1]
         flags = torch.rand(k, n, generator=self.gen) < p
         if self.max_crashed is not None:
             for _ in range(MAX_REDRAWS):
                 bad = flags.sum(-1) > self.max_crashed
                 if not bad.any():
                     break
-                flags[bad] = torch.rand(int(bad.sum()), n, generator=self.gen) < p
+                flags[bad] = torch.rand(int(bad.sum()), n, generator=self.gen) < p[bad]
             else:
                 raise MarlError(
                     f"re-sampling found no flag vector with at most {self.max_crashed} crashed agents out of {n} "
-                    f"in {MAX_REDRAWS} draws at rate {p}; lower the rate or raise max_crashed."
+                    f"in {MAX_REDRAWS} draws at rate {self._rate}; lower the rate or raise max_crashed."
                 )
         if self.crash_time == "start":
             tc = torch.zeros(k, n, dtype=torch.long)
@@ -361,7 +379,10 @@ class CrashWrapper(MultiAgentEnv):
         st["agents"] += n * int(done.sum())
         st["flagged"] += int(flagged[done].sum())
         st["crashed"] += int(crashed[done].sum())
-        return {"crash_rate_flagged": flagged / n, "crash_rate": crashed / n}
+        out = {"crash_rate_flagged": flagged / n, "crash_rate": crashed / n}
+        if self.reference_share > 0:
+            out["crash_reference"] = self._reference.float()
+        return out
 
     def _apply(self, s: Step, end: Optional[tuple]) -> Step:
         """Edit ``s`` for the running crashes (avail one-hot, alive False) and add episode metrics."""
@@ -460,7 +481,8 @@ def crash_options(crash: Any, seed: Optional[int] = None) -> Dict[str, Any]:
             f"crash= must be a rate in [0, 1], a dict of CrashWrapper options or one of "
             f"{', '.join(STRATEGIES)}; got {crash!r}."
         )
-    valid = ("rate", "crash_time", "behaviour", "noop_action", "max_crashed", "seed", "strategy", "coach")
+    valid = ("rate", "crash_time", "behaviour", "noop_action", "max_crashed", "seed", "strategy", "coach",
+             "reference_share")
     for k in opts:
         if k not in valid:
             raise unknown_choice("crash option", k, valid)

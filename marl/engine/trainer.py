@@ -198,8 +198,14 @@ class Trainer(Algorithm):
         """Feed the iteration's finished episodes to the coach, apply its new rate, return its metrics."""
         if self.coach is None:
             return {}
-        wins = metrics.get("win_rate") or None
-        p = self.coach.observe(metrics.get("episode_return", []), self.progress["env_steps"], wins=wins)
+        returns, wins = metrics.get("episode_return", []), metrics.get("win_rate") or None
+        ref = metrics.get("crash_reference")
+        if ref and len(ref) == len(returns):  # copies kept at p = 0 measure the coach's P_ref
+            is_ref = [bool(x) for x in ref]
+            pick = lambda xs, want: [x for x, r in zip(xs, is_ref) if r == want]  # noqa: E731
+            self.coach.observe_reference(pick(returns, True), pick(wins, True) if wins else None)
+            returns, wins = pick(returns, False), pick(wins, False) if wins else None
+        p = self.coach.observe(returns, self.progress["env_steps"], wins=wins)
         self._set_crash_rate(p)
         return {k: float(v) for k, v in self.coach.metrics().items()}  # coach_rate, coach_performance, ...
 
