@@ -66,3 +66,17 @@ register_env(
     "Stag-Hunter grid (2 hunters, stag needs both catching at once, hares one); off-beat test bed",
     scenarios="marl.envs.stag_hunter:scenarios",
 )
+register_env(
+    "quarry",
+    "marl.envs.resource_games:make_quarry",
+    "Quarry grid (3 miners; boulders need two miners mining at once, ore pays on delivery to the depot); "
+    "off-beat test bed",
+    scenarios="marl.envs.resource_games:scenarios",
+)
+register_env(
+    "afforestation",
+    "marl.envs.resource_games:make_afforestation",
+    "Afforestation grid (2 planters; a sapling pays when it matures, more with planted neighbours); "
+    "off-beat test bed",
+    scenarios="marl.envs.resource_games:scenarios",
+)

@@ -69,6 +69,60 @@ def scenarios() -> List[str]:
     return ["default"]
 
 
+# ---------------------------------------------------------------------- helpers shared by the grid games
+# (also used by envs/resource_games.py)
+
+
+def check_ints(*specs) -> None:
+    """Raise :class:`MarlError` unless every ``(name, value, lowest)`` has an int ``value >= lowest``."""
+    for name, v, lo in specs:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise MarlError(f"{name} must be an int >= {lo}, got {v!r}.")
+
+
+def check_probs(*specs) -> None:
+    """Raise :class:`MarlError` unless every ``(name, p)`` lies in [0, 1]."""
+    for name, p in specs:
+        if not 0.0 <= float(p) <= 1.0:
+            raise MarlError(f"{name} must lie in [0, 1], got {p!r}.")
+
+
+def other_index(n: int, device) -> torch.Tensor:
+    """``[n, n-1]``: row ``i`` lists the indices of the agents other than ``i``, in order."""
+    keep = ~torch.eye(n, dtype=torch.bool, device=device)
+    return keep.nonzero()[:, 1].reshape(n, n - 1)
+
+
+def relative_others(pos: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
+    """``[B, N, N-1, 2]``: positions of the other agents relative to each agent (``pos`` ``[B, N, 2]``)."""
+    B, N = pos.shape[:2]
+    rel = pos[:, None] - pos[:, :, None]  # [B, N, N, 2]: agent j relative to agent i
+    return torch.gather(rel, 2, others[None, :, :, None].expand(B, N, N - 1, 2))
+
+
+def first_near(pos: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``[B, N, K]`` bool: for each agent (``pos`` ``[B, N, 2]``) the first of ``targets`` ``[B, K, 2]``
+    within Chebyshev distance 1 (one-hot; all False when none is near)."""
+    near = (pos[:, :, None] - targets[:, None]).abs().amax(-1) <= 1  # [B, N, K]
+    return torch.nn.functional.one_hot(near.long().argmax(-1), targets.shape[1]).bool() & near
+
+
+def team_step(group: str, n_actions: int, obs, state, reward, terminated, truncated, fobs, fstate,
+              metrics: Dict[str, torch.Tensor]) -> Step:
+    """A :class:`Step` of a one-group cooperative game: every action legal, everyone alive, the
+    team ``reward`` ``[B]`` given to every agent; ``metrics`` go to ``info["episode_metrics"]``."""
+    B, N = obs.shape[:2]
+    avail = torch.ones(B, N, n_actions, dtype=torch.bool, device=obs.device)
+    return Step(
+        obs={group: obs}, state=state, avail_actions={group: avail},
+        alive={group: torch.ones(B, N, dtype=torch.bool, device=obs.device)},
+        reward={group: reward[:, None].expand(B, N).clone()},
+        terminated=terminated, truncated=truncated,
+        final_obs={group: fobs}, final_state=fstate, final_avail_actions={group: avail},
+        info={"episode_metrics": metrics},
+    )
+
+
 class StagHunter(MultiAgentEnv):
     """Batched stag hunt on a grid (rules in the module docstring).
 
@@ -113,16 +167,11 @@ class StagHunter(MultiAgentEnv):
     ):
         if scenario not in (None, "default"):
             raise MarlError(f"stag_hunter has one scenario, 'default' (set the game with kwargs), got '{scenario}'.")
-        for name, v, lo in (("num_envs", num_envs, 1), ("size", size, 2), ("n_hunters", n_hunters, 1),
-                            ("n_hares", n_hares, 0), ("stag_hunters", stag_hunters, 1),
-                            ("episode_limit", episode_limit, 1)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-                raise MarlError(f"{name} must be an int >= {lo}, got {v!r}.")
+        check_ints(("num_envs", num_envs, 1), ("size", size, 2), ("n_hunters", n_hunters, 1),
+                   ("n_hares", n_hares, 0), ("stag_hunters", stag_hunters, 1), ("episode_limit", episode_limit, 1))
         if stag_hunters > n_hunters:
             raise MarlError(f"stag_hunters ({stag_hunters}) cannot exceed n_hunters ({n_hunters}).")
-        for name, p in (("stag_move_prob", stag_move_prob), ("hare_move_prob", hare_move_prob)):
-            if not 0.0 <= float(p) <= 1.0:
-                raise MarlError(f"{name} must lie in [0, 1], got {p!r}.")
+        check_probs(("stag_move_prob", stag_move_prob), ("hare_move_prob", hare_move_prob))
         self.device = torch.device(device)
         self.size, self.H, self.M = int(size), int(n_hunters), int(n_hares)
         self.stag_hunters = int(stag_hunters)
@@ -135,8 +184,7 @@ class StagHunter(MultiAgentEnv):
         self._moves = _MOVES.to(self.device)
         self._dirs = _DIRS.to(self.device)
         # per hunter, the indices of the other hunters (the observation's hunters block)
-        keep = ~torch.eye(self.H, dtype=torch.bool, device=self.device)
-        self._others = keep.nonzero()[:, 1].reshape(self.H, self.H - 1)
+        self._others = other_index(self.H, self.device)
 
         H, M = self.H, self.M
         agents = [f"hunter_{i}" for i in range(H)]
@@ -184,8 +232,7 @@ class StagHunter(MultiAgentEnv):
         reward = stag_hit.float() * self.stag_reward
         hare_hit = torch.zeros(B, M, dtype=torch.bool, device=self.device)
         if M:
-            near_hare = (self.hunters[:, :, None] - self.hares[:, None]).abs().amax(-1) <= 1  # [B, H, M]
-            first = torch.nn.functional.one_hot(near_hare.long().argmax(-1), M).bool() & near_hare  # [B, H, M]
+            first = first_near(self.hunters, self.hares)  # [B, H, M]
             hare_hit = (first & (catching & ~used)[:, :, None]).any(1)  # [B, M]
             reward = reward + hare_hit.sum(-1).float() * self.hare_reward
             self.hares = torch.where(hare_hit[:, :, None], self._cells(B, M), self.hares)
@@ -253,28 +300,19 @@ class StagHunter(MultiAgentEnv):
     def _observe(self):
         B, H = self.num_envs, self.H
         n = float(self.size - 1)
-        others = torch.cat([self.hunters[:, None].expand(B, H, H, 2), self.stag[:, None, None].expand(B, H, 1, 2),
-                            self.hares[:, None].expand(B, H, self.M, 2)], 2)  # [B, H, H+1+M, 2]
-        rel = others - self.hunters[:, :, None]
-        rel_h = torch.gather(rel[:, :, :H], 2, self._others[None, :, :, None].expand(B, H, H - 1, 2))
+        animals = torch.cat([self.stag[:, None], self.hares], 1)  # [B, 1+M, 2]
+        rel = animals[:, None] - self.hunters[:, :, None]  # [B, H, 1+M, 2]
+        rel_h = relative_others(self.hunters, self._others)
         obs = torch.cat([self.hunters.float() / n, rel_h.reshape(B, H, -1).float() / n,
-                         rel[:, :, H:].reshape(B, H, -1).float() / n], -1)
+                         rel.reshape(B, H, -1).float() / n], -1)
         state = torch.cat([self.hunters.reshape(B, -1).float() / n, self.stag.float() / n,
                            self.hares.reshape(B, -1).float() / n,
                            (self.t.float() / self.info.episode_limit)[:, None]], -1)
         return obs, state
 
     def _make_step(self, obs, state, reward, terminated, truncated, fobs, fstate, stag_n, hare_n) -> Step:
-        B, H = self.num_envs, self.H
-        avail = torch.ones(B, H, len(ACTIONS), dtype=torch.bool, device=self.device)
-        return Step(
-            obs={"hunter": obs}, state=state, avail_actions={"hunter": avail},
-            alive={"hunter": torch.ones(B, H, dtype=torch.bool, device=self.device)},
-            reward={"hunter": reward[:, None].expand(B, H).clone()},
-            terminated=terminated, truncated=truncated,
-            final_obs={"hunter": fobs}, final_state=fstate, final_avail_actions={"hunter": avail},
-            info={"episode_metrics": {"stag_captures": stag_n, "hare_captures": hare_n}},
-        )
+        return team_step("hunter", len(ACTIONS), obs, state, reward, terminated, truncated, fobs, fstate,
+                         {"stag_captures": stag_n, "hare_captures": hare_n})
 
 
 def make(scenario: Optional[str] = None, **kwargs) -> StagHunter:
