@@ -111,10 +111,13 @@ class EpisodicMemoryGraph:
         self.values = torch.zeros(0)  # V by node id (after :meth:`propagate`; 0 for unseen ids)
         self._next_id = 0
 
-    def keys(self, obs: torch.Tensor) -> List[bytes]:
-        """Node keys of observations ``[K, obs_dim]`` (one per row)."""
-        k = torch.round(obs.float() @ self.proj / self.resolution).to(torch.int32).numpy()
-        return [row.tobytes() for row in k]
+    def keys(self, obs: torch.Tensor, steps: Optional[torch.Tensor] = None) -> List[bytes]:
+        """Node keys of observations ``[K, obs_dim]`` (one per row); with ``steps`` ``[K]``
+        (the decision's step in the episode) the step is part of the key."""
+        k = torch.round(obs.float() @ self.proj / self.resolution).to(torch.int32)
+        if steps is not None:
+            k = torch.cat([k, steps.to(torch.int32).reshape(-1, 1)], 1)
+        return [row.tobytes() for row in k.numpy()]
 
     def key(self, obs: torch.Tensor) -> bytes:
         """The node key of one observation ``[obs_dim]``."""
@@ -134,20 +137,23 @@ class EpisodicMemoryGraph:
             self._next_id += 1
         return self.nodes[k]
 
-    def lookup(self, obs: torch.Tensor) -> torch.Tensor:
+    def lookup(self, obs: torch.Tensor, steps: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Memory values ``[K]`` of observations ``[K, obs_dim]`` (0 for keys not in memory)."""
-        ids = [self.nodes.get(k, -1) for k in self.keys(obs)]
+        ids = [self.nodes.get(k, -1) for k in self.keys(obs, steps)]
         out = torch.zeros(len(ids))
         for j, i in enumerate(ids):
             if 0 <= i < self.values.shape[0]:
                 out[j] = self.values[i]
         return out
 
-    def add_episode(self, obs: Sequence[torch.Tensor], rewards: Sequence[float], durations: Sequence[int]) -> List[int]:
+    def add_episode(self, obs: Sequence[torch.Tensor], rewards: Sequence[float], durations: Sequence[int],
+                    steps: Optional[torch.Tensor] = None) -> List[int]:
         """Add one agent's decisions of one episode.
 
         Args:
             obs: observations at the ``K`` decision points (a ``[K, obs_dim]`` tensor or a list).
+            steps: optional ``[K]`` decision steps, made part of the node keys (see
+                :class:`LegemMemory`: an acyclic graph keeps values bounded).
             rewards: reward collected from decision ``k`` until decision ``k+1``
                 (or the episode's end), already discounted inside the interval.
             durations: steps from decision ``k`` to ``k+1`` (or to the end).
@@ -155,7 +161,7 @@ class EpisodicMemoryGraph:
             The node ids of the decisions.
         """
         o = obs if isinstance(obs, torch.Tensor) else torch.stack(list(obs))
-        ids = [self._node(k) for k in self.keys(o.reshape(len(o), -1))]
+        ids = [self._node(k) for k in self.keys(o.reshape(len(o), -1), steps)]
         for k, n in enumerate(ids):
             r, d = float(rewards[k]), int(durations[k])
             if k + 1 < len(ids):
@@ -268,11 +274,19 @@ class LegemMemory:
         key_dim, resolution, max_nodes, seed: of each :class:`EpisodicMemoryGraph`
             (agent ``i``'s projection uses ``seed + i``).
         refresh_episodes: value propagation after this many added episodes.
+        time_key: make the decision's step part of the node key (default True).
+            Observations that round alike merge into one node, which can close
+            cycles; max-propagation around a cycle with positive reward climbs
+            towards ``r / (1 - gamma^d)``, far above any real return. Keyed by
+            step, every edge goes forward in time, the graph is acyclic and a
+            node's value is the best return-to-go of the remembered (stitched)
+            paths from it.
     """
 
     def __init__(self, n_agents: int, obs_dim: int, gamma: float = 0.99, beta: float = 1.0, key_dim: int = 4,
-                 resolution: float = 0.25, refresh_episodes: int = 20, max_nodes: int = 100_000, seed: int = 0):
-        self.n, self.gamma, self.beta = int(n_agents), float(gamma), float(beta)
+                 resolution: float = 0.5, refresh_episodes: int = 20, max_nodes: int = 100_000, seed: int = 0,
+                 time_key: bool = True):
+        self.n, self.gamma, self.beta, self.time_key = int(n_agents), float(gamma), float(beta), bool(time_key)
         self.refresh_episodes = max(1, int(refresh_episodes))
         self.graphs = [EpisodicMemoryGraph(obs_dim, key_dim, gamma, resolution, max_nodes, seed + i)
                        for i in range(self.n)]
@@ -285,7 +299,7 @@ class LegemMemory:
         for i, iv in enumerate(decision_intervals(decisions)):
             starts = torch.tensor([s for s, _ in iv])
             self.graphs[i].add_episode(obs[starts, i], interval_returns(team, iv, self.gamma),
-                                       [e - s for s, e in iv])
+                                       [e - s for s, e in iv], starts if self.time_key else None)
         self.episodes += 1
         self._since_refresh += 1
         if self._since_refresh >= self.refresh_episodes:
@@ -303,7 +317,7 @@ class LegemMemory:
         out = torch.zeros(L, self.n)
         for i, iv in enumerate(decision_intervals(decisions)):
             starts = torch.tensor([s for s, _ in iv])
-            vals = self.graphs[i].lookup(obs[starts, i])
+            vals = self.graphs[i].lookup(obs[starts, i], starts if self.time_key else None)
             for (s, e), v in zip(iv, vals):
                 out[s:e, i] = v
         return out

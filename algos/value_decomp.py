@@ -607,8 +607,8 @@ class ValueDecomp(Trainer):
         ``causal_shift``: a team reward earned when actions complete moves to the steps
         where those actions started (:func:`marl.algos.legem.redistribute_team_reward`).
         ``legem``: the causal shift, then each agent's reward gets the potential-based
-        shaping term of its episodic memory graph (:class:`marl.algos.legem.LegemMemory`),
-        after the episode has been added to the memory.
+        shaping term of its episodic memory graph (:class:`marl.algos.legem.LegemMemory`)
+        computed from earlier episodes; the episode is added to the memory afterwards.
         """
         from marl.algos.legem import redistribute_team_reward
 
@@ -625,8 +625,10 @@ class ValueDecomp(Trainer):
                 n = d[f"{m}/rewards"].shape[2]
                 if c["reward_redistribution"] == "legem":
                     obs, dm = torch.from_numpy(d[f"{m}/obs"][slot, :L]), dec[:, col:col + n]
-                    self.legem[m].add_episode(obs, team, dm)
+                    # potentials from earlier episodes only: with the episode itself in memory its
+                    # own return-to-go would leak into Phi and cancel its rewards
                     new[:, col:col + n] += self.legem[m].shaping(obs, dm, bool(d["terminated"][slot, L - 1]))
+                    self.legem[m].add_episode(obs, team, dm)
                 d[f"{m}/rewards"][slot, :L] = new[:, col:col + n].numpy()
                 col += n
 
@@ -639,7 +641,8 @@ class ValueDecomp(Trainer):
             return {}
         return {m: LegemMemory(s["n"], s["obs_dim"], float(c["gamma"]), float(c["legem_beta"]),
                                int(c["legem_key_dim"]), float(c["legem_resolution"]),
-                               int(c["legem_refresh_episodes"]), int(c["legem_max_nodes"]), int(c["seed"]))
+                               int(c["legem_refresh_episodes"]), int(c["legem_max_nodes"]), int(c["seed"]),
+                               bool(c["legem_time_key"]))
                 for m, s in c["vd_shapes"].items()}
 
     def epsilon(self) -> float:

@@ -291,6 +291,8 @@ class SMACv2Env(MultiAgentEnv):
             bad or unavailable actions, ``step`` before ``reset``.
     """
 
+    noop_action = 1  # stop (no-op is legal only for dead agents); crash and off-beat wrappers
+
     def __init__(self, scenario: str, num_envs: int = DEFAULT_NUM_ENVS, seed: Optional[int] = 0, **overrides):
         if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs < 1:
             raise MarlError(f"num_envs must be a positive int, got {num_envs!r}.")
@@ -308,6 +310,8 @@ class SMACv2Env(MultiAgentEnv):
             n_actions, int(ei["state_shape"]), int(ei["episode_limit"]), int(num_envs),
             entity_layout(getattr(first, "env", first), n, obs_dim),
         )
+        self.action_names = {"ally": ["no_op", "stop", "move_north", "move_south", "move_east", "move_west"]
+                             + [f"attack_{k}" for k in range(n_actions - 6)]}
         self._avail: Optional[np.ndarray] = None  # [B, n, A] legal actions of the current obs
 
     # ------------------------------------------------------------------ API

@@ -206,6 +206,9 @@ def _unit_type_range(features: Sequence[str]) -> Optional[Tuple[int, int]]:
 class SMAXEnv(MultiAgentEnv):
     """A SMAX scenario, ``B = num_envs`` copies stepped as one jitted ``jax.vmap`` call.
 
+    ``action_names["ally"]``: ``move_0..move_3``, ``stop``, ``attack_0..``;
+    ``noop_action = 4`` (stop), used by the crash and off-beat wrappers.
+
     Args:
         scenario: SMAX map (see :func:`scenarios`), e.g. ``"3m"``, ``"2s3z"``,
             ``"smacv2_5_units"``.
@@ -227,6 +230,8 @@ class SMAXEnv(MultiAgentEnv):
             scenario or kwarg, bad ``num_envs`` / ``max_steps`` / ``attack_mode``,
             bad actions, ``step`` before ``reset``.
     """
+
+    noop_action = 4  # stop
 
     def __init__(
         self,
@@ -254,6 +259,9 @@ class SMAXEnv(MultiAgentEnv):
             n_actions, int(env.state_size), int(env.max_steps), int(num_envs),
             entity_layout(n, m, env.unit_features, len(env.own_features)),
         )
+        # names for the wrappers: off-beat durations ({"attack": 3}) and the crash / off-beat no-op
+        self.action_names = {"ally": [f"move_{i}" for i in range(4)] + ["stop"]
+                             + [f"attack_{k}" for k in range(n_actions - N_MOVE_ACTIONS)]}
         self._default_seed = 0 if seed is None else int(seed)
         self._keys = None  # [B, 2] uint32, one PRNG stream per copy
         self._states = None  # batched HeuristicEnemySMAX State pytree

@@ -172,3 +172,18 @@ def test_mappo_causal_shift_runs_and_legem_is_refused(ray_session, run_dir):
     assert res.metrics["iteration"] == 2
     with pytest.raises(marl.MarlError, match="value decomposition"):
         env.fit("mappo", reward_redistribution="legem", log_dir=run_dir, progress=False)
+
+
+def test_time_keys_keep_values_bounded_on_merged_cycles():
+    """Two alternating observations that merge into one node form a cycle: max-propagation
+    climbs far above the real return unless the decision step is part of the key."""
+    from marl.algos.legem import LegemMemory
+
+    obs = torch.tensor([[0.0], [1.0]]).repeat(5, 1).reshape(10, 1, 1)
+    team, dec = torch.ones(10), torch.ones(10, 1, dtype=torch.bool)
+    real = sum(0.9 ** t for t in range(10))  # return from step 0
+    for time_key, bounded in ((False, False), (True, True)):
+        mem = LegemMemory(1, 1, gamma=0.9, key_dim=1, resolution=10.0, refresh_episodes=1, time_key=time_key)
+        mem.add_episode(obs, team, dec)
+        top = float(mem.graphs[0].values.max())
+        assert (top <= real + 1e-5) == bounded

@@ -302,3 +302,29 @@ def test_missing_jaxmarl_says_how_to_install(monkeypatch):
     with pytest.raises(MarlError) as e:
         make_env("smax", "3m")
     assert 'pip install "marl[smax]"' in str(e.value) and "jaxmarl==0.2.0" in str(e.value)
+
+
+def test_offbeat_attacks_by_name_and_busy_units_stop():
+    """offbeat={"attack": 3} gives every attack_k 3 steps; waiting units send stop (4), not a move."""
+    env = make_env("smax", "3m", num_envs=2, seed=0, max_steps=14, enemy_shoots=False, offbeat={"attack": 3})
+    names = env.action_names["ally"]
+    assert names[:5] == ["move_0", "move_1", "move_2", "move_3", "stop"] and names[-1] == "CONTINUE"
+    assert env.durations["ally"].tolist() == [1, 1, 1, 1, 1, 3, 3, 3] and env.noop["ally"] == 4
+    s, busy_sent, started = env.reset(seed=0), [], 0
+    for t in range(14):
+        acts = _first_attack_or_move(s, t)
+        busy = ~env.free["ally"].clone()
+        s = env.step({"ally": acts})
+        sent = s.info["offbeat"]["executed"]["ally"]
+        busy_sent += sent[busy & ~s.info["offbeat"]["decision"]["ally"]].tolist()
+        started += int(((acts >= 5) & ~busy).sum())
+    assert started > 0 and busy_sent and set(busy_sent) <= {4, 5, 6, 7}  # stop while waiting, attack at completion
+    assert make_env("smax", "3m", num_envs=2, crash=0.5).noop_action["ally"] == 4
+
+
+def _first_attack_or_move(s, t):
+    """[B, n] the first legal attack, else move t % 4 (CONTINUE while busy)."""
+    avail = s.avail_actions["ally"]  # [B, n, A + 1] with CONTINUE last
+    attack = avail[..., 5:-1]
+    first = torch.where(attack.any(-1), 5 + attack.float().argmax(-1), torch.full(attack.shape[:2], t % 4))
+    return torch.where(avail[..., -1], torch.full_like(first, avail.shape[-1] - 1), first)

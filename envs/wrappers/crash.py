@@ -55,8 +55,6 @@ FIXED_DEFAULT_RATE = 0.2  # rate of crash="fixed" (reference §5.5: fixed p = 0.
 MAX_REDRAWS = 10_000
 ADAPTIVE_REFERENCE_SHARE = 0.125  # copies kept at p = 0 for the adaptive coach's P_ref (ours; reference §5.3)
 
-# documented no-op / stop action of the built-in families (default noop_action)
-_FAMILY_NOOP = {"smax": 4, "smacv2": 1}
 
 
 def default_max_crashed(n_agents: int) -> int:
@@ -107,9 +105,8 @@ class CrashWrapper(MultiAgentEnv):
         crash_time: ``"uniform"`` (default), ``"start"`` or ``("hazard", q)``.
         behaviour: ``"noop"`` (default) or ``"random"``.
         noop_action: the forced action of ``"noop"``: an int, or group -> int.
-            Default: the env's ``noop_action`` attribute if any, else the family's
-            documented no-op / stop (SMAX 4 = stop, SMACv2 1 = stop), else 0
-            (MPE, VMAS and most grid worlds: stay).
+            Default: the env's ``noop_action`` attribute (SMAX 4 = stop, SMACv2
+            1 = stop), else 0 (MPE, VMAS and most grid worlds: stay).
         max_crashed: re-sampling cap on flagged agents per copy (``None``: no cap;
             ``"auto"``: :func:`default_max_crashed`).
         seed: seed of the wrapper's own generator; ``reset(seed=s)`` re-seeds it
@@ -201,7 +198,7 @@ class CrashWrapper(MultiAgentEnv):
         if noop is None:
             noop = getattr(self.env, "noop_action", None)
         if noop is None:
-            noop = _FAMILY_NOOP.get(self.info.family, 0)
+            noop = 0
         per = dict(noop) if isinstance(noop, dict) else {g: noop for g in self.info.groups}
         out = {}
         for g, grp in self.info.groups.items():

@@ -18,7 +18,7 @@ Semantics, per env copy and agent:
   ``CONTINUE`` action appended to its group's action space (index
   ``n_actions`` of the inner env); whatever it submits is ignored;
 * what the inner env receives: ``effect="on_completion"`` (default) — the
-  ``noop_action`` (default 0) on every step but the last, the real action on
+  ``noop_action`` (default: the env's no-op, else 0) on every step but the last, the real action on
   step ``t_s + d - 1``; ``effect="spread"`` — the real action on every step of
   the duration. If the action to send at a non-decision step is not available
   in the inner env at that step (e.g. its target died), the wrapper sends
@@ -46,7 +46,10 @@ Bookkeeping (for LeGEM-style reward redistribution):
 
 Only discrete-action groups are supported. ``durations`` names actions by
 index or, where the inner env has an ``action_names`` attribute (group ->
-list of names, or one list for every group), by name.
+list of names, or one list for every group), by name; a name that is not an
+action but a prefix of ``<name>_*`` actions covers all of them, e.g.
+``make_env("smax", "3m", offbeat={"attack": 3})`` makes every ``attack_k`` take
+3 steps (SMAX: ``move_0..3``, ``stop``, ``attack_k``; the busy no-op is stop).
 """
 from __future__ import annotations
 
@@ -82,6 +85,16 @@ def _action_names(env: MultiAgentEnv, group: str) -> Optional[List[str]]:
     return list(names) if names is not None else None
 
 
+def _resolve_actions(key: Any, names: Optional[List[str]], n: int, group: str, what: str) -> List[int]:
+    """Indices named by ``key``: an index, an action name, or a name prefix that covers
+    ``<key>_*`` (``"attack"`` -> ``attack_0, attack_1, ..`` on SMAX)."""
+    if isinstance(key, str) and names is not None and key not in names:
+        family = [i for i, a in enumerate(names) if a.startswith(key + "_")]
+        if family:
+            return family
+    return [_resolve_action(key, names, n, group, what)]
+
+
 def _resolve_action(key: Any, names: Optional[List[str]], n: int, group: str, what: str) -> int:
     if isinstance(key, str):
         if names is None:
@@ -107,7 +120,8 @@ class OffBeatWrapper(MultiAgentEnv):
             e.g. ``{"ally": {"attack": 2}}``. Actions not listed take 1 step.
         effect: ``"on_completion"`` (default) or ``"spread"``.
         noop_action: what the inner env receives while an ``on_completion``
-            action has not completed: index or name, or group -> index/name (default 0).
+            action has not completed: index or name, or group -> index/name (default:
+            the env's ``noop_action`` attribute, e.g. SMAX 4 = stop, else 0).
         keep_records: keep :attr:`records` (default True: one log entry of tensors per
             group and step; the records are built when read).
 
@@ -121,7 +135,7 @@ class OffBeatWrapper(MultiAgentEnv):
         env: MultiAgentEnv,
         durations: Optional[Mapping[Any, Any]] = None,
         effect: str = "on_completion",
-        noop_action: Any = 0,
+        noop_action: Any = None,
         keep_records: bool = True,
     ):
         if effect not in EFFECTS:
@@ -147,12 +161,13 @@ class OffBeatWrapper(MultiAgentEnv):
             table = durations.get(name, {}) if per_group else durations
             d = torch.ones(n, dtype=torch.long)
             for k, v in table.items():
-                i = _resolve_action(k, names, n, name, "durations")
+                idx = _resolve_actions(k, names, n, name, "durations")
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                     raise MarlError(f"durations: the duration of action {k!r} must be an int >= 1, got {v!r}.")
-                d[i] = v
+                d[idx] = v
             self.durations[name] = d
-            nk = noop_action.get(name, 0) if isinstance(noop_action, Mapping) else noop_action
+            noop = getattr(env, "noop_action", 0) if noop_action is None else noop_action  # SMAX: 4 (stop)
+            nk = noop.get(name, 0) if isinstance(noop, Mapping) else noop
             self.noop[name] = _resolve_action(nk, names, n, name, "noop_action")
             self.action_names[name] = (names or [str(i) for i in range(n)]) + ["CONTINUE"]
         self.continue_action = {name: g.n_actions for name, g in groups.items()}
