@@ -17,7 +17,8 @@ import marl
 def run(duration: int, redistribution: str, seed: int, args) -> dict:
     env = marl.make_env("stag_hunter", num_envs=args.num_envs, seed=seed, offbeat={"catch": duration})
     t0 = time.time()
-    res = env.fit("qmix", stop={"env_steps": args.env_steps}, reward_redistribution=redistribution, seed=seed,
+    extra = {"legem_beta": args.legem_beta} if redistribution == "legem" else {}
+    res = env.fit("qmix", stop={"env_steps": args.env_steps}, reward_redistribution=redistribution, seed=seed, **extra,
                   eval_episodes=args.eval_episodes, progress=False, log_dir=args.log_dir)
     ev = res.eval
     return {"stag": ev.get("stag_captures_mean", float("nan")), "hare": ev.get("hare_captures_mean", float("nan")),
@@ -29,6 +30,7 @@ def main():
     p.add_argument("--durations", nargs="+", type=int, default=[1, 3, 5])
     p.add_argument("--redistribution", nargs="+", default=["none", "causal_shift", "legem"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--legem-beta", type=float, default=1.0, help="weight of the memory shaping (legem)")
     p.add_argument("--env-steps", type=float, default=200_000)
     p.add_argument("--num-envs", type=int, default=32)
     p.add_argument("--eval-episodes", type=int, default=128)
@@ -38,7 +40,7 @@ def main():
         for red in args.redistribution:
             for seed in args.seeds:
                 r = run(d, red, seed, args)
-                print(f"catch {d} {red:>12} seed {seed}: stag {r['stag']:.3f} hare {r['hare']:.3f} "
+                print(f"catch {d} {red:>12}{f' beta {args.legem_beta:g}' if red == 'legem' else ''} seed {seed}: stag {r['stag']:.3f} hare {r['hare']:.3f} "
                       f"return {r['return']:.2f} ({r['wall_s']:.0f} s)", flush=True)
 
 

@@ -43,10 +43,37 @@ def _train(items: List[str]) -> int:
     return 0
 
 
+def _flag_options(items: List[str]) -> List[str]:
+    """GNU-style flags as key=value items: ``--crash-rates 0 0.1 0.5`` -> ``crash_rates=[0,0.1,0.5]``,
+    ``--episodes=200`` -> ``episodes=200``; other items pass unchanged."""
+    out: List[str] = []
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if not item.startswith("--"):
+            out.append(item)
+            i += 1
+            continue
+        key, eq, value = item[2:].partition("=")
+        key = key.replace("-", "_")
+        values = [value] if eq else []
+        i += 1
+        while not eq and i < len(items) and not items[i].startswith("--") and "=" not in items[i]:
+            values.append(items[i].strip(","))
+            i += 1
+        if key == "crash_rates" or len(values) > 1:
+            joined = ",".join(v for part in values for v in part.split(",") if v)
+            out.append(f"{key}=[{joined}]")
+        else:
+            out.append(f"{key}={values[0] if values else 'true'}")
+    return out
+
+
 def _eval(items: List[str]) -> int:
     import marl
     from marl.config import parse_cli_overrides
 
+    items = _flag_options(items)
     if not items:
         raise MarlError("marl eval needs a checkpoint or run folder: 'marl eval <path> [episodes=100]'.")
     path = items[0]
@@ -55,7 +82,8 @@ def _eval(items: List[str]) -> int:
     unknown = sorted(set(rest) - {"episodes", "env", "opponent", "crash_rates"})
     if unknown:
         raise MarlError(f"marl eval: unknown option(s) {unknown}. Valid: episodes=N, env=family:scenario, "
-                        f"env.<kwarg>=value, opponent=<bot> (text games), crash_rates=[0,0.1,0.2,0.3,0.5].")
+                        f"env.<kwarg>=value, opponent=<bot> (text games), crash_rates=[0,0.1,0.2,0.3,0.5] "
+                        f"(or --crash-rates 0 0.1 0.2 0.3 0.5).")
     episodes = int(rest.get("episodes", 100))
     env = None
     if "env" in rest:

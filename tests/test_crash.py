@@ -1,5 +1,6 @@
 """Crash wrapper and coach (reference §5.6 properties). Fast, no Ray."""
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -330,3 +331,10 @@ def test_crash_evaluation_table_and_plot(ray_session, run_dir, tmp_path):
     for ext in ("csv", "md", "png"):
         assert (tmp_path / f"crash_eval.{ext}").stat().st_size > 0
     assert (tmp_path / "crash_eval.md").read_text().startswith("| crash_rate | episode_return_mean")
+    # the command line: `marl eval <run> --crash-rates 0 0.5` writes the table to the run folder
+    from marl.cli import main
+
+    assert main(["eval", res.log_dir, "--crash-rates", "0", "0.5", "--episodes", "8"]) == 0
+    rows = (Path(res.log_dir) / "crash_eval.md").read_text().splitlines()[2:]
+    assert [r.split("|")[1].strip() for r in rows] == ["0.000", "0.500"]
+    assert main(["eval", res.log_dir, "--crash-ratez", "0"]) == 2  # unknown option: a clear error, exit 2
