@@ -270,7 +270,8 @@ class LegemMemory:
 
     Args:
         n_agents: agents ``n`` of the team; obs_dim: their observation size.
-        gamma: discount per step. beta: shaping weight (default 1).
+        gamma: discount per step. beta: shaping weight (default 0.1; 1 hurt QMIX on the
+            off-beat stag hunt, ``docs/offbeat.md``).
         key_dim, resolution, max_nodes, seed: of each :class:`EpisodicMemoryGraph`
             (agent ``i``'s projection uses ``seed + i``).
         refresh_episodes: value propagation after this many added episodes.
@@ -283,7 +284,7 @@ class LegemMemory:
             paths from it.
     """
 
-    def __init__(self, n_agents: int, obs_dim: int, gamma: float = 0.99, beta: float = 1.0, key_dim: int = 4,
+    def __init__(self, n_agents: int, obs_dim: int, gamma: float = 0.99, beta: float = 0.1, key_dim: int = 4,
                  resolution: float = 0.5, refresh_episodes: int = 20, max_nodes: int = 100_000, seed: int = 0,
                  time_key: bool = True):
         self.n, self.gamma, self.beta, self.time_key = int(n_agents), float(gamma), float(beta), bool(time_key)

@@ -30,7 +30,7 @@ def main():
     p.add_argument("--durations", nargs="+", type=int, default=[1, 3, 5])
     p.add_argument("--redistribution", nargs="+", default=["none", "causal_shift", "legem"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
-    p.add_argument("--legem-beta", type=float, default=1.0, help="weight of the memory shaping (legem)")
+    p.add_argument("--legem-beta", type=float, default=0.1, help="weight of the memory shaping (legem)")
     p.add_argument("--env-steps", type=float, default=200_000)
     p.add_argument("--num-envs", type=int, default=32)
     p.add_argument("--eval-episodes", type=int, default=128)

@@ -118,7 +118,7 @@ def test_legem_memory_values_and_shaping_per_action():
 def test_legem_truncated_episode_keeps_last_potential():
     from marl.algos.legem import LegemMemory
 
-    mem = LegemMemory(2, 1, gamma=0.9, key_dim=1, resolution=1e-3, refresh_episodes=1)
+    mem = LegemMemory(2, 1, gamma=0.9, beta=1.0, key_dim=1, resolution=1e-3, refresh_episodes=1)
     obs, dec, team = _two_agent_episode()
     mem.add_episode(obs, team, dec)
     phi = mem.potentials(obs, dec)
