@@ -8,14 +8,22 @@ given there, and says so wherever it is used:
 
 * :func:`causal_shift` — move each reward that arrives when actions complete
   back to the decision step(s) where those actions started (split equally);
-  the episode's undiscounted return is unchanged;
-* :class:`EpisodicMemoryGraph` — per-agent memory: nodes are keys of
-  observations at decision points (fixed random projection, rounded), edges
-  go from one decision to the agent's next one with the reward collected in
-  between and the duration; node values by value propagation
-  ``V(n) = max_{n -> n'} [R + gamma^d V(n')]``, ``V = 0`` at episode ends;
+  the episode's undiscounted return is unchanged (QMIX / VDN / IQL:
+  :func:`redistribute_team_reward`; MAPPO / IPPO inside rollout chunks:
+  :func:`causal_shift_rollout`);
+* :class:`EpisodicMemoryGraph` — one agent's memory: nodes are keys of
+  observations at decision points (fixed random projection, rounded, plus the
+  decision step), edges go from one decision to the agent's next one with the
+  reward collected in between and the duration; node values by value
+  propagation ``V(n) = max_{n -> n'} [R + gamma^d V(n')]``, ``V = 0`` at
+  episode ends;
 * :func:`memory_shaping` — potential-based shaping with the memory values,
-  ``r_hat = r + beta (gamma^d V(n_next) - V(n))`` at decision steps.
+  ``r_hat = r + beta (gamma^d V(n_next) - V(n))`` at decision steps, and
+  :class:`LegemMemory`, the team's graphs with the same shaping spread over
+  the steps of each action (``reward_redistribution="legem"``).
+
+Selected by ``fit(algo, reward_redistribution="none" | "causal_shift" | "legem")``;
+``docs/offbeat.md`` has the choices we made and the measurements.
 """
 from __future__ import annotations
 
