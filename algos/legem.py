@@ -116,7 +116,14 @@ class EpisodicMemoryGraph:
         self.nodes: Dict[bytes, int] = {}  # key -> id, in insertion order (FIFO eviction)
         self.edges: Dict[int, Dict[int, Tuple[float, int]]] = defaultdict(dict)  # n -> n' -> (R, d)
         self.terminal: Dict[int, float] = {}  # n -> best reward-to-go when the episode ended after n
-        self.values = torch.zeros(0)  # V by node id (after :meth:`propagate`; 0 for unseen ids)
+        self.values = torch.zeros(0)  # V by node id (after :meth:`propagate`)
+        self._valued = torch.zeros(0, dtype=torch.bool)  # ids with a value (not evicted)
+        self.node_step: Dict[int, int] = {}  # node id -> decision step (keys with steps)
+        # value of an observation the memory has not valued: mean V of the valued nodes at
+        # the same step (else over all). A default of 0 would make every new state look far
+        # worse than familiar ones and the shaping would punish exploration.
+        self.step_baseline: Dict[int, float] = {}
+        self.baseline = 0.0
         self._next_id = 0
 
     def keys(self, obs: torch.Tensor, steps: Optional[torch.Tensor] = None) -> List[bytes]:
@@ -141,17 +148,21 @@ class EpisodicMemoryGraph:
                 old = self.nodes.pop(next(iter(self.nodes)))
                 self.edges.pop(old, None)
                 self.terminal.pop(old, None)
+                self.node_step.pop(old, None)
             self.nodes[k] = self._next_id
             self._next_id += 1
         return self.nodes[k]
 
     def lookup(self, obs: torch.Tensor, steps: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Memory values ``[K]`` of observations ``[K, obs_dim]`` (0 for keys not in memory)."""
+        """Memory values ``[K]`` of observations ``[K, obs_dim]``; keys the memory has not valued
+        yet get the mean value of the valued nodes at the same step (:attr:`step_baseline`),
+        or over all nodes (:attr:`baseline`)."""
         ids = [self.nodes.get(k, -1) for k in self.keys(obs, steps)]
+        st = steps.tolist() if steps is not None else [None] * len(ids)
         out = torch.zeros(len(ids))
         for j, i in enumerate(ids):
-            if 0 <= i < self.values.shape[0]:
-                out[j] = self.values[i]
+            known = 0 <= i < self.values.shape[0] and self._valued[i]
+            out[j] = self.values[i] if known else self.step_baseline.get(st[j], self.baseline)
         return out
 
     def add_episode(self, obs: Sequence[torch.Tensor], rewards: Sequence[float], durations: Sequence[int],
@@ -170,6 +181,8 @@ class EpisodicMemoryGraph:
         """
         o = obs if isinstance(obs, torch.Tensor) else torch.stack(list(obs))
         ids = [self._node(k) for k in self.keys(o.reshape(len(o), -1), steps)]
+        if steps is not None:
+            self.node_step.update(zip(ids, steps.tolist()))
         for k, n in enumerate(ids):
             r, d = float(rewards[k]), int(durations[k])
             if k + 1 < len(ids):
@@ -212,7 +225,21 @@ class EpisodicMemoryGraph:
                 break
             V = new
         self.values = V.float()
+        self._valued = has_value
+        self._update_baselines()
         return self.values
+
+    def _update_baselines(self) -> None:
+        """Mean value of the valued nodes, per decision step and over all."""
+        valued = self._valued.nonzero().flatten()
+        self.baseline = float(self.values[valued].mean()) if len(valued) else 0.0
+        sums: Dict[int, List[float]] = defaultdict(lambda: [0.0, 0])
+        for i in valued.tolist():
+            t = self.node_step.get(i)
+            if t is not None:
+                sums[t][0] += float(self.values[i])
+                sums[t][1] += 1
+        self.step_baseline = {t: s / c for t, (s, c) in sums.items()}
 
 
 def memory_shaping(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, durations: torch.Tensor,

@@ -181,3 +181,18 @@ def test_time_keys_keep_values_bounded_on_merged_cycles():
         mem.add_episode(obs, team, dec)
         top = float(mem.graphs[0].values.max())
         assert (top <= real + 1e-5) == bounded
+
+
+def test_unvalued_observations_get_the_step_baseline_not_zero():
+    """A new state must not look worse than familiar ones: its potential is the mean value
+    of the remembered nodes at the same decision step."""
+    from marl.algos.legem import EpisodicMemoryGraph
+
+    mem = EpisodicMemoryGraph(obs_dim=1, key_dim=1, gamma=1.0, resolution=1e-3)
+    steps = torch.tensor([0, 1])
+    mem.add_episode(torch.tensor([[0.0], [1.0]]), [1.0, 4.0], [1, 1], steps)   # V = 5 at step 0, 4 at step 1
+    mem.add_episode(torch.tensor([[2.0], [3.0]]), [0.0, 2.0], [1, 1], steps)   # V = 2 at step 0, 2 at step 1
+    mem.propagate()
+    new = mem.lookup(torch.tensor([[9.0], [9.0], [0.0]]), torch.tensor([0, 1, 0]))
+    assert new.tolist() == [3.5, 3.0, 5.0]  # unseen at step 0 / step 1, then a remembered node
+    assert mem.baseline == pytest.approx((5 + 4 + 2 + 2) / 4)
