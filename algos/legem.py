@@ -230,16 +230,22 @@ class EpisodicMemoryGraph:
         return self.values
 
     def _update_baselines(self) -> None:
-        """Mean value of the valued nodes, per decision step and over all."""
+        """Mean value of the valued nodes, per decision step and over all (tensor ops)."""
         valued = self._valued.nonzero().flatten()
         self.baseline = float(self.values[valued].mean()) if len(valued) else 0.0
-        sums: Dict[int, List[float]] = defaultdict(lambda: [0.0, 0])
-        for i in valued.tolist():
-            t = self.node_step.get(i)
-            if t is not None:
-                sums[t][0] += float(self.values[i])
-                sums[t][1] += 1
-        self.step_baseline = {t: s / c for t, (s, c) in sums.items()}
+        if not self.node_step or not len(valued):
+            self.step_baseline = {}
+            return
+        ids = torch.tensor(list(self.node_step), dtype=torch.long)
+        steps = torch.tensor(list(self.node_step.values()), dtype=torch.long)
+        keep = ids < len(self._valued)
+        ids, steps = ids[keep], steps[keep]
+        keep = self._valued[ids]
+        ids, steps = ids[keep], steps[keep]
+        uniq, inv = steps.unique(return_inverse=True)
+        sums = torch.zeros(len(uniq)).index_add_(0, inv, self.values[ids])
+        counts = torch.zeros(len(uniq)).index_add_(0, inv, torch.ones(len(ids)))
+        self.step_baseline = dict(zip(uniq.tolist(), (sums / counts).tolist()))
 
 
 def memory_shaping(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, durations: torch.Tensor,
