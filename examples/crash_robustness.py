@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 import marl
+from marl.config import parse_cli_overrides
 
 MODES = {
     "none": 0.0,
@@ -31,7 +32,9 @@ def main():
     p.add_argument("--env-steps", type=float, default=300_000)
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--log-dir", default="marl_runs")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, e.g. gamma=0.99")
     args = p.parse_args()
+    overrides = parse_cli_overrides(args.set)
     family, _, scenario = args.env.partition(":")
     kw = {"N": args.N} if family == "mpe" else {}
     print("mode seed | " + " | ".join(f"p={r:g}" for r in args.rates) + " | mean", flush=True)
@@ -42,7 +45,7 @@ def main():
         for seed in args.seeds:
             env = marl.make_env(family, scenario, num_envs=64, seed=seed, crash=crash, **kw)
             res = env.fit(args.algo, stop={"env_steps": args.env_steps}, seed=seed, progress=False,
-                          log_dir=args.log_dir, eval_episodes=0)
+                          log_dir=args.log_dir, eval_episodes=0, **overrides)
             rows = res.evaluate_crashes(rates=args.rates, episodes=args.episodes)
             key = "win_rate_mean" if "win_rate_mean" in rows[0] else "episode_return_mean"
             vals = [r[key] for r in rows]

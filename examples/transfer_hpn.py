@@ -14,6 +14,7 @@ import argparse
 import numpy as np
 
 import marl
+from marl.config import parse_cli_overrides
 from marl.env import EpisodeStats
 
 
@@ -48,10 +49,11 @@ def main():
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, e.g. gamma=0.99")
     args = p.parse_args()
 
     fam, scen, kw = scenario(args.env, args.source)
-    common = {"agent": args.agent, "seed": args.seed, "eval_episodes": args.episodes}
+    common = {"agent": args.agent, "seed": args.seed, "eval_episodes": args.episodes, **parse_cli_overrides(args.set)}
     src = marl.make_env(fam, scen, num_envs=args.num_envs, **kw).fit(args.algo, stop={"env_steps": int(args.env_steps)}, **common)
     print(f"source {args.source}: {src.eval}  ({src.metrics['time_s']:.0f} s)  checkpoint {src.checkpoint}")
     for target in args.targets:

@@ -11,7 +11,7 @@ def test_mappo_beats_random_on_simple_spread(ray_session, run_dir):
                   num_minibatches=4, eval_episodes=200, seed=1)
     # Greedy return over 200 episodes; the mean of random play over 200 episodes has a std error of ~1.8.
     print("greedy eval after 250k env steps:", res.eval)
-    assert res.eval["episode_return_mean"] > -60.0, res.eval
+    assert res.eval["episode_return_mean"] > -55.0, res.eval  # measured -48.8 (seed 1)
 
 
 def test_ippo_solves_cue_matching(ray_session, run_dir):
