@@ -157,12 +157,12 @@ class EpisodicMemoryGraph:
         """Memory values ``[K]`` of observations ``[K, obs_dim]``; keys the memory has not valued
         yet get the mean value of the valued nodes at the same step (:attr:`step_baseline`),
         or over all nodes (:attr:`baseline`)."""
-        ids = [self.nodes.get(k, -1) for k in self.keys(obs, steps)]
+        ids = torch.tensor([self.nodes.get(k, -1) for k in self.keys(obs, steps)], dtype=torch.long)
+        known = (ids >= 0) & (ids < self.values.shape[0])
+        known[known.clone()] = self._valued[ids[known]]
         st = steps.tolist() if steps is not None else [None] * len(ids)
-        out = torch.zeros(len(ids))
-        for j, i in enumerate(ids):
-            known = 0 <= i < self.values.shape[0] and self._valued[i]
-            out[j] = self.values[i] if known else self.step_baseline.get(st[j], self.baseline)
+        out = torch.tensor([self.step_baseline.get(s, self.baseline) for s in st], dtype=torch.float32)
+        out[known] = self.values[ids[known]]
         return out
 
     def add_episode(self, obs: Sequence[torch.Tensor], rewards: Sequence[float], durations: Sequence[int],

@@ -61,7 +61,7 @@ def _flag_options(items: List[str]) -> List[str]:
         while not eq and i < len(items) and not items[i].startswith("--") and "=" not in items[i]:
             values.append(items[i].strip(","))
             i += 1
-        if key == "crash_rates" or len(values) > 1:
+        if len(values) > 1:
             joined = ",".join(v for part in values for v in part.split(",") if v)
             out.append(f"{key}=[{joined}]")
         else:
@@ -91,7 +91,8 @@ def _eval(items: List[str]) -> int:
         env = marl.make_env(family, scenario or None, num_envs=min(episodes, 32), **env_kwargs)
     result = marl.load(path, env=env)
     if "crash_rates" in rest:
-        rows = result.evaluate_crashes(rates=list(rest["crash_rates"]), episodes=episodes)
+        rates = rest["crash_rates"]  # one rate (crash_rates=0.5, --crash-rates 0.5) or a list
+        rows = result.evaluate_crashes(rates=list(rates) if isinstance(rates, list) else [rates], episodes=episodes)
         print(json.dumps({"checkpoint": result.checkpoint, "crash_eval": rows, "written": f"{result.log_dir}/crash_eval.*"}, indent=2))
         return 0
     extra = {"opponent": str(rest["opponent"])} if "opponent" in rest else {}
