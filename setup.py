@@ -38,5 +38,9 @@ setup(
         # fast generation on GPU runners (generator="vllm")
         "vllm": ["transformers>=4.45", "peft>=0.13", "vllm"],
     },
-    entry_points={"console_scripts": ["marl=marl.cli:main"]},
+    entry_points={
+        "console_scripts": ["marl=marl.cli:main"],
+        # marl core finds envs, wrappers, algorithms and commands only through these (marl/plugins.py)
+        "marl.plugins": ["envs = marl.envs", "algos = marl.algos"],
+    },
 )

@@ -14,11 +14,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional
 
-from marl.env import MarlError
+from marl.errors import MarlError
+from marl.plugins import load_plugins
 
 
 def _train(items: List[str]) -> int:
@@ -115,22 +117,41 @@ def _list(_: List[str]) -> int:
     return 0
 
 
-def _bench(items: List[str]) -> int:
-    from marl import bench
-
-    return bench.main(items)
+COMMANDS: Dict[str, Callable[[List[str]], int]] = {"train": _train, "eval": _eval, "list": _list}
+_PLUGIN_COMMANDS: Dict[str, str] = {}
 
 
-COMMANDS = {"train": _train, "eval": _eval, "list": _list, "bench": _bench}
+def register_command(name: str, target: str) -> None:
+    """Add ``marl <name> ...``: ``target`` is ``"module:function"``, a function taking the
+    remaining command-line arguments (a list of str) and returning the exit code. Plugins
+    (``marl.plugins`` entry points, e.g. the benchmarks) register their commands with it."""
+    _PLUGIN_COMMANDS[name] = target
+
+
+def _commands() -> Dict[str, Callable[[List[str]], int]]:
+    load_plugins()
+    out = dict(COMMANDS)
+    for name, target in _PLUGIN_COMMANDS.items():
+        out[name] = lambda items, t=target: _load(t)(items)
+    return out
+
+
+def _load(target: str) -> Callable[[List[str]], int]:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+register_command("bench", "marl.bench:main")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="marl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=sorted(COMMANDS), help="what to do")
+    commands = _commands()
+    parser.add_argument("command", choices=sorted(commands), help="what to do")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="key=value arguments of the command")
     ns = parser.parse_args(argv)
     try:
-        return COMMANDS[ns.command](ns.args)
+        return commands[ns.command](ns.args)
     except MarlError as e:
         print(f"marl {ns.command}: error: {e}", file=sys.stderr)
         return 2

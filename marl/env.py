@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import abc
 import copy
-import difflib
 import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -39,25 +38,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from marl.errors import MarlError, closest, unknown_choice  # noqa: F401  (re-exported)
+from marl.plugins import load_plugins
+
 KINDS = ("cooperative", "competitive", "mixed")
-
-
-class MarlError(ValueError):
-    """Base class of marl's user-facing errors (bad names, bad config, bad input)."""
-
-
-def closest(name: str, choices: Sequence[str]) -> str:
-    """Return ``" Did you mean 'x'?"`` for the closest of ``choices``, or ``""``."""
-    match = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
-    return f" Did you mean '{match[0]}'?" if match else ""
-
-
-def unknown_choice(what: str, name: Any, choices: Sequence[str]) -> MarlError:
-    """Build the error for an unknown name: it lists the valid choices and the closest."""
-    return MarlError(
-        f"Unknown {what} '{name}'.{closest(name, choices)} "
-        f"Valid choices: {', '.join(sorted(map(str, choices)))}."
-    )
 
 
 @dataclass
@@ -628,8 +612,7 @@ def _load(path: str) -> Callable:
 
 
 def _builtin_families() -> Dict[str, _Family]:
-    import marl.envs  # noqa: F401  (registers the built-in families)
-
+    load_plugins()  # the installed env packages register their families (marl.plugins)
     return _FAMILIES
 
 

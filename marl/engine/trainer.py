@@ -23,11 +23,8 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from marl.engine.runner import LOCAL_ENVS, BatchedEnvRunner, MappingFn
 from marl.env import MultiAgentEnv
+from marl.errors import TrainingDiverged  # noqa: F401  (re-exported)
 from marl.mapping import PolicyMapping
-
-
-class TrainingDiverged(FloatingPointError):
-    """A loss became NaN or infinite; the message names the loss and the module."""
 
 
 class TrainerConfig(AlgorithmConfig):
