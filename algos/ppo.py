@@ -28,7 +28,9 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from marl.algos.networks.entity import agent_model_config, build_agent_net, check_agent
 from marl.algos.networks.mlp import MLP, GRUTrunk
-from marl.engine.trainer import Trainer, TrainingDiverged, begin_update
+from marl.engine.spec import begin_update
+from marl.engine.trainer import StepOutput, Trainer
+from marl.errors import TrainingDiverged
 from marl.env import MarlError, unknown_choice
 
 REDISTRIBUTIONS = ("none", "causal_shift")  # reward_redistribution choices (legem: value decomposition only)
@@ -571,8 +573,8 @@ class PPO(Trainer):
             if "decision" in m:  # absent when the env has no off-beat wrapper: nothing to shift
                 m["rewards"] = causal_shift_rollout(m["rewards"], m["decision"], rollout["starts"], dones)
 
-    def training_step(self) -> None:
-        self.rollout = self.sample_rollouts()
+    def training_step(self) -> StepOutput:
+        rollout = self.sample_rollouts()
         if self.marl_config["reward_redistribution"] == "causal_shift":
-            self.redistribute(self.rollout)
-        self.update_learners(rollout_to_sequences(self.rollout, self.marl_config["critic"]))
+            self.redistribute(rollout)
+        return StepOutput(rollout, self.update_learners(rollout_to_sequences(rollout, self.marl_config["critic"])))

@@ -39,7 +39,9 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from marl.algos.networks.entity import agent_model_config, build_agent_net, check_agent
 from marl.engine.replay import JointEpisodeBuffer
-from marl.engine.trainer import Trainer, TrainingDiverged, begin_update
+from marl.engine.spec import begin_update
+from marl.engine.trainer import StepOutput, Trainer
+from marl.errors import TrainingDiverged
 from marl.env import MarlError, unknown_choice
 
 MIXERS = ("none", "vdn", "qmix")
@@ -649,22 +651,23 @@ class ValueDecomp(Trainer):
         c = self.marl_config
         return epsilon_at(self.progress["env_steps"], float(c["epsilon_start"]), float(c["epsilon_end"]), float(c["epsilon_anneal_steps"]))
 
-    def training_step(self) -> None:
+    def training_step(self) -> StepOutput:
         c, p = self.marl_config, self.progress
         eps = self.epsilon()
-        self.rollout = self.sample_rollouts(epsilon=eps)
-        new = self.buffer.add_rollout(self.rollout)
+        rollout = self.sample_rollouts(epsilon=eps)
+        new = self.buffer.add_rollout(rollout)
         if c["reward_redistribution"] != "none":
             self.redistribute(self.buffer.just_committed)
         if c["standardise_rewards"]:
-            for m in self.rollout["modules"].values():
+            for m in rollout["modules"].values():
                 p["reward_stats"] = merge_moments(p["reward_stats"], m["rewards"])
-        episodes = p["episodes"] + len(self.rollout["metrics"].get("episode_return", []))
+        episodes = p["episodes"] + len(rollout["metrics"].get("episode_return", []))
         n_updates = 0
         if len(self.buffer) >= max(int(c["batch_size"]), int(c["learning_starts_episodes"])):
             p["pending_episodes"] += new
             n_updates = int(p["pending_episodes"] // int(c["episodes_per_update"]))
             p["pending_episodes"] -= n_updates * int(c["episodes_per_update"])
+        metrics: Dict[str, float] = {}
         for i in range(n_updates):
             last = i == n_updates - 1
             # pymarl: copy the targets after the gradient step once target_update_interval
@@ -672,9 +675,10 @@ class ValueDecomp(Trainer):
             sync = last and episodes - p["last_target_sync"] >= int(c["target_update_interval"])
             if sync:
                 p["last_target_sync"] = episodes
-            self.update_learners(self.joint_batch(), sync_weights=last, sync_target=sync)
+            metrics = self.update_learners(self.joint_batch(), sync_weights=last, sync_target=sync)
         p["updates"] += n_updates
-        self.extra_metrics = {"epsilon": eps, "buffer_episodes": float(len(self.buffer)), "updates": float(p["updates"])}
+        metrics.update(epsilon=eps, buffer_episodes=float(len(self.buffer)), updates=float(p["updates"]))
+        return StepOutput(rollout, metrics)
 
     def joint_batch(self) -> MultiAgentBatch:
         """``batch_size`` episodes from the buffer as one policy batch (one module id)."""

@@ -3,6 +3,7 @@
 Registration is strings only: the adapter modules (and mpe2 / vmas / pettingzoo)
 are imported when an env of that family is first made, not on ``import marl``.
 """
+from marl.cli import register_eval_option
 from marl.env import register_env
 
 register_env(
@@ -80,3 +81,5 @@ register_env(
     "off-beat test bed",
     scenarios="marl.envs.resource_games:scenarios",
 )
+register_eval_option("crash_rates", "marl.envs.wrappers.crash_eval:cli_crash_rates",
+                     "crash_rates=[0,0.1,0.2,0.3,0.5] or --crash-rates 0 0.1 0.2 0.3 0.5")

@@ -12,6 +12,7 @@ import argparse
 
 import marl
 from marl.config import parse_cli_overrides
+from marl.envs.wrappers.crash_eval import evaluate_crashes
 
 MODES = {
     "none": 0.0,
@@ -46,7 +47,7 @@ def main():
             env = marl.make_env(family, scenario, num_envs=64, seed=seed, crash=crash, **kw)
             res = env.fit(args.algo, stop={"env_steps": args.env_steps}, seed=seed, progress=False,
                           log_dir=args.log_dir, eval_episodes=0, **overrides)
-            rows = res.evaluate_crashes(rates=args.rates, episodes=args.episodes)
+            rows = evaluate_crashes(res, rates=args.rates, episodes=args.episodes)
             key = "win_rate_mean" if "win_rate_mean" in rows[0] else "episode_return_mean"
             vals = [r[key] for r in rows]
             print(f"{mode} {seed} | " + " | ".join(f"{v:.2f}" for v in vals) + f" | {sum(vals) / len(vals):.2f}",

@@ -17,7 +17,7 @@ import argparse
 import importlib
 import json
 import sys
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from marl.errors import MarlError
 from marl.plugins import load_plugins
@@ -81,21 +81,22 @@ def _eval(items: List[str]) -> int:
     path = items[0]
     env_kwargs = parse_cli_overrides([i[len("env."):] for i in items[1:] if i.startswith("env.")])
     rest = parse_cli_overrides([i for i in items[1:] if not i.startswith("env.")])
-    unknown = sorted(set(rest) - {"episodes", "env", "opponent", "crash_rates"})
+    load_plugins()
+    protocols = {k: v for k, v in rest.items() if k in _EVAL_OPTIONS}
+    unknown = sorted(set(rest) - {"episodes", "env", "opponent"} - set(_EVAL_OPTIONS))
     if unknown:
+        extra = "".join(f", {name}=... ({target[1]})" for name, target in sorted(_EVAL_OPTIONS.items()))
         raise MarlError(f"marl eval: unknown option(s) {unknown}. Valid: episodes=N, env=family:scenario, "
-                        f"env.<kwarg>=value, opponent=<bot> (text games), crash_rates=[0,0.1,0.2,0.3,0.5] "
-                        f"(or --crash-rates 0 0.1 0.2 0.3 0.5).")
+                        f"env.<kwarg>=value, opponent=<bot> (text games){extra}.")
     episodes = int(rest.get("episodes", 100))
     env = None
     if "env" in rest:
         family, _, scenario = str(rest["env"]).partition(":")
         env = marl.make_env(family, scenario or None, num_envs=min(episodes, 32), **env_kwargs)
     result = marl.load(path, env=env)
-    if "crash_rates" in rest:
-        rates = rest["crash_rates"]  # one rate (crash_rates=0.5, --crash-rates 0.5) or a list
-        rows = result.evaluate_crashes(rates=list(rates) if isinstance(rates, list) else [rates], episodes=episodes)
-        print(json.dumps({"checkpoint": result.checkpoint, "crash_eval": rows, "written": f"{result.log_dir}/crash_eval.*"}, indent=2))
+    if protocols:
+        for name, value in protocols.items():
+            print(json.dumps(_load(_EVAL_OPTIONS[name][0])(result, value, episodes), indent=2))
         return 0
     extra = {"opponent": str(rest["opponent"])} if "opponent" in rest else {}
     stats = result.evaluate(episodes=episodes, env=env, **extra)
@@ -119,6 +120,20 @@ def _list(_: List[str]) -> int:
 
 COMMANDS: Dict[str, Callable[[List[str]], int]] = {"train": _train, "eval": _eval, "list": _list}
 _PLUGIN_COMMANDS: Dict[str, str] = {}
+
+
+_EVAL_OPTIONS: Dict[str, Tuple[str, str]] = {}
+
+
+def register_eval_option(name: str, target: str, help: str) -> None:
+    """Add an evaluation protocol to ``marl eval <run> <name>=<value>`` (also ``--<name-with-dashes> v ...``).
+
+    ``target`` is ``"module:function"``; the function takes ``(result, value, episodes)``
+    (a :class:`~marl.results.Result`, the parsed value, the ``episodes=`` option) and
+    returns a JSON-serialisable dict that is printed. Plugins register their protocols
+    with it (e.g. the crash wrapper's ``crash_rates``); ``help`` is shown in errors.
+    """
+    _EVAL_OPTIONS[name] = (target, help)
 
 
 def register_command(name: str, target: str) -> None:

@@ -550,6 +550,11 @@ class MultiAgentEnv(abc.ABC):
     def close(self) -> None:
         """Release simulator resources."""
 
+    def callbacks(self) -> List[Any]:
+        """Run callbacks (:class:`marl.callbacks.Callback`) this env contributes to every ``fit``
+        on it, e.g. the crash wrapper's coach; none by default. Wrappers add theirs to the inner env's."""
+        return []
+
     def random_actions(self, step: Step, generator: Optional[torch.Generator] = None) -> Dict[str, torch.Tensor]:
         """Uniformly random legal actions for every agent (for baselines and tests)."""
         out = {}

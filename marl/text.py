@@ -380,6 +380,10 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         out.update(self.game_metrics())
         return out
 
+    def callbacks(self) -> List[Any]:
+        """Run callbacks this game contributes to every ``fit`` on it; none by default."""
+        return []
+
     def fit(self, algo: str, **overrides):
         """Train ``algo`` (an LLM self-play algorithm: ``mars``, ``advantage_alignment``, ...) on this game."""
         from marl.api import fit

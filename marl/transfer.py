@@ -10,30 +10,11 @@ normalisers) and mixers are rebuilt for the new scenario when their shapes diffe
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Dict, Iterable, List
+from typing import Dict, List
 
 import torch
 
-from marl.env import MarlError
-
-
-def checkpoint_states(checkpoint: Path, mids: Iterable[str]) -> Dict[str, Dict[str, torch.Tensor]]:
-    """State dicts of modules ``mids`` saved in ``checkpoint``.
-
-    Raises:
-        MarlError: a module id is not in the checkpoint (lists the ones that are).
-    """
-    from ray.rllib.core.rl_module.rl_module import RLModule
-
-    root = Path(checkpoint).resolve() / "learner_group" / "learner" / "rl_module"
-    saved = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-    out = {}
-    for mid in mids:
-        if mid not in saved:
-            raise MarlError(f"Module '{mid}' is not in checkpoint {checkpoint} (it has: {', '.join(saved) or 'none'}).")
-        out[mid] = RLModule.from_checkpoint(str(root / mid)).state_dict()
-    return out
+from marl.errors import MarlError
 
 
 def load_weights(module: torch.nn.Module, state: Dict[str, torch.Tensor], name: str = "") -> List[str]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import marl
-from marl.algos.coach import Coach
+from marl.envs.wrappers.coach import Coach
 from marl.env import MarlError, make_env
 from marl.envs.wrappers.crash import CrashWrapper, crash_options
 
@@ -325,7 +325,9 @@ def test_crash_evaluation_table_and_plot(ray_session, run_dir, tmp_path):
 
     env = marl.make_env("mpe", "simple_spread", N=4, num_envs=8, crash=0.0)
     res = env.fit("mappo", stop={"iterations": 1}, progress=False, log_dir=run_dir, eval_episodes=0)
-    rows = res.evaluate_crashes(rates=[0.0, 0.5, 1.0], episodes=8, out_dir=str(tmp_path))
+    from marl.envs.wrappers.crash_eval import evaluate_crashes
+
+    rows = evaluate_crashes(res, rates=[0.0, 0.5, 1.0], episodes=8, out_dir=str(tmp_path))
     assert [r["crash_rate"] for r in rows] == [0.0, 0.5, 1.0]
     assert rows[0]["crash_rate_mean"] == 0.0 and rows[2]["crash_rate_mean"] > 0.5  # every agent flagged at p=1
     for ext in ("csv", "md", "png"):

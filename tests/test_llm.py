@@ -233,7 +233,6 @@ def _ipd_tiny(**kw):
 def test_two_ddp_learners_match_one_learner(ray_session):
     """Same batch, same initial weights: 2 CPU learners (DDP, gloo) end where 1 local learner does
     (reference §5.6), and both learners hold identical weights."""
-    import uuid
 
     import numpy as np
     from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
@@ -251,7 +250,7 @@ def test_two_ddp_learners_match_one_learner(ray_session):
     weights, init = {}, None
     for n in (0, 2):
         cfg, _, env2, mapping = prepare(env, "reinforce", {**kw, "num_learners": n})
-        group = LLMSelfPlay.build_config(cfg, env2, mapping, uuid.uuid4().hex).build_learner_group()
+        group = LLMSelfPlay.build_config(cfg, env2, mapping).build_learner_group()
         init = init or group.get_weights()
         group.set_weights(init)
         group.update(batch=MultiAgentBatch({"players": rows}, env_steps=S))
@@ -293,7 +292,6 @@ def test_fit_runs_logs_evaluates_and_reloads_policy(ray_session, run_dir):
 
 def test_micro_batching_accumulates_the_same_gradient(ray_session):
     """Splitting a minibatch into token-bounded micro-batches changes memory, not the update."""
-    import uuid
 
     import numpy as np
     from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
@@ -310,7 +308,7 @@ def test_micro_batching_accumulates_the_same_gradient(ray_session):
     out, init = [], None
     for budget in (10_000, 25):  # one forward vs micro-batches of 2 rows
         cfg, _, env2, mapping = prepare(env, "reinforce", {**kw, "max_tokens_per_microbatch": budget})
-        learner = LLMSelfPlay.build_config(cfg, env2, mapping, uuid.uuid4().hex).build_learner()
+        learner = LLMSelfPlay.build_config(cfg, env2, mapping).build_learner()
         init = init or learner.get_state(components="rl_module")
         learner.set_state(init)
         learner.update(batch=MultiAgentBatch({"players": rows}, env_steps=S))

@@ -30,7 +30,8 @@ import torch
 import torch.distributed as dist
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
-from marl.engine.trainer import TrainingDiverged, begin_update
+from marl.engine.spec import begin_update
+from marl.errors import TrainingDiverged
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

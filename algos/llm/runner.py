@@ -17,7 +17,7 @@ import copy
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 
@@ -50,23 +50,27 @@ class TextEnvRunner(BatchedEnvRunner):
     """
 
     # ------------------------------------------------------------------ setup
-    def make_env(self):
+    def attach_env(self, env) -> None:
+        """The driver's game is only a template here: the runner plays copies of it."""
+        self.make_env(self.new_env())
+
+    def new_env(self):
+        """One game, rebuilt from the run's env spec (or a copy of a game built by hand)."""
         spec = self.marl["env_spec"]
-        self.env_spec = EnvSpec(**spec) if spec is not None else None
+        if spec is not None:
+            return EnvSpec(**spec).make()
+        return copy.deepcopy(self.marl["env_object"])
+
+    def make_env(self, env) -> None:
+        """Play ``games_per_iteration`` games: ``env`` and fresh copies."""
         n = int(self.marl["games_per_iteration"])
-        self.games = [self._new_env() for _ in range(n)]
-        env = self.games[0]
+        self.games = [env] + [self.new_env() for _ in range(n - 1)]
         self.env = env
         self.bot_classes = env.bots()
         self.rng = random.Random(int(self.marl.get("seed", 0)) + 7919 * int(self.worker_index or 0))
         self._seed = int(self.marl.get("seed", 0)) * 1_000_003 + 100_000 * int(self.worker_index or 0)
         self.pool: List[Dict[str, torch.Tensor]] = []
         self._iteration = 0
-
-    def _new_env(self):
-        if self.env_spec is not None:
-            return self.env_spec.make()
-        return copy.deepcopy(self.marl["env_object"])
 
     def make_module(self):
         spec = self.config.get_multi_rl_module_spec(inference_only=True)
@@ -128,6 +132,7 @@ class TextEnvRunner(BatchedEnvRunner):
     def sample(self, explore: bool = True, **kwargs) -> Dict[str, Any]:
         """Play one batch of training games (``games_per_iteration``; ``group_size``
         consecutive games share a seed)."""
+        self.ensure_env()
         self._iteration += 1
         self._snapshot()
         n, gs = len(self.games), max(int(self.marl["group_size"]), 1)
@@ -167,8 +172,9 @@ class TextEnvRunner(BatchedEnvRunner):
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, opponent: str, games: int) -> Dict[str, List[float]]:
         """:func:`evaluate` with this runner's modules at ``eval_temperature``."""
+        self.ensure_env()
         lms = {mid: self.module[mid].lm for mid in self.module.keys()}
-        return evaluate(self._new_env, self.marl["agent_to_module"], lms, self.generator, opponent, games,
+        return evaluate(self.new_env, self.marl["agent_to_module"], lms, self.generator, opponent, games,
                         float(self.marl["eval_temperature"]))
 
 

@@ -40,7 +40,8 @@ from marl.algos.llm.learner import LLMLearner
 from marl.algos.llm.policy import CausalLMModule, Generator, load_tokenizer
 from marl.algos.llm.runner import TextEnvRunner, Turn, check_opponent_names, evaluate
 from marl.engine.runner import MappingFn
-from marl.engine.trainer import Trainer, TrainerConfig, engine_entries, lr_schedule
+from marl.engine.spec import TrainerConfig, engine_entries, lr_schedule
+from marl.engine.trainer import StepOutput, Trainer
 from marl.env import EnvSpec, MarlError, unknown_choice
 
 ESTIMATORS = ("mars", "advantage_alignment", "reinforce", "grpo")
@@ -175,6 +176,10 @@ class TextPolicy:
                          self.temperature)
         return {k: float(np.mean(v)) for k, v in stats.items()}
 
+    def evaluate_episodes(self, episodes: int, opponent: str = "random", **unused: Any) -> Dict[str, float]:
+        """``Result.evaluate`` for text games: :meth:`evaluate` over ``episodes`` games."""
+        return self.evaluate(opponent=opponent, games=episodes)
+
 
 # ============================================================ algorithm
 class LLMSelfPlay(Trainer):
@@ -230,10 +235,10 @@ class LLMSelfPlay(Trainer):
                             f"trust_and_split); {env.info.family}:{env.info.scenario} is turn-based.")
 
     @classmethod
-    def build_config(cls, cfg, env, mapping, env_token: str):
+    def build_config(cls, cfg, env, mapping):
         """RLlib config: TextEnvRunners for sampling, LLMLearners (DDP when ``num_learners`` > 1)."""
         cls.check_text_env(cfg, env)
-        learner_cfg = engine_entries(cfg, env, mapping, env_token)
+        learner_cfg = engine_entries(cfg, env, mapping)
         learner_cfg["simultaneous"] = bool(env.simultaneous)
         text = gym.spaces.Text(max_length=1 << 16)  # chats in, replies out (RLlib wants spaces)
         specs = {mid: RLModuleSpec(module_class=CausalLMModule, observation_space=text, action_space=text,
@@ -259,40 +264,31 @@ class LLMSelfPlay(Trainer):
         return config
 
     # --------------------------------------------------------------- iteration
-    def _runners(self, fn):
-        group = self.env_runner_group
-        if group.num_remote_env_runners() == 0:
-            return [fn(group.local_env_runner)]
-        return group.foreach_env_runner(fn, local_env_runner=False)
-
-    def training_step(self) -> None:
+    def training_step(self) -> StepOutput:
         hp = self.marl_config
-        parts = self._runners(lambda r: r.sample())
+        parts = self.foreach_runner(lambda r: r.sample())
         turns, metrics = _merge_parts(parts)
+        rollout = {"turns": turns, "metrics": metrics}
+        self.run_callbacks.on_rollout(self, rollout)
         adv = turn_advantages(turns, hp, hp["simultaneous"], int(hp["group_size"]))
-        pad = self._pad_id()
-        self.update_learners(turns_to_batch(turns, adv, hp["agent_to_module"], pad))
+        out = self.update_learners(turns_to_batch(turns, adv, hp["agent_to_module"], self._pad_id()))
         gen_time = sum(p["metrics"]["generate_time_s"] for p in parts)
-        self.extra_metrics = {
-            "tokens_generated_per_s": metrics.pop("tokens_generated") / max(gen_time, 1e-9),
-            "replies_trained": float(sum(t.trained for t in turns)),
-        }
+        out.update(tokens_generated_per_s=metrics.pop("tokens_generated") / max(gen_time, 1e-9),
+                   replies_trained=float(sum(t.trained for t in turns)))
         every = int(hp["eval_every"])
         if every > 0 and (self.progress["iterations"] + 1) % every == 0:
-            self.extra_metrics.update(self.evaluate_opponents())
+            out.update(self.evaluate_opponents())
             self.write_transcripts([t for p in parts for t in p["transcripts"]])
-        self.rollout = {"metrics": metrics}
+        return StepOutput({"metrics": metrics}, out)
 
     def write_transcripts(self, transcripts: List[Dict[str, Any]]) -> None:
         """Sample games of this iteration as JSON lines in ``<run>/transcripts/iteration_<n>.jsonl``
-        (``fit`` sets ``run_dir``; nothing is written without it)."""
-        run_dir = getattr(self, "run_dir", None)
-        if run_dir is None or not transcripts:
+        (nothing is written for a trainer built without a run folder)."""
+        if self.run_dir is None or not transcripts:
             return
         import json
-        from pathlib import Path
 
-        folder = Path(run_dir) / "transcripts"
+        folder = self.run_dir / "transcripts"
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"iteration_{self.progress['iterations'] + 1:06d}.jsonl", "w") as f:
             for t in transcripts:
@@ -309,10 +305,10 @@ class LLMSelfPlay(Trainer):
         (default ``eval_opponents``, or every bot of the game), on the first env runner."""
         hp = self.marl_config
         games = int(games or hp["eval_games"])
-        opponents = opponents or hp["eval_opponents"] or list(self._runners(lambda r: list(r.bot_classes))[0])
+        opponents = opponents or hp["eval_opponents"] or list(self.foreach_runner(lambda r: list(r.ensure_env().bots()))[0])
         out = {}
         for opp in opponents:
-            stats = self._runners(lambda r, o=opp: r.evaluate(o, games))[0]
+            stats = self.foreach_runner(lambda r, o=opp: r.evaluate(o, games))[0]
             out.update({f"vs_{opp}_{k}": float(np.mean(v)) for k, v in stats.items()})
         return out
 
@@ -323,13 +319,12 @@ class LLMSelfPlay(Trainer):
         """Objects a checkpoint needs to act again (the tokenizer may be an object built in code)."""
         return {"llm": {k: cfg[k] for k in cls.MODULE_KEYS + cls.GENERATION_KEYS}}
 
-    @classmethod
-    def policy_from(cls, trainer, mapping) -> TextPolicy:
+    def make_policy(self, mapping) -> TextPolicy:
         """A :class:`TextPolicy` with a copy of the learner's weights."""
-        hp = trainer.marl_config
-        state = trainer.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
-        return cls._policy({mid: state[mid] for mid in mapping.modules}, hp, hp["agent_to_module"],
-                           EnvSpec(**hp["env_spec"]) if hp.get("env_spec") else None, hp.get("env_object"))
+        hp = self.marl_config
+        state = self.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
+        return self._policy({mid: state[mid] for mid in mapping.modules}, hp, hp["agent_to_module"],
+                            EnvSpec(**hp["env_spec"]) if hp.get("env_spec") else None, hp.get("env_object"))
 
     @classmethod
     def policy_from_checkpoint(cls, ckpt, meta: Dict[str, Any], env=None) -> TextPolicy:

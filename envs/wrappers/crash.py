@@ -113,7 +113,7 @@ class CrashWrapper(MultiAgentEnv):
             from ``(seed, s)``.
         strategy: optional coach strategy name stored for the trainer
             (``fixed``, ``curriculum``, ``adaptive``); see :meth:`make_coach`.
-        coach: options of that :class:`~marl.algos.coach.Coach`.
+        coach: options of that :class:`~marl.envs.wrappers.coach.Coach`.
         reference_share: share of the copies (the first ``ceil(share * B)``) that
             always play at ``p = 0``; their episodes carry ``crash_reference = 1``
             in the episode metrics, and the adaptive coach measures its reference
@@ -233,15 +233,23 @@ class CrashWrapper(MultiAgentEnv):
         self._rate = _check_rate(p)
 
     def make_coach(self):
-        """A :class:`~marl.algos.coach.Coach` for the stored ``strategy`` (``None`` without one)."""
+        """A :class:`~marl.envs.wrappers.coach.Coach` for the stored ``strategy`` (``None`` without one)."""
         if self.strategy is None:
             return None
-        from marl.algos.coach import Coach
+        from marl.envs.wrappers.coach import Coach
 
         opts = dict(self.coach_options)
         if self.strategy == "fixed":
             opts.setdefault("rate", self._rate)
         return Coach(self.strategy, **opts)
+
+    def callbacks(self):
+        """The inner env's callbacks, plus a :class:`~marl.envs.wrappers.coach.CrashCoach` run
+        callback when a coach ``strategy`` is set: it sets the crash rate during training."""
+        from marl.envs.wrappers.coach import CrashCoach
+
+        coach = self.make_coach()
+        return [*self.env.callbacks(), *([CrashCoach(coach)] if coach is not None else [])]
 
     def __getattr__(self, name):  # forward env-specific attributes (optimal_return, ...)
         if name == "env":

@@ -21,11 +21,6 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_
 from marl.env import EnvSpec, EpisodeStats, MultiAgentEnv, Step
 from marl.mapping import PolicyMapping
 
-# Envs handed to fit() as objects are kept here so the local runner (same
-# process) uses the very instance instead of a deep copy made by RLlib's config copy.
-LOCAL_ENVS: Dict[str, MultiAgentEnv] = {}
-
-
 class MappingFn:
     """Picklable ``agent_id -> module_id`` lookup (RLlib pickles configs into checkpoints)."""
 
@@ -36,11 +31,8 @@ class MappingFn:
         return self.table[agent_id]
 
 
-def build_env(marl_cfg: Dict[str, Any], worker_index: int) -> MultiAgentEnv:
-    """The env of one runner: the driver's instance for worker 0, else rebuilt from its spec."""
-    token = marl_cfg.get("env_token")
-    if worker_index == 0 and token in LOCAL_ENVS:
-        return LOCAL_ENVS[token]
+def build_env(marl_cfg: Dict[str, Any]) -> MultiAgentEnv:
+    """A runner's own env: rebuilt from the run's env spec, or a copy of an env built by hand."""
     if marl_cfg.get("env_spec") is None:  # an env built by hand: ship a copy of the object itself
         return copy.deepcopy(marl_cfg["env_object"])
     return EnvSpec(**marl_cfg["env_spec"]).make(num_envs=marl_cfg["num_envs"])
@@ -59,13 +51,31 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         torch.set_num_threads(int(self.marl.get("torch_threads", 1)))
         self._weights_seq_no = 0
         self.env: Optional[MultiAgentEnv] = None
+        self._owns_env = True  # close the env at stop() unless it was handed in (attach_env)
         self.module = None
-        self.make_env()
+        if self.worker_index:  # a remote runner builds its env now: errors show at start-up
+            self.make_env(self.new_env())
         self.make_module()
 
     # ------------------------------------------------------------------ setup
-    def make_env(self):
-        self.env = build_env(self.marl, self.worker_index or 0)
+    def attach_env(self, env: MultiAgentEnv) -> None:
+        """Sample ``env`` itself (the driver's env object, for the local runner); its owner closes it."""
+        self._owns_env = False
+        self.make_env(env)
+
+    def ensure_env(self) -> MultiAgentEnv:
+        """The runner's env, built from the run's env spec on first use if none was attached."""
+        if self.env is None:
+            self.make_env(self.new_env())
+        return self.env
+
+    def new_env(self) -> MultiAgentEnv:
+        """An env of this runner's own (:func:`build_env`)."""
+        return build_env(self.marl)
+
+    def make_env(self, env: MultiAgentEnv) -> None:
+        """Use ``env`` for sampling and build the policy mapping for it."""
+        self.env = env
         self.mapping = PolicyMapping(
             self.env.info, share=MappingFn(self.marl["agent_to_module"]), agent_id=self.marl["agent_id"]
         )
@@ -81,7 +91,7 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         return {mid: (s.observation_space, s.action_space) for mid, s in self.marl["module_spaces"].items()}
 
     def assert_healthy(self):
-        assert self.env is not None and self.module is not None
+        assert self.module is not None
 
     # ------------------------------------------------------------------ sampling
     def _reset(self) -> Step:
@@ -112,6 +122,7 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         [T, B, S]``, ``terminated``, ``truncated``, ``starts`` ``[T, B]``, ``metrics``.
         """
         T = int(num_steps or self.marl["rollout_length"])
+        self.ensure_env()
         if self._last is None:
             self._last = self._reset()
         buf: Dict[str, Dict[str, List[torch.Tensor]]] = {mid: defaultdict(list) for mid in self.mapping.modules}
@@ -218,5 +229,5 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         return {}
 
     def stop(self):
-        if self.env is not None and self.marl.get("env_token") not in LOCAL_ENVS:
+        if self.env is not None and self._owns_env:
             self.env.close()

@@ -27,9 +27,11 @@ Defaults (reference §5.3): ``K = 20``, ``delta = 0.05``, ``p_max = 0.5``,
 ``tau_hi = 0.8 P_ref``, ``tau_lo = 0.5 P_ref``. ``T_curr = 500_000`` env steps
 is our default (the reference's runs are 0.5-1M steps).
 
-The coach does not touch the env: the trainer passes :attr:`Coach.rate` to
-:meth:`~marl.envs.wrappers.crash.CrashWrapper.set_rate` after each
-:meth:`Coach.observe`.
+The coach does not touch the env. :class:`CrashCoach`, the run callback that a
+crash wrapper with a ``strategy`` contributes to every ``fit``
+(:meth:`~marl.envs.wrappers.crash.CrashWrapper.callbacks`), feeds it each
+iteration's finished episodes and passes :attr:`Coach.rate` to
+:meth:`~marl.envs.wrappers.crash.CrashWrapper.set_rate` of every sampling env.
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from marl.env import MarlError, unknown_choice
+from marl.callbacks import Callback
+from marl.errors import MarlError, unknown_choice
 
 STRATEGIES = ("fixed", "curriculum", "adaptive")
 
@@ -196,3 +199,53 @@ class Coach:
     def __repr__(self) -> str:
         return f"<Coach {self.strategy} p={self._rate}>"
 
+
+class CrashCoach(Callback):
+    """Run callback that lets a :class:`Coach` set the crash rate of every sampling env.
+
+    Each iteration it collects the finished episodes of the rollouts
+    (``episode_return``, ``win_rate`` where the env reports it, and
+    ``crash_reference``: episodes of copies kept at ``p = 0``, which feed
+    :meth:`Coach.observe_reference`), asks the coach for the next rate, applies it
+    with ``set_rate`` on the env of every runner and logs :meth:`Coach.metrics`
+    (``coach_rate``, ``coach_performance``, ``coach_p_ref``). The coach's state is
+    saved in checkpoints.
+
+    Args:
+        coach: the controller (built by the crash wrapper from its ``strategy``).
+    """
+
+    name = "crash_coach"
+
+    def __init__(self, coach: Coach):
+        self.coach = coach
+        self._episodes: Dict[str, List[float]] = {}
+
+    def on_fit_start(self, trainer) -> None:
+        self._apply(trainer)
+
+    def on_rollout(self, trainer, rollout) -> None:
+        for key in ("episode_return", "win_rate", "crash_reference"):
+            self._episodes.setdefault(key, []).extend(rollout["metrics"].get(key, []))
+
+    def on_iteration_end(self, trainer, metrics) -> Dict[str, float]:
+        eps, self._episodes = self._episodes, {}
+        returns, wins, ref = eps.get("episode_return", []), eps.get("win_rate") or None, eps.get("crash_reference")
+        if ref and len(ref) == len(returns):  # copies kept at p = 0 measure the coach's P_ref
+            is_ref = [bool(x) for x in ref]
+            pick = lambda xs, want: [x for x, r in zip(xs, is_ref) if r == want]  # noqa: E731
+            self.coach.observe_reference(pick(returns, True), pick(wins, True) if wins else None)
+            returns, wins = pick(returns, False), pick(wins, False) if wins else None
+        self.coach.observe(returns, trainer.progress["env_steps"], wins=wins)
+        self._apply(trainer)
+        return {k: float(v) for k, v in self.coach.metrics().items()}
+
+    def _apply(self, trainer) -> None:
+        rate = self.coach.rate
+        trainer.foreach_env(lambda env: env.set_rate(rate))
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"coach": self.coach.__dict__.copy()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.coach.__dict__.update(state["coach"])

@@ -1,0 +1,130 @@
+"""Callbacks: code that runs at fixed points of a training run, without changing the trainer.
+
+In the spirit of SB3's ``BaseCallback`` and BenchMARL's ``Callback``: subclass
+:class:`Callback`, override the hooks you need and pass instances to
+``fit(..., callbacks=[...])``. Envs contribute callbacks of their own through
+:meth:`marl.env.MultiAgentEnv.callbacks` (the crash wrapper's coach is one), so
+research features plug into any algorithm without code in the trainer.
+
+Hooks run in the driver process, in this order::
+
+    on_fit_start(trainer)                         once, after the trainer is built (and restored)
+    per iteration:
+        on_rollout(trainer, rollout)              after every sampling call, before learning
+        on_iteration_end(trainer, metrics)        -> extra metrics to log (or None)
+        on_checkpoint_save(trainer, path)         after a checkpoint is written
+    on_fit_end(trainer, result)                   after the last iteration and checkpoint
+    on_evaluate(result, metrics)                  after a greedy evaluation (Result.evaluate)
+
+``state_dict`` / ``load_state_dict`` carry a callback's own state through
+checkpoints: what :meth:`Callback.state_dict` returns is saved in every
+checkpoint and handed back on resume before :meth:`Callback.on_checkpoint_restore`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+
+Trainer = Any  # a marl.engine.trainer.Trainer; this module imports nothing of marl (it sits below the engine)
+
+
+class Callback:
+    """Base class of run callbacks; every hook does nothing by default.
+
+    Attributes:
+        name: key of this callback's state in checkpoints (default: the class name);
+            two callbacks of one run must not share it.
+    """
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        """The trainer is built (and, on resume, restored); nothing has been sampled yet."""
+
+    def on_rollout(self, trainer: Trainer, rollout: Dict[str, Any]) -> None:
+        """A rollout was sampled (time-major tensors, see ``BatchedEnvRunner.sample``; text
+        games: turns). ``rollout["metrics"]`` holds per-episode lists of the episodes that
+        ended in it. A callback may rewrite rewards here before the learner sees them."""
+
+    def on_iteration_end(self, trainer: Trainer, metrics: Dict[str, Any]) -> Optional[Dict[str, float]]:
+        """An iteration ended with ``metrics`` (flat floats); return extra metrics to log, or None."""
+        return None
+
+    def on_checkpoint_save(self, trainer: Trainer, path: Path) -> None:
+        """A checkpoint was written to ``path`` (it already holds :meth:`state_dict`)."""
+
+    def on_checkpoint_restore(self, trainer: Trainer) -> None:
+        """The trainer was restored from a checkpoint; :meth:`load_state_dict` has run."""
+
+    def on_fit_end(self, trainer: Trainer, result: Any) -> None:
+        """Training ended; ``result`` is the :class:`~marl.results.Result` (before its evaluation)."""
+
+    def on_evaluate(self, result: Any, metrics: Dict[str, float]) -> None:
+        """A greedy evaluation of ``result`` gave ``metrics``."""
+
+    def state_dict(self) -> Dict[str, Any]:
+        """State to save in checkpoints (picklable); empty by default."""
+        return {}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+
+class CallbackList(Callback):
+    """Several callbacks called in order; metrics returned by ``on_iteration_end`` are merged.
+
+    Raises:
+        TypeError: an element is not a :class:`Callback`.
+        ValueError: two callbacks share a ``name`` (their checkpoint state would collide).
+    """
+
+    def __init__(self, callbacks: Iterable[Callback] = ()):
+        self.callbacks: List[Callback] = list(callbacks)
+        names = []
+        for cb in self.callbacks:
+            if not isinstance(cb, Callback):
+                raise TypeError(f"callbacks must be marl.callbacks.Callback instances, got {type(cb).__name__}.")
+            names.append(cb.name)
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"two callbacks share the name {dup[0]!r}; give one a distinct `name` property.")
+
+    def on_fit_start(self, trainer):
+        for cb in self.callbacks:
+            cb.on_fit_start(trainer)
+
+    def on_rollout(self, trainer, rollout):
+        for cb in self.callbacks:
+            cb.on_rollout(trainer, rollout)
+
+    def on_iteration_end(self, trainer, metrics):
+        extra: Dict[str, float] = {}
+        for cb in self.callbacks:
+            extra.update(cb.on_iteration_end(trainer, {**metrics, **extra}) or {})
+        return extra
+
+    def on_checkpoint_save(self, trainer, path):
+        for cb in self.callbacks:
+            cb.on_checkpoint_save(trainer, path)
+
+    def on_checkpoint_restore(self, trainer):
+        for cb in self.callbacks:
+            cb.on_checkpoint_restore(trainer)
+
+    def on_fit_end(self, trainer, result):
+        for cb in self.callbacks:
+            cb.on_fit_end(trainer, result)
+
+    def on_evaluate(self, result, metrics):
+        for cb in self.callbacks:
+            cb.on_evaluate(result, metrics)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {cb.name: cb.state_dict() for cb in self.callbacks}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        for cb in self.callbacks:
+            if cb.name in state:
+                cb.load_state_dict(state[cb.name])

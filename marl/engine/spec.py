@@ -1,0 +1,135 @@
+"""Translation of a marl run into RLlib's ``AlgorithmConfig``: module specs, runners, learners.
+
+RLlib provides the distributed engine; this module says how marl uses it: one
+``RLModuleSpec`` per policy-mapping module, :class:`~marl.engine.runner.BatchedEnvRunner`
+for sampling, the family's learner class, and the validated marl config in
+``learner_config_dict`` (with what remote processes need to rebuild the env).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import gymnasium as gym
+import numpy as np
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.policy.policy import PolicySpec
+
+from marl.engine.runner import BatchedEnvRunner, MappingFn
+from marl.env import MultiAgentEnv
+from marl.mapping import PolicyMapping
+
+
+class TrainerConfig(AlgorithmConfig):
+    """AlgorithmConfig whose default module spec is the algorithm family's RLModule."""
+
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        return RLModuleSpec(module_class=self.algo_class.module_class)
+
+    def get_default_learner_class(self):
+        return self.algo_class.learner_class
+
+
+def module_spaces(mapping: PolicyMapping) -> Dict[str, PolicySpec]:
+    """Per module: observation space widened by the agent one-hot, and the action space."""
+    out = {}
+    for mid in mapping.modules:
+        g = mapping.group_info(mid)
+        obs = gym.spaces.Box(-np.inf, np.inf, (mapping.obs_dim(mid),), np.float32)
+        out[mid] = PolicySpec(observation_space=obs, action_space=g.action_space)
+    return out
+
+
+def agent_module_specs(algo_cls, cfg: Dict[str, Any], mapping: PolicyMapping, **kwargs) -> Dict[str, RLModuleSpec]:
+    """One ``RLModuleSpec`` per policy-mapping module (``kwargs``: e.g. ``inference_only=True``)."""
+    spaces = module_spaces(mapping)
+    return {
+        mid: RLModuleSpec(
+            module_class=algo_cls.module_class,
+            observation_space=spaces[mid].observation_space,
+            action_space=spaces[mid].action_space,
+            model_config=algo_cls.module_config(cfg, mapping, mid),
+            **kwargs,
+        )
+        for mid in mapping.modules
+    }
+
+
+def build_algorithm_config(algo_cls, cfg: Dict[str, Any], env: MultiAgentEnv, mapping: PolicyMapping):
+    """Translate a validated marl config into an RLlib ``AlgorithmConfig`` for ``algo_cls``
+    (batched env runners, the family's learner and modules; the default ``Trainer.build_config``)."""
+    spaces = module_spaces(mapping)
+    specs = agent_module_specs(algo_cls, cfg, mapping)
+    specs.update(algo_cls.extra_module_specs(cfg, mapping))  # learner-only modules (e.g. QMIX mixers)
+    learner_cfg = engine_entries(cfg, env, mapping)
+    learner_cfg.update(
+        module_spaces=spaces,
+        num_envs=env.num_envs,
+    )
+    learner_cfg.update(algo_cls.learner_extras(cfg, env, mapping))
+    config = (
+        TrainerConfig(algo_class=algo_cls)
+        .environment(observation_space=None, action_space=None, disable_env_checking=True)
+        .env_runners(
+            env_runner_cls=BatchedEnvRunner,
+            num_env_runners=int(cfg["num_env_runners"]),
+            num_envs_per_env_runner=env.num_envs,
+            num_cpus_per_env_runner=float(cfg["num_cpus_per_env_runner"]),
+            rollout_fragment_length=int(cfg["rollout_length"]),
+        )
+        .learners(
+            num_learners=int(cfg["num_learners"]),
+            num_gpus_per_learner=float(cfg["num_gpus_per_learner"]),
+            num_cpus_per_learner=float(cfg["num_cpus_per_learner"]) if cfg["num_learners"] else "auto",
+            learner_config_dict=learner_cfg,
+        )
+        .multi_agent(policies=spaces, policy_mapping_fn=MappingFn(mapping.agent_to_module))
+        .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
+        .training(
+            lr=lr_schedule(cfg),
+            grad_clip=float(cfg["max_grad_norm"]) if cfg.get("max_grad_norm") else None,
+            grad_clip_by="global_norm",
+            train_batch_size_per_learner=int(cfg["rollout_length"]) * env.num_envs,
+        )
+        .debugging(seed=int(cfg["seed"]), log_level="ERROR")
+        .reporting(metrics_num_episodes_for_smoothing=1)
+    )
+    config.learner_config_dict = learner_cfg
+    return config
+
+
+def engine_entries(cfg: Dict[str, Any], env, mapping: PolicyMapping) -> Dict[str, Any]:
+    """``cfg`` plus what every remote runner and learner needs to rebuild the env and the mapping
+    (the learner config dict of any marl algorithm). The driver's env object travels only for
+    envs built by hand (no spec): remote runners then get a copy of it."""
+    out = dict(cfg)
+    out.update(
+        env_spec=vars(env.spec) if env.spec is not None else None,
+        env_object=env if env.spec is None else None,
+        agent_to_module=dict(mapping.agent_to_module),
+    )
+    return out
+
+
+def begin_update(learner, batch, training_data, timesteps) -> Dict[str, Dict[str, Any]]:
+    """Shared opening of marl's ``Learner.update`` overrides: resolve ``training_data``, run the
+    pre-update hook, convert to tensors; returns module id -> column dict."""
+    learner._check_is_built()
+    if training_data is not None:
+        training_data.solve_refs()
+        batch = training_data.batch
+    learner.before_gradient_based_update(timesteps=timesteps or {})
+    batch = learner._convert_batch_type(batch)
+    learner._weights_seq_no += 1
+    return {mid: dict(b) for mid, b in batch.policy_batches.items()}
+
+
+def lr_schedule(cfg: Dict[str, Any]):
+    """``lr`` for RLlib: a constant, or ``[[0, lr], [env_steps, 0]]`` (piecewise linear in
+    sampled env steps) when ``lr_schedule`` is ``"linear"``; ``fit`` puts the stop's
+    ``env_steps`` in ``cfg["lr_anneal_steps"]``."""
+    lr = float(cfg["lr"])
+    if cfg.get("lr_schedule", "constant") == "constant":
+        return lr
+    return [[0, lr], [int(cfg["lr_anneal_steps"]), 0.0]]
