@@ -1,18 +1,20 @@
-"""Install marl. `envs/`, `algos/` and `configs/` sit at the top of the repository
-but install as `marl.envs`, `marl.algos` and `marl.configs` (DESIGN.md §1)."""
+"""Install marl. `envs/`, `algos/`, `benchmarks/` and `configs/` sit at the top of the repository
+but install as `marl.envs`, `marl.algos`, `marl.benchmarks` and `marl.configs` (marl/plugins.py)."""
 from setuptools import find_packages, setup
 
 core = find_packages(include=["marl", "marl.*"])
 envs = ["marl.envs"] + ["marl.envs." + p for p in find_packages("envs")]
 algos = ["marl.algos"] + ["marl.algos." + p for p in find_packages("algos")]
+benchmarks = ["marl.benchmarks"] + ["marl.benchmarks." + p for p in find_packages("benchmarks")]
 
 setup(
     name="marl",
     version="0.1.0",
     description="Multi-agent reinforcement learning: one call from MPE to StarCraft, on RLlib",
     python_requires=">=3.10",
-    packages=core + envs + algos + ["marl.configs"],
-    package_dir={"marl.envs": "envs", "marl.algos": "algos", "marl.configs": "configs"},
+    packages=core + envs + algos + benchmarks + ["marl.configs"],
+    package_dir={"marl.envs": "envs", "marl.algos": "algos", "marl.benchmarks": "benchmarks",
+                 "marl.configs": "configs"},
     package_data={"marl.configs": ["algos/*.yaml", "envs/*.yaml", "benchmarks/*.yaml"]},
     include_package_data=True,
     install_requires=[
@@ -41,6 +43,6 @@ setup(
     entry_points={
         "console_scripts": ["marl=marl.cli:main"],
         # marl core finds envs, wrappers, algorithms and commands only through these (marl/plugins.py)
-        "marl.plugins": ["envs = marl.envs", "algos = marl.algos"],
+        "marl.plugins": ["envs = marl.envs", "algos = marl.algos", "benchmarks = marl.benchmarks"],
     },
 )

@@ -5,7 +5,7 @@
     marl eval marl_runs/<run>            # or a checkpoint folder; episodes=100
     marl eval marl_runs/<run> env=smax:8m     # transfer: act on another scenario (HPN / DPN agents)
     marl list
-    marl bench throughput --iters 10
+    marl bench throughput --iters 10     # from the marl.benchmarks plugin
 
 ``train`` takes ``key=value`` pairs: ``env=family:scenario``, ``algo=name``,
 ``env.<kwarg>=value`` for the env (e.g. ``env.N=4``), ``stop.<criterion>=value``,
@@ -156,9 +156,6 @@ def _load(target: str) -> Callable[[List[str]], int]:
     return getattr(importlib.import_module(module), attr)
 
 
-register_command("bench", "marl.bench:main")
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="marl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = _commands()
@@ -173,4 +170,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Under `python -m marl.cli` this file runs as `__main__`, a second module object: plugins register
+    # their commands in the imported `marl.cli`, so run that module's main.
+    from marl.cli import main as _main
+
+    sys.exit(_main())

@@ -1,11 +1,13 @@
-"""Command line and packaging: `marl list|train|eval`, and `pip install .` / `-e .` both import
-marl.envs and marl.algos."""
+"""Command line and packaging: `marl list|train|eval|bench`, and `pip install .` / `-e .` both import
+marl.envs, marl.algos and marl.benchmarks."""
+import importlib.metadata
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 from marl.cli import main
 
@@ -40,13 +42,25 @@ def test_cli_errors_name_choices(capsys):
     assert main(["train", "env=mpe:simple_spread"]) == 2
 
 
+def test_bench_command_comes_from_the_benchmarks_plugin(capsys):
+    plugins = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="marl.plugins")}
+    assert plugins.get("benchmarks") == "marl.benchmarks"
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: marl bench" in out and "--json PATH" in out
+
+
 def test_editable_install_maps_envs_and_algos_to_repo_folders():
     import marl.algos
+    import marl.benchmarks
     import marl.envs
 
     # CI installs with `pip install -e .`: the packages must resolve to the top-level folders.
     assert Path(marl.envs.__file__).resolve().parent == REPO / "envs"
     assert Path(marl.algos.__file__).resolve().parent == REPO / "algos"
+    assert Path(marl.benchmarks.__file__).resolve().parent == REPO / "benchmarks"
 
 
 def test_regular_install_imports_envs_and_algos(tmp_path):
@@ -54,10 +68,17 @@ def test_regular_install_imports_envs_and_algos(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--target", str(target), str(REPO)], check=True, capture_output=True)
     code = ("import marl, marl.envs, marl.algos, marl.algos.ppo, marl.configs, pathlib;"
+            "import marl.benchmarks.cli, marl.benchmarks.throughput, marl.benchmarks.smax, marl.benchmarks.agents;"
             "from marl.config import list_algos;"
             f"assert pathlib.Path(marl.envs.__file__).is_relative_to({str(target)!r}), marl.envs.__file__;"
+            f"assert pathlib.Path(marl.benchmarks.__file__).is_relative_to({str(target)!r}), marl.benchmarks.__file__;"
             "assert 'mappo' in list_algos();"
-            "assert not (pathlib.Path(marl.__file__).parent.parent / 'envs').exists()")  # no top-level envs package
+            "assert not (pathlib.Path(marl.__file__).parent.parent / 'envs').exists();"  # no top-level envs package
+            "assert not (pathlib.Path(marl.__file__).parent.parent / 'benchmarks').exists()")
     env = {**os.environ, "PYTHONPATH": str(target)}
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    # `marl bench` is found through the installed entry point and runs from the installed package
+    r = subprocess.run([sys.executable, "-m", "marl.cli", "bench", "--help"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "usage: marl bench" in r.stdout, r.stderr

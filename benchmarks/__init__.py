@@ -1,0 +1,23 @@
+"""marl's benchmarks, installed as ``marl.benchmarks`` (the top-level ``benchmarks/`` folder).
+
+A plugin like ``marl.envs`` and ``marl.algos``: setup.py lists it in the
+``marl.plugins`` entry points (:mod:`marl.plugins`), and importing it registers
+the ``marl bench`` command by name, so its modules are imported only when the
+command runs. The benchmarks use marl through its public API
+(:func:`marl.make_env`, :func:`marl.api.build_trainer`) and return result
+dataclasses that format their own text report and JSON.
+
+Modules:
+
+- :mod:`~marl.benchmarks.common`: the measurement method, :class:`SideResult`,
+  clocks, Ray, JSON and table rows shared by every benchmark.
+- :mod:`~marl.benchmarks.marl_side`: one marl side (any env family and algorithm).
+- :mod:`~marl.benchmarks.rllib_anchor`: RLlib's stock multi-agent PPO, the anchor.
+- :mod:`~marl.benchmarks.throughput`: ``marl bench throughput`` (marl vs RLlib on MPE, and VMAS).
+- :mod:`~marl.benchmarks.smax`: ``marl bench smax`` (QMIX and MAPPO on SMAX).
+- :mod:`~marl.benchmarks.agents`: ``marl bench agents`` (HPN / DPN / ASN vs the plain network).
+- :mod:`~marl.benchmarks.cli`: the ``marl bench`` command line.
+"""
+from marl.cli import register_command
+
+register_command("bench", "marl.benchmarks.cli:main")
