@@ -1,6 +1,10 @@
 """Learning thresholds random play cannot reach (real training, a few minutes on 2 cores)."""
+import pytest
+
 import marl
 from toy_envs import MatchEnv
+
+pytestmark = pytest.mark.slow  # multi-minute: `-m "not slow"` skips them in quick local runs; CI runs them
 
 RANDOM_SPREAD = -81.0  # mpe2 simple_spread, N=3, 25 steps, team sum (500 random episodes; sigma 25 per episode)
 

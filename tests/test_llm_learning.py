@@ -1,8 +1,10 @@
 """LLM self-play learning thresholds on a 2-core CPU with a tiny GPT-2 built from a config
-(reference/llm_selfplay.md §5; a few minutes each). Random / naive play cannot pass them."""
+(a few minutes each; docs/algorithms/llm_selfplay.md has the measured numbers). Random / naive
+play cannot pass them."""
 import pytest
 
 pytest.importorskip("transformers")
+pytestmark = pytest.mark.slow  # multi-minute: `-m "not slow"` skips them in quick local runs; CI runs them
 
 import marl  # noqa: E402
 from marl.algos.llm.policy import tiny_config, word_tokenizer  # noqa: E402
