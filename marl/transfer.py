@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 import torch
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 
 from marl.errors import MarlError
 
@@ -29,7 +30,7 @@ def load_weights(module: torch.nn.Module, state: Dict[str, torch.Tensor], name: 
             shape (a network whose size depends on the scenario).
     """
     own = module.state_dict()
-    learner_only = tuple(getattr(module, "get_non_inference_attributes", lambda: [])())
+    learner_only = tuple(module.get_non_inference_attributes()) if isinstance(module, InferenceOnlyAPI) else ()
     fresh, new = [], {}
     for key, value in own.items():
         top = key.split(".", 1)[0]
