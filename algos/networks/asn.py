@@ -120,8 +120,24 @@ class ASNNet(AgentNetwork):
         else:  # one module per unit type; an entity's type is the argmax of its unit-type bits at each step
             a, b = self.inputs.unit_types[t]
             kind = F.one_hot(xf[..., a:b].argmax(-1), b - a).to(x.dtype)  # [M*m, L, U]
-            out = sum(kind[..., u:u + 1] * mod(xf, flat_h, flat_s) for u, mod in enumerate(mods))
+            if self.recurrent and L > 1 and not bool((kind == kind[:, :1]).all()):
+                out = self._switching_stream(mods, xf, kind, flat_h, flat_s)
+            else:  # every entity keeps its type: each module can unroll the whole sequence alone
+                out = sum(kind[..., u:u + 1] * mod(xf, flat_h, flat_s) for u, mod in enumerate(mods))
         return out.view(M, m, L, -1).permute(0, 2, 1, 3)
+
+    @staticmethod
+    def _switching_stream(mods, xf, kind, h, starts) -> torch.Tensor:
+        """Unit-type modules when an entity's type changes inside the sequence (e.g. its features
+        are zeroed when it dies or leaves sight): step by step, each step continuing from the
+        state of the module chosen at the previous step, as acting does. ``xf [R, L, d]`` -> ``[R, L, A]``."""
+        outs = []
+        for t in range(xf.shape[1]):
+            s = None if starts is None else starts[:, t:t + 1]
+            out = sum(kind[:, t:t + 1, u:u + 1] * mod(xf[:, t:t + 1], h, s) for u, mod in enumerate(mods))
+            h = out[:, 0]
+            outs.append(out)
+        return torch.cat(outs, 1)
 
     def _split_state(self, h: Optional[torch.Tensor]):
         if h is None:
