@@ -26,8 +26,8 @@ from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from marl.algos.networks.entity import agent_model_config, build_agent_net, check_agent
-from marl.algos.networks.mlp import MLP, GRUTrunk
+from marl.algos.networks.mlp import MLP
+from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
 from marl.engine.spec import begin_update
 from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
@@ -135,37 +135,37 @@ def next_values(
 
 # ============================================================ RL module
 class PPOModule(TorchRLModule, InferenceOnlyAPI):
-    """Actor (MLP or GRU) with a categorical or diagonal-Gaussian head, plus critic.
+    """Actor with a categorical or diagonal-Gaussian head, plus critic.
 
     ``model_config`` keys: ``obs_dim``, ``critic_dim``, ``n_actions``,
     ``discrete``, ``action_low``/``action_high`` (continuous), ``hidden``,
     ``layers``, ``activation``, ``layer_norm``, ``recurrent``, ``policy_gain``,
-    ``log_std_init``, and ``agent``: ``mlp`` (the MLP / GRU trunk and a linear
-    head) or an entity-aware actor (``hpn``, ``dpn``, ``asn``; its outputs are
-    the logits, see :func:`marl.algos.networks.entity.build_agent_net`). The critic (an MLP on the critic input: global state plus
-    agent one-hot for MAPPO, the agent's observation for IPPO) and its
-    :class:`ValueNorm` exist only on learners (``inference_only=False``).
+    ``log_std_init``, and ``agent``: the actor's registered name
+    (:func:`marl.algos.networks.registry.build_agent_net`; ``mlp`` is MAPPO's
+    :class:`~marl.algos.networks.mlp.MAPPOActor`, an MLP or GRU trunk and a
+    linear head), whose outputs are the logits or the Gaussian mean. The critic
+    (an MLP on the critic input: global state plus agent one-hot for MAPPO, the
+    agent's observation for IPPO) and its :class:`ValueNorm` exist only on
+    learners (``inference_only=False``).
     """
 
     def setup(self):
         c = self.model_config
         self.discrete = bool(c["discrete"])
-        self.recurrent = bool(c.get("recurrent", False))
         hidden, act, ln = int(c["hidden"]), c.get("activation", "relu"), bool(c.get("layer_norm", True))
-        self.entity_actor = c.get("agent", "mlp") != "mlp"
-        if self.entity_actor:  # HPN / DPN / ASN: the network's outputs are the logits
-            self.actor = build_agent_net(c["agent"], c, int(c["n_actions"]))
-        elif self.recurrent:
-            self.trunk = GRUTrunk(c["obs_dim"], hidden, act, ln)
-        else:
-            self.trunk = MLP(c["obs_dim"], None, hidden, int(c["layers"]), act, ln)
-        if not self.entity_actor:
-            self.head = MLP(hidden, c["n_actions"], layers=0, layer_norm=False, out_gain=float(c.get("policy_gain", 0.01)))
+        self.actor = build_agent_net(c.get("agent", "mlp"), c, int(c["n_actions"]), "ppo")
+        self.recurrent = self.actor.state_size > 0
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((c["n_actions"],), float(c.get("log_std_init", -0.5))))
         if not self.inference_only:
             self.critic = MLP(c["critic_dim"], 1, hidden, int(c["layers"]), act, ln)
             self.value_norm = ValueNorm()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # checkpoints from before the actor protocol kept MAPPO's trunk and head on the module itself
+        for key in [k for k in state_dict if k.startswith((prefix + "trunk.", prefix + "head."))]:
+            state_dict[prefix + "actor." + key[len(prefix):]] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # --- InferenceOnlyAPI: what env runners do not need
     def get_non_inference_attributes(self):
@@ -173,32 +173,17 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
 
     # --- acting (env runners, greedy policies)
     def initial_state(self, batch_shape) -> Optional[torch.Tensor]:
-        if not self.recurrent:
-            return None
-        return torch.zeros(*batch_shape, self.state_size)
+        return self.actor.initial_state(batch_shape)
 
     @property
     def state_size(self) -> int:
-        return self.actor.state_size if self.entity_actor else self.trunk.hidden
-
-    def _actor_step(self, x: torch.Tensor, h: Optional[torch.Tensor]):
-        """One acting step: ``x [M, D]``, ``h [M, S]`` -> ``dist_in [M, A]``, ``h' [M, S]`` (``None`` for MLPs)."""
-        if self.entity_actor:
-            return self.actor.step(x, h)
-        if self.recurrent:
-            h = self.trunk.step(x, h)
-            return self.head(h), h
-        return self.head(self.trunk(x)), None
+        return self.actor.state_size
 
     def _actor_train(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
         """Distribution inputs ``[M', A]`` of a minibatch (see :meth:`_forward_train`)."""
         obs = batch["obs"]
-        if self.entity_actor:
-            out = self.actor.unroll(obs if self.recurrent else obs.unsqueeze(1), batch.get("h0"), batch.get("starts"))
-            return out.reshape(-1, out.shape[-1])
-        if self.recurrent:
-            return self.head(self.trunk.unroll(obs, batch["h0"], batch["starts"]).reshape(-1, self.trunk.hidden))
-        return self.head(self.trunk(obs))
+        out = self.actor.unroll(obs if self.recurrent else obs.unsqueeze(1), batch.get("h0"), batch.get("starts"))
+        return out.reshape(-1, out.shape[-1])
 
     @torch.no_grad()
     def act(
@@ -215,7 +200,7 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         ``logp`` ``[B, N]`` and the next hidden state ``[B, N, H]`` (``None`` for MLPs).
         """
         B, N = obs.shape[:2]
-        out, h = self._actor_step(obs.reshape(B * N, -1), None if h is None else h.reshape(B * N, -1))
+        out, h = self.actor.step(obs.reshape(B * N, -1), None if h is None else h.reshape(B * N, -1))
         if self.discrete:
             dist = self._categorical(out, None if avail is None else avail.reshape(B * N, -1))
             a = dist.sample() if explore else dist.probs.argmax(-1)

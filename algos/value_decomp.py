@@ -28,7 +28,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
@@ -37,7 +36,10 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from marl.algos.networks.entity import agent_model_config, build_agent_net, check_agent
+from marl.algos.networks.base import AgentNetwork
+from marl.algos.networks.mixers import QMixer
+from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
+from marl.algos.q_learning import double_q_next, epsilon_at, epsilon_greedy, masked_td_loss, merge_moments
 from marl.engine.replay import JointEpisodeBuffer
 from marl.engine.spec import begin_update
 from marl.engine.trainer import StepOutput, Trainer
@@ -45,178 +47,22 @@ from marl.errors import TrainingDiverged
 from marl.env import MarlError, unknown_choice
 
 MIXERS = ("none", "vdn", "qmix")
-NEG_INF = -1e10  # Q of an unavailable action in argmaxes (pymarl uses -9999999)
 JOINT = "__joint__"  # batch key of the team-level columns (not a module id: forward_train skips it)
 
 
-# ============================================================ schedules and targets
+# ============================================================ reward redistribution
 REDISTRIBUTIONS = ("none", "causal_shift", "legem")
 
 
-def epsilon_at(env_steps: float, start: float, end: float, anneal_steps: float) -> float:
-    """Linear epsilon schedule in sampled env steps (pymarl ``DecayThenFlatSchedule``):
-    ``start`` at 0, ``end`` from ``anneal_steps`` on."""
-    if anneal_steps <= 0:
-        return float(end)
-    frac = min(max(float(env_steps) / float(anneal_steps), 0.0), 1.0)
-    return float(start + (end - start) * frac)
-
-
-def td_lambda_targets(
-    rewards: torch.Tensor,
-    terminated: torch.Tensor,
-    filled: torch.Tensor,
-    next_q: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> torch.Tensor:
-    """TD(lambda) returns over padded episodes (pymarl2 ``build_td_lambda_targets``).
-
-    ``G_t = r_t + gamma (1 - term_t) [(1 - lam) Q'_{t+1} + lam G_{t+1}]`` where
-    ``Q'_{t+1} = next_q[:, t]`` is the target network's value of the next step and,
-    past the last step of an episode, ``G_{t+1}`` is replaced by ``Q'_{t+1}``
-    (a truncated episode bootstraps; a terminated one has ``term = 1``).
-    ``lam = 0`` is the 1-step target; ``lam = 1`` on a terminated episode is the
-    Monte-Carlo return.
-
-    Args:
-        rewards: ``[E, T, ...]``; terminated, filled: ``[E, T]`` bool;
-        next_q: ``[E, T, ...]`` (same trailing dims as ``rewards``, e.g. agents for IQL).
-    Returns:
-        ``[E, T, ...]`` targets (values at unfilled steps are meaningless; mask them).
-    """
-    extra = rewards.dim() - 2
-    shape = terminated.shape + (1,) * extra
-    cont = (~terminated).to(rewards.dtype).view(shape)
-    filled_next = torch.cat([filled[:, 1:], torch.zeros_like(filled[:, :1])], 1).view(shape)
-    T = rewards.shape[1]
-    out = torch.empty_like(rewards)
-    g = next_q[:, T - 1]
-    for t in range(T - 1, -1, -1):
-        nq = next_q[:, t]
-        g_next = torch.where(filled_next[:, t], g, nq)
-        g = rewards[:, t] + gamma * cont[:, t] * ((1 - lam) * nq + lam * g_next)
-        out[:, t] = g
-    return out
-
-
-def masked_td_loss(
-    q_tot: torch.Tensor,
-    next_q: torch.Tensor,
-    rewards: torch.Tensor,
-    terminated: torch.Tensor,
-    filled: torch.Tensor,
-    mask: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``sum(mask * (q_tot - y)^2) / sum(mask)`` with ``y`` the TD(lambda) target
-    (:func:`td_lambda_targets`, no gradient); pymarl's ``q_learner`` loss.
-
-    Masked entries (padding, dead agents for IQL) are selected away with
-    ``torch.where``, so whatever they hold (even NaN) reaches neither the loss
-    nor its gradient.
-
-    Args:
-        q_tot, next_q, rewards: ``[E, T, ...]``; terminated, filled: ``[E, T]`` bool;
-        mask: bool, shaped like ``q_tot``.
-    Returns:
-        ``(loss scalar, targets y [E, T, ...])``.
-    """
-    with torch.no_grad():
-        y = td_lambda_targets(rewards, terminated, filled, torch.where(mask, next_q, 0.0), gamma, lam)
-    td = torch.where(mask, q_tot - y, torch.zeros_like(q_tot))
-    return (td**2).sum() / mask.sum().clamp(min=1), y
-
-
-def double_q_next(q_online: torch.Tensor, q_target: torch.Tensor, avail: Optional[torch.Tensor]) -> torch.Tensor:
-    """Double-Q value ``Q^-(tau', argmax_{u in avail} Q(tau', u))`` (van Hasselt et al. 2016).
-
-    Args:
-        q_online, q_target: ``[..., A]``; avail: ``[..., A]`` bool or ``None``.
-    Returns:
-        ``[...]``.
-    """
-    q = q_online if avail is None else q_online.masked_fill(~avail, NEG_INF)
-    return q_target.gather(-1, q.argmax(-1, keepdim=True)).squeeze(-1)
-
-
-def masked_argmax(q: torch.Tensor, avail: Optional[torch.Tensor]) -> torch.Tensor:
-    """Greedy action over legal actions: ``[..., A] -> [...]`` int64."""
-    return (q if avail is None else q.masked_fill(~avail.bool(), NEG_INF)).argmax(-1)
-
-
-def epsilon_greedy(q: torch.Tensor, avail: Optional[torch.Tensor], epsilon: float, generator=None) -> torch.Tensor:
-    """With probability ``epsilon`` a uniform *legal* action, else the masked argmax.
-
-    Args:
-        q: ``[M, A]``; avail: ``[M, A]`` bool or ``None``.
-    Returns:
-        ``[M]`` int64.
-    """
-    greedy = masked_argmax(q, avail)
-    if epsilon <= 0:
-        return greedy
-    weights = torch.ones_like(q) if avail is None else avail.to(q.dtype)
-    weights = torch.where(weights.sum(-1, keepdim=True) > 0, weights, torch.ones_like(weights))
-    rand = torch.multinomial(weights, 1, generator=generator).squeeze(-1)
-    pick = torch.rand(q.shape[0], generator=generator) < epsilon
-    return torch.where(pick, rand, greedy)
-
-
-def merge_moments(stats: List[float], x: torch.Tensor) -> List[float]:
-    """Fold the entries of ``x`` into running ``[count, mean, M2]`` (Chan et al. 1979
-    parallel update); the variance is ``M2 / count``."""
-    n_b = float(x.numel())
-    if n_b == 0:
-        return stats
-    n_a, mean_a, m2_a = stats
-    mean_b = float(x.double().mean())
-    m2_b = float(((x.double() - mean_b) ** 2).sum())
-    n = n_a + n_b
-    delta = mean_b - mean_a
-    return [n, mean_a + delta * n_b / n, m2_a + m2_b + delta**2 * n_a * n_b / n]
-
-
 # ============================================================ agent network
-class AgentNet(nn.Module):
-    """pymarl's ``RNNAgent``: ``FC(d -> H) -> ReLU -> GRU(H) -> FC(H -> A)``; with
-    ``recurrent=False`` the GRU is replaced by ``FC(H -> H) -> ReLU``."""
-
-    def __init__(self, in_dim: int, n_actions: int, hidden: int = 64, recurrent: bool = True):
-        super().__init__()
-        self.recurrent, self.hidden = recurrent, hidden
-        self.state_size = hidden if recurrent else 0
-        self.fc1 = nn.Linear(in_dim, hidden)
-        self.rnn = nn.GRU(hidden, hidden, batch_first=True) if recurrent else nn.Linear(hidden, hidden)
-        self.fc2 = nn.Linear(hidden, n_actions)
-
-    def step(self, x: torch.Tensor, h: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """One step: ``x [M, d]``, ``h [M, H]`` -> ``q [M, A]``, ``h' [M, H]``."""
-        z = F.relu(self.fc1(x))
-        if self.recurrent:
-            out, h = self.rnn(z.unsqueeze(1), h.unsqueeze(0).contiguous())
-            h = h.squeeze(0)
-            z = out.squeeze(1)
-        else:
-            z = F.relu(self.rnn(z))
-        return self.fc2(z), h
-
-    def sequence(self, x: torch.Tensor) -> torch.Tensor:
-        """Whole episodes from a zero hidden state: ``x [M, L, d] -> q [M, L, A]``."""
-        z = F.relu(self.fc1(x))
-        z = self.rnn(z)[0] if self.recurrent else F.relu(self.rnn(z))
-        return self.fc2(z)
-
-
 class QAgentModule(TorchRLModule, InferenceOnlyAPI):
     """Agent utilities ``Q_a(tau_a, u)`` for the agents of one policy-mapping module.
 
     ``model_config``: ``obs_dim`` (with the agent one-hot the mapping appends),
     ``n_actions``, ``hidden`` (64), ``recurrent`` (GRU), ``last_action`` (feed the
-    one-hot previous action, pymarl ``obs_last_action``) and ``agent``: ``mlp``
-    (:class:`AgentNet`) or an entity-aware network (``hpn``, ``dpn``, ``asn``;
-    :func:`marl.algos.networks.entity.build_agent_net` with its extra keys).
+    one-hot previous action, pymarl ``obs_last_action``) and ``agent``: the agent
+    network's registered name (:func:`marl.algos.networks.registry.build_agent_net`;
+    ``mlp`` is pymarl's :class:`~marl.algos.networks.rnn.RNNAgent`) with its extra keys.
     The recurrent state the runner carries is ``[B, N, S + A]``: the network's
     state (``S = H`` for a GRU) and the last action one-hot, both zero at an
     episode start. The target network (``target``) exists on learners only.
@@ -226,46 +72,41 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         c = self.model_config
         self.n_actions = int(c["n_actions"])
         self.use_last_action = bool(c.get("last_action", True))
-        self.recurrent = bool(c.get("recurrent", True))
         last_dim = self.n_actions if self.use_last_action else 0
-        if c.get("agent", "mlp") == "mlp":
-            self.net = AgentNet(int(c["obs_dim"]) + last_dim, self.n_actions, int(c.get("hidden", 64)), self.recurrent)
-        else:
-            self.net = build_agent_net(c["agent"], {**c, "last_action_dim": last_dim}, self.n_actions)
+        self.net = build_agent_net(c.get("agent", "mlp"), {**c, "last_action_dim": last_dim}, self.n_actions, "value_decomp")
         if not self.inference_only:
             self.target = copy.deepcopy(self.net).requires_grad_(False)
 
     def get_non_inference_attributes(self):
         return ["target"]
 
+    @property
     def state_size(self) -> int:
+        """``S + A``: the network's state and (with ``last_action``) the last action one-hot."""
         return self.net.state_size + (self.n_actions if self.use_last_action else 0)
 
     # --- acting
     def initial_state(self, batch_shape) -> Optional[torch.Tensor]:
-        n = self.state_size()
-        return torch.zeros(*batch_shape, n) if n else None
+        return torch.zeros(*batch_shape, self.state_size) if self.state_size else None
 
     @torch.no_grad()
     def act(self, obs, avail, h, explore: bool = True, epsilon: float = 0.0, **unused):
         """Epsilon-greedy (``explore``) or greedy actions for ``[B, N, D]`` observations.
 
         Returns ``actions [B, N]`` int64, ``logp [B, N]`` (zeros: not a stochastic
-        policy) and the next state ``[B, N, H + A]`` (``None`` if stateless).
+        policy) and the next state ``[B, N, S + A]`` (``None`` if stateless).
         """
         B, N = obs.shape[:2]
-        x = obs.reshape(B * N, -1)
-        hid = None
+        x, hid, S = obs.reshape(B * N, -1), None, self.net.state_size
         if h is not None:
             h = h.reshape(B * N, -1)
-            H = self.net.state_size
-            hid = h[:, :H] if self.recurrent else None
+            hid = h[:, :S] if S else None
             if self.use_last_action:
-                x = torch.cat([x, h[:, H:]], -1)
+                x = torch.cat([x, h[:, S:]], -1)
         q, hid = self.net.step(x, hid)
         av = None if avail is None else avail.reshape(B * N, -1).bool()
         a = epsilon_greedy(q, av, float(epsilon) if explore else 0.0)
-        parts = ([hid] if self.recurrent else []) + ([F.one_hot(a, self.n_actions).float()] if self.use_last_action else [])
+        parts = ([] if hid is None else [hid]) + ([F.one_hot(a, self.n_actions).float()] if self.use_last_action else [])
         h_next = torch.cat(parts, -1).reshape(B, N, -1) if parts else None
         return a.reshape(B, N), torch.zeros(B, N), h_next
 
@@ -274,9 +115,9 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         return {"actions": a.squeeze(1)}
 
     # --- training
-    def q_sequence(self, net: AgentNet, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Unroll ``net`` over whole episodes: ``obs [E, T+1, N, D]``, ``actions [E, T, N]``
-        -> ``Q [E, T+1, N, A]``."""
+    def q_sequence(self, net: AgentNetwork, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Unroll ``net`` over whole episodes from the zero state: ``obs [E, T+1, N, D]``,
+        ``actions [E, T, N]`` -> ``Q [E, T+1, N, A]``."""
         E, T1, N, _ = obs.shape
         x = obs
         if self.use_last_action:
@@ -284,7 +125,7 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
             last = torch.cat([torch.zeros_like(last[:, :1]), last], 1)  # zero "last action" at t = 0
             x = torch.cat([obs, last], -1)
         x = x.permute(0, 2, 1, 3).reshape(E * N, T1, -1)
-        return net.sequence(x).reshape(E, N, T1, -1).permute(0, 2, 1, 3)
+        return net.unroll(x).reshape(E, N, T1, -1).permute(0, 2, 1, 3)
 
     def _forward_train(self, batch: Dict[str, torch.Tensor], **kwargs) -> Dict[str, torch.Tensor]:
         """Online ``q`` and target ``q_target``: both ``[E, T+1, N, A]``."""
@@ -298,39 +139,6 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
 
 
 # ============================================================ mixers
-class QMixer(nn.Module):
-    """QMIX's monotonic mixer (Rashid et al. 2018, Eq. 4-5; pymarl ``mixers/qmix.py``).
-
-    ``W1 = |hyper_w1(s)|`` ``[n, E]``, ``b1 = hyper_b1(s)``, ``h = ELU(q W1 + b1)``,
-    ``W2 = |hyper_w2(s)|`` ``[E]``, ``b2 = V(s)``; ``Q_tot = h . W2 + b2``.
-    Hypernetworks have ``hypernet_layers`` (1 or 2, hidden ``hypernet_embed``).
-    Only weights pass through ``abs`` so ``dQ_tot/dQ_a >= 0`` for any parameters.
-    """
-
-    def __init__(self, n_agents: int, state_dim: int, embed: int = 32, hypernet_layers: int = 2, hypernet_embed: int = 64):
-        super().__init__()
-        self.n, self.embed = n_agents, embed
-
-        def hyper(out: int) -> nn.Module:
-            if hypernet_layers == 1:
-                return nn.Linear(state_dim, out)
-            if hypernet_layers == 2:
-                return nn.Sequential(nn.Linear(state_dim, hypernet_embed), nn.ReLU(), nn.Linear(hypernet_embed, out))
-            raise MarlError(f"hypernet_layers={hypernet_layers} is not supported. Valid choices: 1, 2.")
-
-        self.hyper_w1 = hyper(n_agents * embed)
-        self.hyper_w2 = hyper(embed)
-        self.hyper_b1 = nn.Linear(state_dim, embed)
-        self.value = nn.Sequential(nn.Linear(state_dim, embed), nn.ReLU(), nn.Linear(embed, 1))
-
-    def forward(self, qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        """``qs [..., n]``, ``state [..., S]`` -> ``Q_tot [...]``."""
-        w1 = self.hyper_w1(state).abs().view(*state.shape[:-1], self.n, self.embed)
-        h = F.elu(torch.einsum("...n,...ne->...e", qs, w1) + self.hyper_b1(state))
-        w2 = self.hyper_w2(state).abs()
-        return (h * w2).sum(-1) + self.value(state).squeeze(-1)
-
-
 class MixerModule(TorchRLModule):
     """Learner-only RLModule holding one team's :class:`QMixer` and its target copy.
 

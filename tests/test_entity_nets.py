@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
-from marl.algos.networks.entity import EntityInputs, build_agent_net, check_agent
+from marl.algos.networks.entity import EntityInputs
 from marl.algos.networks.hpn import Merger
+from marl.algos.networks.registry import build_agent_net, check_agent
 from marl.env import MarlError
 
 OWN, D_ALLY, D_ENEMY, N_NORMAL = 4, 3, 5, 6

@@ -166,7 +166,7 @@ def test_training_forward_reproduces_rollout_logp(discrete, recurrent):
     rows = lambda x: x.movedim(0, 2).reshape(B * N, T, *x.shape[3:])  # noqa: E731
     batch = {"obs": rows(obs), "critic_in": torch.zeros(B * N, T, 6)}
     if recurrent:
-        batch["h0"] = torch.zeros(B * N, m.trunk.hidden)
+        batch["h0"] = torch.zeros(B * N, m.state_size)
         batch["starts"] = rows(starts.unsqueeze(-1).expand(T, B, N))
     else:
         batch = {"obs": batch["obs"].reshape(-1, 4), "critic_in": batch["critic_in"].reshape(-1, 6)}

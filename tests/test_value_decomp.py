@@ -8,18 +8,10 @@ import torch
 
 import marl
 from marl import api
-from marl.algos.value_decomp import (
-    AgentNet,
-    QAgentModule,
-    QMixer,
-    ValueDecomp,
-    double_q_next,
-    epsilon_at,
-    epsilon_greedy,
-    masked_td_loss,
-    split_joint,
-    td_lambda_targets,
-)
+from marl.algos.networks.mixers import QMixer
+from marl.algos.networks.rnn import RNNAgent
+from marl.algos.q_learning import double_q_next, epsilon_at, epsilon_greedy, masked_td_loss, td_lambda_targets
+from marl.algos.value_decomp import QAgentModule, ValueDecomp, split_joint
 from marl.engine.replay import JointEpisodeBuffer
 from marl.env import MarlError
 
@@ -191,7 +183,7 @@ def test_stepwise_acting_equals_training_unroll():
 
 
 def test_agent_net_mlp_variant_shapes():
-    net = AgentNet(5, 3, 8, recurrent=False)
+    net = RNNAgent(5, 3, 8, recurrent=False)
     q, h = net.step(torch.randn(4, 5), None)
     assert q.shape == (4, 3) and h is None
     assert net.sequence(torch.randn(2, 7, 5)).shape == (2, 7, 3)
@@ -357,7 +349,7 @@ def test_target_sync_schedule_and_buffer_checkpoint(ray_session, tmp_path):
 
 
 def test_merge_moments_matches_numpy():
-    from marl.algos.value_decomp import merge_moments
+    from marl.algos.q_learning import merge_moments
 
     x = torch.randn(1000) * 3 + 2
     stats = [0.0, 0.0, 0.0]

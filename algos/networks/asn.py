@@ -2,8 +2,8 @@
 
 Source: Wang et al. 2020, "Action Semantics Network: Considering the Effects of
 Actions in Multiagent Systems" (ICLR, arXiv 1907.11461); official code
-``ASN/src/modules/agents/asn_rnn_agent.py`` (same in pymarl3). Specification and
-test properties: ``reference/algorithms.md`` §4.
+``ASN/src/modules/agents/asn_rnn_agent.py`` (same in pymarl3). Equations and
+tested properties: ``docs/algorithms/entity_networks.md``.
 
 Actions split into those that affect only the agent (``A_in``: no-op, stop,
 moves) and those that act on entity ``j`` (``A_out``: attack ``j``, heal ``j``).
@@ -22,20 +22,21 @@ unit type read from the entity's unit-type one-hot, as in the official
 ``asn_diff_type_agent``; needs ``unit_type`` in the layout) or ``separate``
 (one module per entity slot, ``asn_wo_share_diff_type_agent``). The paper's
 ASN-MI / ASN-MS names are not used: their definitions were not checked
-against the paper (``reference/algorithms.md`` §4.3).
+against the paper.
 
 The same outputs serve as Q-values (IQL/VDN/QMIX) and as logits (IPPO/MAPPO).
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from marl.algos.networks.entity import EntityInputs, RecurrentCore
-from marl.env import MarlError
+from marl.algos.networks.base import AgentNetwork, RecurrentCore
+from marl.algos.networks.entity import EntityInputs
+from marl.errors import MarlError
 
 ENV_INPUTS = ("all", "non_target")
 ENTITY_MODULES = ("shared", "unit_type", "separate")
@@ -54,7 +55,7 @@ class Stream(nn.Module):
         return self.core(self.fc2(F.relu(self.fc1(x))), h0, starts)
 
 
-class ASNNet(nn.Module):
+class ASNNet(AgentNetwork):
     """ASN recurrent agent network.
 
     Args:
@@ -64,8 +65,9 @@ class ASNNet(nn.Module):
         env_input: ``"all"`` or ``"non_target"`` (see the module docstring).
         entity_modules: ``"shared"``, ``"unit_type"`` or ``"separate"``.
 
-    State: ``[M, A * (1 + sum_t m_t)]`` = ``h_env`` then each targeted entity's
-    ``h_j`` (type order, then entity order).
+    An :class:`~marl.algos.networks.base.AgentNetwork` whose state is
+    ``[M, A * (1 + sum_t m_t)]`` = ``h_env`` then each targeted entity's ``h_j``
+    (type order, then entity order); none without ``recurrent``.
 
     Raises:
         MarlError: an unknown option, no entity-targeted actions, or
@@ -118,8 +120,24 @@ class ASNNet(nn.Module):
         else:  # one module per unit type; an entity's type is the argmax of its unit-type bits at each step
             a, b = self.inputs.unit_types[t]
             kind = F.one_hot(xf[..., a:b].argmax(-1), b - a).to(x.dtype)  # [M*m, L, U]
-            out = sum(kind[..., u:u + 1] * mod(xf, flat_h, flat_s) for u, mod in enumerate(mods))
+            if self.recurrent and L > 1 and not bool((kind == kind[:, :1]).all()):
+                out = self._switching_stream(mods, xf, kind, flat_h, flat_s)
+            else:  # every entity keeps its type: each module can unroll the whole sequence alone
+                out = sum(kind[..., u:u + 1] * mod(xf, flat_h, flat_s) for u, mod in enumerate(mods))
         return out.view(M, m, L, -1).permute(0, 2, 1, 3)
+
+    @staticmethod
+    def _switching_stream(mods, xf, kind, h, starts) -> torch.Tensor:
+        """Unit-type modules when an entity's type changes inside the sequence (e.g. its features
+        are zeroed when it dies or leaves sight): step by step, each step continuing from the
+        state of the module chosen at the previous step, as acting does. ``xf [R, L, d]`` -> ``[R, L, A]``."""
+        outs = []
+        for t in range(xf.shape[1]):
+            s = None if starts is None else starts[:, t:t + 1]
+            out = sum(kind[:, t:t + 1, u:u + 1] * mod(xf[:, t:t + 1], h, s) for u, mod in enumerate(mods))
+            h = out[:, 0]
+            outs.append(out)
+        return torch.cat(outs, 1)
 
     def _split_state(self, h: Optional[torch.Tensor]):
         if h is None:
@@ -130,8 +148,8 @@ class ASNNet(nn.Module):
             out[t], rest = rest[:, :m * A].reshape(-1, m, A), rest[:, m * A:]
         return env, out
 
-    def _forward(self, x, h0=None, starts=None):
-        """``x [M, L, D]`` -> outputs ``[M, L, A_out]`` and hidden states ``[M, L, state]``."""
+    def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None):
+        """``x [M, L, D]`` -> outputs ``[M, L, A_out]`` and states ``[M, L, S]`` (``None`` without recurrence)."""
         env_h0, ent_h0 = self._split_state(h0)
         env_x = self.inputs.non_target(x) if self.env_input == "non_target" else x
         h_env = self.env(env_x, env_h0, starts)
@@ -142,15 +160,36 @@ class ASNNet(nn.Module):
             h_ent = self._entity_stream(t, ents[t], ent_h0[t], starts)  # [M, L, m, A]
             parts.append(torch.einsum("mla,mlja->mlj", h_env, h_ent))
             states.append(h_ent.flatten(2))
-        return torch.cat(parts, -1), torch.cat(states, -1)
+        return torch.cat(parts, -1), (torch.cat(states, -1) if self.recurrent else None)
 
-    def unroll(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None) -> torch.Tensor:
-        return self._forward(x, h0, starts)[0]
 
-    def sequence(self, x: torch.Tensor) -> torch.Tensor:
-        """Whole episodes from a zero state: ``[M, L, D] -> [M, L, A]``."""
-        return self.unroll(x)
+def build_asn(inputs: EntityInputs, c: Dict[str, Any]) -> ASNNet:
+    """ASN from a module's ``model_config``: ``recurrent`` and the ``asn_*`` keys (``configs/engine.yaml``)."""
+    return ASNNet(inputs, hidden=int(c.get("asn_hidden", 32)), recurrent=bool(c.get("recurrent", True)),
+                  env_input=c.get("asn_env_input", "all"), entity_modules=c.get("asn_entity_modules", "shared"))
 
-    def step(self, x: torch.Tensor, h: Optional[torch.Tensor]):
-        out, states = self._forward(x.unsqueeze(1), h)
-        return out.squeeze(1), (states[:, -1] if self.recurrent else None)
+
+ASN_KEYS = ("asn_hidden", "asn_env_input", "asn_entity_modules")  # config keys it reads
+
+
+def check_asn(cfg: Dict[str, Any], info) -> None:
+    """``asn_*`` options are known and every group's layout has entity-targeted actions
+    (and ``unit_type`` where ``asn_entity_modules="unit_type"``); run before Ray starts.
+
+    Raises:
+        MarlError: an unknown option (lists the choices) or a layout that cannot serve ASN.
+    """
+    for key, choices in (("asn_env_input", ENV_INPUTS), ("asn_entity_modules", ENTITY_MODULES)):
+        if cfg.get(key, choices[0]) not in choices:
+            raise MarlError(f"Unknown {key} '{cfg[key]}'. Valid choices: {', '.join(choices)}.")
+    for group in info.groups:  # the registry has checked that each one has a layout
+        layout = info.entity_layout[group]
+        targets = layout.get("action_targets") or {}
+        if not targets:
+            raise MarlError(f"agent='asn' needs actions that target entities; group '{group}' has no "
+                            f"'action_targets' in its layout.")
+        if cfg.get("asn_entity_modules") == "unit_type":
+            missing = [t for t in targets if not layout["entities"][t].get("unit_type")]
+            if missing:
+                raise MarlError(f"asn_entity_modules='unit_type' needs 'unit_type' in the layout of entity types "
+                                f"{missing} (group '{group}').")

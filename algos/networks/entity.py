@@ -1,4 +1,4 @@
-"""Shared parts of the entity-aware agent networks (HPN/DPN in ``hpn.py``, ASN in ``asn.py``).
+"""Input splitting shared by the entity-aware agent networks (HPN/DPN in ``hpn.py``, ASN in ``asn.py``).
 
 An agent's network input is the flat vector the runner builds,
 ``[obs (D_obs) | agent one-hot (N, shared modules) | last action (A, optional)]``.
@@ -12,14 +12,12 @@ weights load into a network built for a scenario with more or fewer entities
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 from torch import nn
 
-from marl.env import MarlError
-
-AGENTS = ("mlp", "hpn", "dpn", "asn")
+from marl.errors import MarlError
 
 
 def entity_index(spec: Dict[str, Any]) -> torch.Tensor:
@@ -103,139 +101,3 @@ class EntityInputs(nn.Module):
     def non_target(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` with the features of action-targeted entities zeroed (ASN's ``env_input: non_target``)."""
         return x * self.non_target_mask
-
-
-def gru_unroll(gru: nn.GRU, z: torch.Tensor, h0: Optional[torch.Tensor], starts: Optional[torch.Tensor]) -> torch.Tensor:
-    """Run a one-layer ``batch_first`` GRU over ``z [M, L, H_in]`` from ``h0 [M, H]`` (zeros if ``None``);
-    where ``starts[m, t]`` the state is zeroed before step ``t``. Returns ``[M, L, H]``.
-
-    Without resets inside the sequence this is one fused ``nn.GRU`` call."""
-    M, L = z.shape[:2]
-    h = torch.zeros(M, gru.hidden_size, dtype=z.dtype, device=z.device) if h0 is None else h0
-    if starts is not None:
-        h = h * (~starts[:, 0]).unsqueeze(-1).to(h.dtype)
-    if starts is None or L == 1 or not bool(starts[:, 1:].any()):
-        return gru(z, h.unsqueeze(0).contiguous())[0]
-    outs = []
-    for t in range(L):
-        if t:
-            h = h * (~starts[:, t]).unsqueeze(-1).to(h.dtype)
-        out, hn = gru(z[:, t:t + 1], h.unsqueeze(0).contiguous())
-        h = hn.squeeze(0)
-        outs.append(out)
-    return torch.cat(outs, 1)
-
-
-class RecurrentCore(nn.Module):
-    """``GRU(H)`` or, with ``recurrent=False``, ``FC(H -> H) -> ReLU`` (no state)."""
-
-    def __init__(self, hidden: int, recurrent: bool):
-        super().__init__()
-        self.recurrent = recurrent
-        self.cell = nn.GRU(hidden, hidden, batch_first=True) if recurrent else nn.Linear(hidden, hidden)
-
-    def forward(self, z: torch.Tensor, h0=None, starts=None) -> torch.Tensor:
-        """``z [M, L, H]`` -> ``[M, L, H]`` (see :func:`gru_unroll`)."""
-        if not self.recurrent:
-            return torch.relu(self.cell(z))
-        return gru_unroll(self.cell, z, h0, starts)
-
-
-def build_agent_net(kind: str, c: Dict[str, Any], n_actions: int) -> nn.Module:
-    """The entity-aware network ``kind`` (``hpn``, ``dpn``, ``asn``) from a module's ``model_config``.
-
-    ``model_config`` keys: ``entity_layout`` (this module's group), ``group_obs_dim``,
-    ``id_dim``, ``last_action_dim``, ``hidden`` and the ``hpn_*`` / ``asn_*`` keys.
-
-    Raises:
-        MarlError: unknown ``kind`` (lists the choices), or the layout's actions
-            do not match the group's ``n_actions``.
-    """
-    if kind not in AGENTS[1:]:
-        raise MarlError(f"Unknown entity-aware agent '{kind}'. Valid choices: {', '.join(AGENTS[1:])}.")
-    inputs = EntityInputs(c["entity_layout"], c["group_obs_dim"], c.get("id_dim", 0), c.get("last_action_dim", 0))
-    if inputs.n_actions != n_actions:
-        raise MarlError(
-            f"The entity layout describes {inputs.n_actions} actions ({inputs.n_normal} normal + targets "
-            f"{inputs.targets}), but the group has {n_actions}."
-        )
-    if kind == "asn":
-        from marl.algos.networks.asn import ASNNet
-
-        return ASNNet(inputs, hidden=int(c.get("asn_hidden", 32)), recurrent=bool(c.get("recurrent", True)),
-                      env_input=c.get("asn_env_input", "all"), entity_modules=c.get("asn_entity_modules", "shared"))
-    from marl.algos.networks.hpn import HPNNet
-
-    return HPNNet(
-        inputs,
-        hidden=int(c.get("hidden", 64)),
-        hyper_dim=int(c.get("hpn_hyper_dim", 64)),
-        heads=int(c.get("hpn_heads", 1)),
-        generator="bank" if kind == "dpn" else "mlp",
-        bank_size=int(c.get("dpn_bank_size", 4)),
-        hard=bool(c.get("dpn_hard", False)),
-        recurrent=bool(c.get("recurrent", True)),
-        id_table=int(c.get("hpn_id_table", 32)),
-    )
-
-
-AGENT_KEYS = ("hpn_hyper_dim", "hpn_heads", "hpn_id_table", "dpn_bank_size", "dpn_hard",
-              "asn_hidden", "asn_env_input", "asn_entity_modules")
-
-
-def check_agent(cfg: Dict[str, Any], info) -> None:
-    """``agent`` is known and, for an entity-aware agent, every group has a discrete action
-    space and an entity layout (checked before Ray starts).
-
-    Raises:
-        MarlError: unknown agent (lists the choices) or a group without a layout
-            (says how to declare one).
-    """
-    kind = cfg.get("agent", "mlp")
-    if kind not in AGENTS:
-        raise MarlError(f"Unknown agent '{kind}'. Valid choices: {', '.join(AGENTS)}.")
-    if kind == "mlp":
-        return
-    layout = info.entity_layout or {}
-    for name, g in info.groups.items():
-        if name not in layout:
-            raise MarlError(
-                f"agent='{kind}' needs an entity layout for group '{name}' of {info.family}:{info.scenario}, "
-                f"which has none. Declare one with marl.make_env(..., entity_layout={{'{name}': {{...}}}}) "
-                f"(docs/envs.md, 'Entity layouts')."
-            )
-        if not g.discrete:
-            raise MarlError(f"agent='{kind}' gives one output per discrete action; group '{name}' has {g.action_space}.")
-        if kind == "asn":
-            _check_asn(cfg, name, layout[name])
-
-
-def _check_asn(cfg: Dict[str, Any], group: str, layout: Dict[str, Any]) -> None:
-    from marl.algos.networks.asn import ENTITY_MODULES, ENV_INPUTS
-
-    for key, choices in (("asn_env_input", ENV_INPUTS), ("asn_entity_modules", ENTITY_MODULES)):
-        if cfg.get(key, choices[0]) not in choices:
-            raise MarlError(f"Unknown {key} '{cfg[key]}'. Valid choices: {', '.join(choices)}.")
-    targets = layout.get("action_targets") or {}
-    if not targets:
-        raise MarlError(f"agent='asn' needs actions that target entities; group '{group}' has no 'action_targets' in its layout.")
-    if cfg.get("asn_entity_modules") == "unit_type":
-        missing = [t for t in targets if not layout["entities"][t].get("unit_type")]
-        if missing:
-            raise MarlError(f"asn_entity_modules='unit_type' needs 'unit_type' in the layout of entity types {missing} (group '{group}').")
-
-
-def agent_model_config(cfg: Dict[str, Any], mapping, mid: str, last_action_dim: int = 0) -> Dict[str, Any]:
-    """The ``model_config`` entries an entity-aware agent of module ``mid`` needs (``{"agent": "mlp"}`` otherwise)."""
-    kind = cfg.get("agent", "mlp")
-    if kind == "mlp":
-        return {"agent": kind}
-    g = mapping.group_info(mid)
-    return {
-        "agent": kind,
-        "entity_layout": mapping.info.entity_layout[g.name],
-        "group_obs_dim": g.obs_dim,
-        "id_dim": mapping.n_agents(mid) if mapping.uses_agent_id(mid) else 0,
-        "last_action_dim": last_action_dim,
-        **{k: cfg[k] for k in AGENT_KEYS if k in cfg},
-    }

@@ -3,8 +3,8 @@
 Source: Hao et al. 2022, "Breaking the Curse of Dimensionality in Multiagent
 State Space: A Unified Agent Permutation Framework" (arXiv 2203.05285; ICLR 2023
 as "Boosting MARL via PI and PE Networks"); official code pymarl3
-``src/modules/agents/hpns_rnn_agent.py``. Specification and test properties:
-``reference/algorithms.md`` §3.
+``src/modules/agents/hpns_rnn_agent.py``. Equations and tested properties:
+``docs/algorithms/entity_networks.md``.
 
 For each entity type ``t`` with features ``x_j [d_t]`` a generator gives a code
 ``z_j = g(x_j)``; parameters are linear in the code:
@@ -25,13 +25,14 @@ tested). PE output layer for entity-targeted actions:
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from marl.algos.networks.entity import EntityInputs, RecurrentCore
+from marl.algos.networks.base import AgentNetwork, RecurrentCore
+from marl.algos.networks.entity import EntityInputs
 
 GENERATORS = ("mlp", "bank")
 
@@ -113,7 +114,7 @@ class EntityHyper(nn.Module):
         return q.mean(-1)
 
 
-class HPNNet(nn.Module):
+class HPNNet(AgentNetwork):
     """HPN (or DPN) recurrent agent network (``hpns_rnn_agent``).
 
     ``x = ReLU(FC(own) + id_embedding + FC(last action) + Merger(sum_t e_t))``,
@@ -128,8 +129,8 @@ class HPNNet(nn.Module):
         id_table: rows of the agent-id embedding; at least the largest team the
             weights will act for (transfer), raised to the team size if smaller.
 
-    Shapes: ``step(x [M, D], h [M, H])`` -> ``out [M, A]``, ``h [M, H]``;
-    ``unroll(x [M, L, D], h0, starts)`` -> ``[M, L, A]``.
+    An :class:`~marl.algos.networks.base.AgentNetwork`: state ``[M, H]`` (none
+    without ``recurrent``), outputs ``[..., n_normal + sum_t m_t]``.
     """
 
     def __init__(self, inputs: EntityInputs, hidden: int = 64, hyper_dim: int = 64, heads: int = 1,
@@ -178,15 +179,32 @@ class HPNNet(nn.Module):
         parts += [self.hyper[t].targeted_values(h, codes[t]) for t, _, _ in self.inputs.targets]
         return torch.cat(parts, -1)
 
-    def unroll(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None):
+        """``x [M, L, D]`` -> outputs ``[M, L, A]``, states ``[M, L, H]`` (``None`` without recurrence)."""
         z, codes = self.embed(x)
-        return self.head(self.core(z, h0, starts), codes)
+        states = self.core(z, h0, starts)
+        return self.head(states, codes), (states if self.recurrent else None)
 
-    def sequence(self, x: torch.Tensor) -> torch.Tensor:
-        """Whole episodes from a zero state: ``[M, L, D] -> [M, L, A]``."""
-        return self.unroll(x)
 
-    def step(self, x: torch.Tensor, h: Optional[torch.Tensor]):
-        z, codes = self.embed(x.unsqueeze(1))
-        out = self.core(z, h)
-        return self.head(out, codes).squeeze(1), (out[:, -1] if self.recurrent else None)
+def build_hpn(inputs: EntityInputs, c: Dict[str, Any], generator: str = "mlp") -> HPNNet:
+    """HPN (``generator="mlp"``) or DPN (``"bank"``) from a module's ``model_config``: ``hidden``,
+    ``recurrent`` and the ``hpn_*`` / ``dpn_*`` keys (``configs/engine.yaml``)."""
+    return HPNNet(
+        inputs,
+        hidden=int(c.get("hidden", 64)),
+        hyper_dim=int(c.get("hpn_hyper_dim", 64)),
+        heads=int(c.get("hpn_heads", 1)),
+        generator=generator,
+        bank_size=int(c.get("dpn_bank_size", 4)),
+        hard=bool(c.get("dpn_hard", False)),
+        recurrent=bool(c.get("recurrent", True)),
+        id_table=int(c.get("hpn_id_table", 32)),
+    )
+
+
+def build_dpn(inputs: EntityInputs, c: Dict[str, Any]) -> HPNNet:
+    """DPN: :func:`build_hpn` with the module-bank generator."""
+    return build_hpn(inputs, c, generator="bank")
+
+
+HPN_KEYS = ("hpn_hyper_dim", "hpn_heads", "hpn_id_table", "dpn_bank_size", "dpn_hard")  # config keys it reads

@@ -1,17 +1,22 @@
-"""Feed-forward and recurrent trunks shared by marl's agent networks.
+"""MAPPO's actor (an MLP or GRU trunk and a linear head) and the MLP block it is built from.
 
-Defaults follow the official MAPPO code (Yu et al. 2022, `onpolicy/config.py`):
-hidden 64, ReLU, LayerNorm on the input features, orthogonal init, and a
-small output gain (0.01) for policy heads so the initial policy is near uniform.
+Defaults follow the official MAPPO code (Yu et al. 2022, "The Surprising
+Effectiveness of PPO in Cooperative Multi-Agent Games", arXiv 2103.01955;
+``onpolicy/config.py``, ``onpolicy/algorithms/utils/``): hidden 64, ReLU,
+LayerNorm on the input features, orthogonal init, and a small output gain
+(0.01) for the policy head so the initial policy is near uniform.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional
 
 import torch
 from torch import nn
 
+from marl.algos.networks.base import AgentNetwork, gru_unroll
+
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
+GRU_PARAMS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")  # nn.GRUCell names; nn.GRU adds "_l0"
 
 
 def init_linear(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -62,36 +67,65 @@ class MLP(nn.Module):
 
 
 class GRUTrunk(nn.Module):
-    """MLP encoder followed by a GRU cell, unrolled with episode-start resets.
+    """MLP encoder (one hidden layer) followed by a GRU: ``x [M, L, D]`` -> states ``[M, L, H]``
+    (MAPPO's recurrent base, ``onpolicy/algorithms/utils/rnn.py``).
 
-    ``step``: one step for ``[M, D]`` inputs and ``[M, H]`` hidden state.
-    ``unroll``: ``[M, L, D]`` sequences from ``h0 [M, H]``; where
-    ``starts[m, t]`` is True the hidden state is zeroed before step ``t``
-    (a new episode began inside the sequence).
+    The GRU is an ``nn.GRU`` unrolled by :func:`~marl.algos.networks.base.gru_unroll`.
+    Checkpoints from before it replaced an ``nn.GRUCell`` (keys ``cell.weight_ih`` ...)
+    load into it: the same tensors under ``gru.weight_ih_l0`` ...
     """
 
     def __init__(self, in_dim: int, hidden: int = 64, activation: str = "relu", layer_norm: bool = True):
         super().__init__()
         self.encoder = MLP(in_dim, None, hidden, 1, activation, layer_norm)
-        self.cell = nn.GRUCell(hidden, hidden)
+        # same parameter shapes and init draws (uniform, in this order) as the nn.GRUCell it replaced
+        self.gru = nn.GRU(hidden, hidden, batch_first=True)
         self.hidden = hidden
 
-    def step(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        return self.cell(self.encoder(x), h)
+    def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return gru_unroll(self.gru, self.encoder(x), h0, starts)  # one batched encoder call for all L steps
 
-    def unroll(self, x: torch.Tensor, h0: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
-        """Returns the hidden states after each step: ``[M, L, H]``."""
-        z = self.encoder(x)  # one batched encoder call for all L steps
-        h, outs = h0, []
-        for t in range(x.shape[1]):
-            h = h * (~starts[:, t]).unsqueeze(-1).to(h.dtype)
-            h = self.cell(z[:, t], h)
-            outs.append(h)
-        return torch.stack(outs, 1)
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for name in GRU_PARAMS:
+            old, new = f"{prefix}cell.{name}", f"{prefix}gru.{name}_l0"
+            if old in state_dict and new not in state_dict:
+                state_dict[new] = state_dict.pop(old)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
-def flat_size(shape: Sequence[int]) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
+class MAPPOActor(AgentNetwork):
+    """MAPPO/IPPO's plain actor: MLP trunk (or, with ``recurrent``, a :class:`GRUTrunk`) and a
+    linear head; outputs are the categorical logits or the Gaussian mean.
+
+    Args:
+        in_dim: ``D``, the observation size; n_actions: ``A``.
+        hidden: width ``H``; layers: hidden layers of the MLP trunk (the GRU trunk's
+            encoder has one).
+        activation, layer_norm: see :class:`MLP`.
+        out_gain: orthogonal gain of the head (MAPPO ``gain`` 0.01).
+        recurrent: GRU trunk, state ``[M, H]``.
+    """
+
+    def __init__(self, in_dim: int, n_actions: int, hidden: int = 64, layers: int = 2, activation: str = "relu",
+                 layer_norm: bool = True, out_gain: float = 0.01, recurrent: bool = False):
+        super().__init__()
+        self.recurrent = recurrent
+        self.state_size = hidden if recurrent else 0
+        if recurrent:
+            self.trunk = GRUTrunk(in_dim, hidden, activation, layer_norm)
+        else:
+            self.trunk = MLP(in_dim, None, hidden, layers, activation, layer_norm)
+        self.head = MLP(hidden, n_actions, layers=0, layer_norm=False, out_gain=out_gain)
+
+    def forward(self, x, h0=None, starts=None):
+        if not self.recurrent:
+            return self.head(self.trunk(x)), None
+        states = self.trunk(x, h0, starts)
+        return self.head(states), states
+
+
+def build_mappo_actor(c: Dict[str, Any], n_actions: int) -> MAPPOActor:
+    """The actor from :class:`~marl.algos.ppo.PPOModule`'s ``model_config`` (``obs_dim``, ``hidden``,
+    ``layers``, ``activation``, ``layer_norm``, ``policy_gain``, ``recurrent``)."""
+    return MAPPOActor(int(c["obs_dim"]), n_actions, int(c["hidden"]), int(c.get("layers", 2)), c.get("activation", "relu"),
+                      bool(c.get("layer_norm", True)), float(c.get("policy_gain", 0.01)), bool(c.get("recurrent", False)))

@@ -1,0 +1,47 @@
+"""Mixing networks of value decomposition: ``Q_tot`` from the agents' chosen-action utilities.
+
+VDN (Sunehag et al. 2018, arXiv 1706.05296) sums the utilities and has no
+parameters (the learner adds them up); QMIX (Rashid et al. 2018, ICML, arXiv
+1803.11485) mixes them monotonically with weights generated from the global
+state: :class:`QMixer`.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from marl.errors import MarlError
+
+
+class QMixer(nn.Module):
+    """QMIX's monotonic mixer (Rashid et al. 2018, Eq. 4-5; pymarl ``mixers/qmix.py``).
+
+    ``W1 = |hyper_w1(s)|`` ``[n, E]``, ``b1 = hyper_b1(s)``, ``h = ELU(q W1 + b1)``,
+    ``W2 = |hyper_w2(s)|`` ``[E]``, ``b2 = V(s)``; ``Q_tot = h . W2 + b2``.
+    Hypernetworks have ``hypernet_layers`` (1 or 2, hidden ``hypernet_embed``).
+    Only weights pass through ``abs`` so ``dQ_tot/dQ_a >= 0`` for any parameters.
+    """
+
+    def __init__(self, n_agents: int, state_dim: int, embed: int = 32, hypernet_layers: int = 2, hypernet_embed: int = 64):
+        super().__init__()
+        self.n, self.embed = n_agents, embed
+
+        def hyper(out: int) -> nn.Module:
+            if hypernet_layers == 1:
+                return nn.Linear(state_dim, out)
+            if hypernet_layers == 2:
+                return nn.Sequential(nn.Linear(state_dim, hypernet_embed), nn.ReLU(), nn.Linear(hypernet_embed, out))
+            raise MarlError(f"hypernet_layers={hypernet_layers} is not supported. Valid choices: 1, 2.")
+
+        self.hyper_w1 = hyper(n_agents * embed)
+        self.hyper_w2 = hyper(embed)
+        self.hyper_b1 = nn.Linear(state_dim, embed)
+        self.value = nn.Sequential(nn.Linear(state_dim, embed), nn.ReLU(), nn.Linear(embed, 1))
+
+    def forward(self, qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """``qs [..., n]``, ``state [..., S]`` -> ``Q_tot [...]``."""
+        w1 = self.hyper_w1(state).abs().view(*state.shape[:-1], self.n, self.embed)
+        h = F.elu(torch.einsum("...n,...ne->...e", qs, w1) + self.hyper_b1(state))
+        w2 = self.hyper_w2(state).abs()
+        return (h * w2).sum(-1) + self.value(state).squeeze(-1)

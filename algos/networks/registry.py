@@ -1,0 +1,158 @@
+"""Agent networks by name: what the ``agent`` config key chooses, for every algorithm.
+
+Built in: ``mlp`` (each family's plain network: :class:`~marl.algos.networks.mlp.MAPPOActor`
+for PPO, pymarl's :class:`~marl.algos.networks.rnn.RNNAgent` for value decomposition),
+``hpn`` and ``dpn`` (:mod:`marl.algos.networks.hpn`), ``asn`` (:mod:`marl.algos.networks.asn`).
+A research network plugs in with :func:`register_agent_network`, typically from
+the ``__init__`` of a package declared in the ``marl.plugins`` entry points
+(:mod:`marl.plugins`); ``docs/algorithms/entity_networks.md``, "Adding a network".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from marl.algos.networks.asn import ASN_KEYS, build_asn, check_asn
+from marl.algos.networks.base import AgentNetwork
+from marl.algos.networks.entity import EntityInputs
+from marl.algos.networks.hpn import HPN_KEYS, build_dpn, build_hpn
+from marl.algos.networks.mlp import build_mappo_actor
+from marl.algos.networks.rnn import build_rnn_agent
+from marl.errors import MarlError, closest
+
+
+@dataclass
+class AgentNetworkEntry:
+    """One registered network (see :func:`register_agent_network`)."""
+
+    builders: Dict[Optional[str], Callable[..., AgentNetwork]] = field(default_factory=dict)
+    entity: bool = False
+    check: Optional[Callable[[Dict[str, Any], Any], None]] = None
+    config_keys: Tuple[str, ...] = ()
+
+
+_NETWORKS: Dict[str, AgentNetworkEntry] = {}
+FAMILIES = ("ppo", "value_decomp")  # the built-in algorithm families that build agent networks
+
+
+def register_agent_network(name: str, build: Callable[..., AgentNetwork], *, family: Optional[str] = None,
+                           entity: bool = False, check: Optional[Callable[[Dict[str, Any], Any], None]] = None,
+                           config_keys: Sequence[str] = ()) -> None:
+    """Make ``agent=name`` build ``build``'s network (a later registration of a name replaces it).
+
+    Args:
+        name: the value of the ``agent`` config key.
+        build: ``build(model_config, n_actions) -> AgentNetwork``; with ``entity``,
+            ``build(inputs: EntityInputs, model_config) -> AgentNetwork`` (the registry
+            splits the input by the env's entity layout and checks the action count).
+            ``model_config`` is the module's: ``obs_dim``, ``hidden``, ``recurrent``,
+            ``last_action_dim`` (value decomposition's last-action one-hot, appended to
+            the input), the family's own keys and ``config_keys``.
+        family: ``"ppo"`` or ``"value_decomp"`` when the network differs between
+            algorithm families (``mlp`` does); ``None``: the same network for all.
+        entity: the network reads the env's entity layout; :func:`check_agent`
+            then requires one for every group, and discrete actions.
+        check: ``check(cfg, env_info)``, run before Ray starts; raises :class:`MarlError`.
+        config_keys: config keys copied from the run's config into ``model_config``.
+    """
+    entry = _NETWORKS.setdefault(name, AgentNetworkEntry())
+    entry.builders[family] = build
+    entry.entity, entry.check, entry.config_keys = entity, check, tuple(config_keys)
+
+
+def agent_networks(family: Optional[str] = None) -> List[str]:
+    """Names (in registration order) of the networks ``family`` can build: those registered
+    for it and the family-independent ones (``family=None``: only the latter)."""
+    return [n for n, e in _NETWORKS.items() if None in e.builders or family in e.builders]
+
+
+def _unknown(kind: Any, choices: List[str]) -> MarlError:
+    return MarlError(f"Unknown agent '{kind}'.{closest(kind, choices)} Valid choices: {', '.join(choices)}.")
+
+
+def build_agent_net(kind: str, c: Dict[str, Any], n_actions: int, family: Optional[str] = None) -> AgentNetwork:
+    """The agent network ``kind`` for a module's ``model_config`` ``c`` and ``n_actions`` outputs.
+
+    An entity-aware network reads ``entity_layout`` (this module's group),
+    ``group_obs_dim``, ``id_dim`` and ``last_action_dim`` from ``c``.
+
+    Raises:
+        MarlError: ``kind`` is not registered for ``family`` (lists the choices), or
+            the entity layout's actions do not match ``n_actions``.
+    """
+    choices = agent_networks(family)
+    if kind not in choices:
+        raise _unknown(kind, choices)
+    entry = _NETWORKS[kind]
+    build = entry.builders.get(family, entry.builders.get(None))
+    if not entry.entity:
+        return build(c, n_actions)
+    inputs = EntityInputs(c["entity_layout"], c["group_obs_dim"], c.get("id_dim", 0), c.get("last_action_dim", 0))
+    if inputs.n_actions != n_actions:
+        raise MarlError(
+            f"The entity layout describes {inputs.n_actions} actions ({inputs.n_normal} normal + targets "
+            f"{inputs.targets}), but the group has {n_actions}."
+        )
+    return build(inputs, c)
+
+
+def check_agent(cfg: Dict[str, Any], info) -> None:
+    """``agent`` is registered and, for an entity-aware network, every group has a discrete
+    action space and an entity layout; then the network's own check (before Ray starts).
+
+    Raises:
+        MarlError: unknown agent (lists the choices), a group without a layout (says
+            how to declare one) or with continuous actions, or the network's own check.
+    """
+    kind = cfg.get("agent", "mlp")
+    if kind not in _NETWORKS:
+        raise _unknown(kind, list(_NETWORKS))
+    entry = _NETWORKS[kind]
+    if entry.entity:
+        _require_layouts(kind, info)
+    if entry.check is not None:
+        entry.check(cfg, info)
+
+
+def _require_layouts(kind: str, info) -> None:
+    layout = info.entity_layout or {}
+    for name, g in info.groups.items():
+        if name not in layout:
+            raise MarlError(
+                f"agent='{kind}' needs an entity layout for group '{name}' of {info.family}:{info.scenario}, "
+                f"which has none. Declare one with marl.make_env(..., entity_layout={{'{name}': {{...}}}}) "
+                f"(docs/envs.md, 'Entity layouts')."
+            )
+        if not g.discrete:
+            raise MarlError(f"agent='{kind}' gives one output per discrete action; group '{name}' has {g.action_space}.")
+
+
+def agent_model_config(cfg: Dict[str, Any], mapping, mid: str, last_action_dim: int = 0) -> Dict[str, Any]:
+    """The ``model_config`` entries module ``mid``'s agent network needs: ``agent``, the
+    network's ``config_keys`` and, for an entity-aware one, the group's layout and sizes.
+
+    Raises:
+        MarlError: unknown agent (lists the choices).
+    """
+    kind = cfg.get("agent", "mlp")
+    if kind not in _NETWORKS:
+        raise _unknown(kind, list(_NETWORKS))
+    entry = _NETWORKS[kind]
+    out = {"agent": kind, **{k: cfg[k] for k in entry.config_keys if k in cfg}}
+    if not entry.entity:
+        return out
+    g = mapping.group_info(mid)
+    return {
+        **out,
+        "entity_layout": mapping.info.entity_layout[g.name],
+        "group_obs_dim": g.obs_dim,
+        "id_dim": mapping.n_agents(mid) if mapping.uses_agent_id(mid) else 0,
+        "last_action_dim": last_action_dim,
+    }
+
+
+register_agent_network("mlp", build_mappo_actor, family="ppo")
+register_agent_network("mlp", build_rnn_agent, family="value_decomp")
+register_agent_network("hpn", build_hpn, entity=True, config_keys=HPN_KEYS)
+register_agent_network("dpn", build_dpn, entity=True, config_keys=HPN_KEYS)
+register_agent_network("asn", build_asn, entity=True, check=check_asn, config_keys=ASN_KEYS)
