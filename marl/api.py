@@ -1,8 +1,8 @@
 """``marl.fit``: train an algorithm on a :class:`~marl.env.MultiAgentEnv` with one call."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
-import importlib
 import os
 import pickle
 import shutil
@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional
 
 import yaml
 
-from marl.config import list_algos, load_config, validate_stop
+from marl.config import EngineConfig, list_algos, load_config, trainer_class, validate_stop
 from marl.env import MarlError, MultiAgentEnv
 from marl.mapping import PolicyMapping
 from marl.results import META_FILE, Policy, Result, load, resolve_checkpoint
@@ -23,8 +23,8 @@ DEFAULT_STOP = {"env_steps": 1_000_000}
 
 
 def algo_class(cfg: Dict[str, Any]):
-    module, _, name = cfg["class"].partition(":")
-    return getattr(importlib.import_module(module), name)
+    """The trainer class of the algorithm ``cfg["algo"]`` (registry; also for checkpoints' saved configs)."""
+    return trainer_class(cfg["algo"])
 
 
 def start_ray() -> bool:
@@ -42,13 +42,13 @@ def start_ray() -> bool:
     return True
 
 
-def init_ray(cfg: Dict[str, Any]) -> Dict[str, Any]:
+def init_ray(cfg: EngineConfig) -> EngineConfig:
     """Start Ray for this machine if needed and fit the requested actors into its CPUs.
 
     Asking for more CPUs than Ray has makes RLlib hang silently at build time
     (measured with 3 env runners on 2 CPUs), so requests are checked here:
     more env runners than CPUs is an error; otherwise per-actor CPU shares are
-    scaled down so that runners and learners fit.
+    scaled down so that runners and learners fit (in a copy of ``cfg``).
     """
     import ray
 
@@ -60,9 +60,8 @@ def init_ray(cfg: Dict[str, Any]) -> Dict[str, Any]:
     want = runners * float(cfg["num_cpus_per_env_runner"]) + learners * float(cfg["num_cpus_per_learner"])
     if want > cpus:
         scale = cpus / want
-        cfg = dict(cfg)
-        cfg["num_cpus_per_env_runner"] = float(cfg["num_cpus_per_env_runner"]) * scale
-        cfg["num_cpus_per_learner"] = float(cfg["num_cpus_per_learner"]) * scale
+        cfg = dataclasses.replace(cfg, num_cpus_per_env_runner=cfg.num_cpus_per_env_runner * scale,
+                                  num_cpus_per_learner=cfg.num_cpus_per_learner * scale)
     return cfg
 
 

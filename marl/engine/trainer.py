@@ -143,7 +143,7 @@ def lr_schedule(cfg: Dict[str, Any]):
 class Trainer(Algorithm):
     """Base of marl's algorithms (an RLlib ``Algorithm``).
 
-    Subclasses set ``module_class`` and ``learner_class`` and implement
+    Subclasses set ``module_class``, ``learner_class`` and ``config_class`` and implement
     ``training_step`` (which must return ``None``), ``module_config`` and
     ``check_env``. Progress counters live in :attr:`progress` and are saved
     in checkpoints, so a resumed run continues its step count.
@@ -151,6 +151,7 @@ class Trainer(Algorithm):
 
     module_class = None
     learner_class = None
+    config_class = None  # the config schema (a marl.config.ConfigBase dataclass) of the algorithm
     # learner metrics (last key part) kept in the iteration's flat metrics
     learner_metrics = ("policy_loss", "value_loss", "entropy", "explained_variance", "approx_kl", "clip_fraction", "value_mean", "total_loss")
 
