@@ -8,7 +8,7 @@ import pickle
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 import yaml
 
@@ -42,7 +42,7 @@ def start_ray() -> bool:
     return True
 
 
-def init_ray(cfg: EngineConfig) -> EngineConfig:
+def init_ray(cfg: Union[EngineConfig, Dict[str, Any]]) -> Union[EngineConfig, Dict[str, Any]]:
     """Start Ray for this machine if needed and fit the requested actors into its CPUs.
 
     Asking for more CPUs than Ray has makes RLlib hang silently at build time
@@ -60,8 +60,9 @@ def init_ray(cfg: EngineConfig) -> EngineConfig:
     want = runners * float(cfg["num_cpus_per_env_runner"]) + learners * float(cfg["num_cpus_per_learner"])
     if want > cpus:
         scale = cpus / want
-        cfg = dataclasses.replace(cfg, num_cpus_per_env_runner=cfg.num_cpus_per_env_runner * scale,
-                                  num_cpus_per_learner=cfg.num_cpus_per_learner * scale)
+        shares = {k: float(cfg[k]) * scale for k in ("num_cpus_per_env_runner", "num_cpus_per_learner")}
+        # a plain dict is still accepted during the move to typed configs (tests call init_ray with one)
+        cfg = dataclasses.replace(cfg, **shares) if dataclasses.is_dataclass(cfg) else {**cfg, **shares}
     return cfg
 
 
