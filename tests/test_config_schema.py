@@ -40,6 +40,7 @@ def test_bool_str_null_list_and_dict_keys():
     with pytest.raises(MarlError, match=r"'critic' expects a string, got 3"):
         mappo(critic=3)
     assert mappo(num_envs=None).num_envs is None  # Optional: null allowed
+    assert mappo(init_from=Path("runs/x")).init_from == "runs/x"  # a path is kept as its string
     with pytest.raises(MarlError, match=r"'lr' expects a number, got None"):
         mappo(lr=None)
     cfg = load_config("reinforce", "ipd", {"lora_target": ("c_attn",), "opponents": {"self": 1, "pool": 0.5}})

@@ -72,6 +72,28 @@ use the defaults above.
 |---|---|---|
 """
 
+PLUGINS = """\
+## Adding an algorithm
+
+An algorithm registers itself by name, with strings, so that `marl list` imports neither
+its module nor Ray; a package outside marl does it in the module its `marl.plugins` entry
+point names:
+
+```python
+from marl.config import register_algo
+
+register_algo("my_ppo", "my_package.trainer:MyPPO", "one line for marl list",
+              defaults="/path/to/my_ppo.yaml")  # default: configs/algos/<name>.yaml of marl
+```
+
+The trainer (a `marl.engine.trainer.Trainer` subclass) names its schema in `config_class`:
+a frozen, keyword-only dataclass deriving from `marl.config.EngineConfig` (and
+`marl.algos.networks.config.AgentNetConfig` for tensor agents), with `LAYER = "<family>"`
+and one field per key, `name: type = marl.config.key("one-line doc", ge=..., choices=...)`,
+without defaults. Its YAML file gives every key a value that the engine files do not
+(`base: <algo>` starts from another algorithm's file).
+"""
+
 
 def fmt(value: Any) -> str:
     """A value as written in the YAML files (``null``, ``true``, ``0.0005``, ``3e-06``, ``{self: 1.0}``)."""
@@ -152,7 +174,7 @@ def render() -> str:
     schemas = ", ".join(_source(c) for _, c, _ in found)
     parts = [INTRO.format(schemas=schemas)]
     parts += [layer_section(layer, c, algos, defaults) for layer, c, algos in found]
-    parts.append(env_section())
+    parts += [env_section(), PLUGINS]
     return "\n".join(parts)
 
 

@@ -11,13 +11,15 @@ docs and errors for the keys it declares) and ``DEFAULTS`` (a YAML file under
 Type rules (checked, with casting, when an instance is built): an ``int`` key
 accepts ``3`` and ``3.0`` but not ``3.5``; a ``float`` key accepts any number;
 numbers are never read from strings; a ``bool`` key accepts only true/false;
-``None`` only where the annotation is ``Optional``.
+a ``str`` key also takes a path (``os.PathLike``, kept as its string); ``None``
+only where the annotation is ``Optional``.
 """
 from __future__ import annotations
 
 import collections.abc
 import dataclasses
 import functools
+import os
 import typing
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -185,8 +187,8 @@ def coerce(name: str, value: Any, tp: Any) -> Any:
     if tp in (int, float):
         return _number(name, value, tp, bad)
     if tp is str:
-        if isinstance(value, str):
-            return value
+        if isinstance(value, (str, os.PathLike)):
+            return os.fspath(value)  # a path (log_dir, init_from) is kept as its string
         raise bad()
     if origin in (list, collections.abc.Sequence, dict, collections.abc.Mapping):
         try:
