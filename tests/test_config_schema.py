@@ -95,7 +95,7 @@ def test_bad_yaml_value_names_its_file():
     from marl.config.loader import algo_sources, build, layer_sources
 
     sources = layer_sources(cls) + algo_sources("mappo") + [("configs/envs/x.yaml (section 'mappo')", {"gamma": 2})]
-    with pytest.raises(MarlError, match=r"'gamma' must be in \(0, 1\], got 2.0. \(from configs/envs/x.yaml"):
+    with pytest.raises(MarlError, match=r"'gamma' must be in \(0, 1\], got 2. \(from configs/envs/x.yaml"):
         build(cls, "mappo", sources)
     with pytest.raises(MarlError, match=r"configs/envs/x.yaml \(section 'mappo'\): Unknown config key 'gama'"):
         build(cls, "mappo", sources[:-1] + [("configs/envs/x.yaml (section 'mappo')", {"gama": 0.9})])

@@ -223,13 +223,15 @@ def _number(name: str, value: Any, tp: type, bad) -> Any:
     return tp(value)
 
 
-def check_range(spec: FieldSpec, value: Any) -> None:
-    """Raise :class:`ConfigValueError` if ``value`` (already typed) is outside the key's range or choices."""
+def check_range(spec: FieldSpec, value: Any, given: Any = None) -> None:
+    """Raise :class:`ConfigValueError` if ``value`` (already typed) is outside the key's range or choices
+    (the message shows ``given``, the value before casting, when there is one)."""
+    given = value if given is None else given
     if value is None or callable(value):
         return
     if spec.choices is not None:
         if value not in spec.choices:
-            raise ConfigValueError(str(unknown_choice(spec.name, value, spec.choices)), spec.name, value, "choice")
+            raise ConfigValueError(str(unknown_choice(spec.name, given, spec.choices)), spec.name, given, "choice")
         return
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value == spec.off:
         return
@@ -239,7 +241,7 @@ def check_range(spec: FieldSpec, value: Any) -> None:
     if not ok:
         text = spec.range_text()
         where = f"in {text}" if text[0] in "([" else text
-        raise ConfigValueError(f"Config key '{spec.name}' must be {where}, got {value!r}.", spec.name, value, "range")
+        raise ConfigValueError(f"Config key '{spec.name}' must be {where}, got {given!r}.", spec.name, given, "range")
 
 
 # ------------------------------------------------------------------ base class
@@ -261,8 +263,9 @@ class ConfigBase(collections.abc.Mapping):
 
     def __post_init__(self) -> None:
         for spec in field_specs(type(self)):
-            value = coerce(spec.name, getattr(self, spec.name), spec.type)
-            check_range(spec, value)
+            given = getattr(self, spec.name)
+            value = coerce(spec.name, given, spec.type)
+            check_range(spec, value, given)
             object.__setattr__(self, spec.name, value)
 
     # Mapping protocol (transition: the learners still read cfg["key"])
