@@ -98,7 +98,7 @@ def layer_of(cls: type, name: str) -> str:
     """``LAYER`` of the first class in ``cls``'s MRO whose own annotations declare ``name``."""
     for c in cls.__mro__:
         if name in vars(c).get("__annotations__", {}):
-            return getattr(c, "LAYER", c.__name__)
+            return vars(c).get("LAYER", c.__name__)
     raise KeyError(name)
 
 
