@@ -14,6 +14,7 @@ This file holds the family's RLModule (:class:`PPOModule`), Learner
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 import gymnasium as gym
@@ -26,15 +27,51 @@ from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from marl.algos.networks.mlp import MLP
+from marl.algos.networks.config import AgentNetConfig
+from marl.algos.networks.mlp import ACTIVATIONS, MLP
 from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
 from marl.engine.spec import begin_update
 from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
+from marl.config import EngineConfig, key
 from marl.env import MarlError, unknown_choice
 
 REDISTRIBUTIONS = ("none", "causal_shift")  # reward_redistribution choices (legem: value decomposition only)
 NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
+
+
+# ============================================================ configuration
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig(AgentNetConfig, EngineConfig):
+    """IPPO / MAPPO keys (``docs/algorithms/ppo.md``); values in ``configs/algos/mappo.yaml``, which
+    ``ippo.yaml`` starts from (``base: mappo``)."""
+
+    LAYER = "PPO"
+
+    critic: str = key("input of the value function: global state + agent id (MAPPO) or own observation (IPPO)",
+                      choices=("state", "obs"))
+    gamma: float = key("discount factor", gt=0, le=1)
+    gae_lambda: float = key("GAE lambda", ge=0, le=1)
+    clip: float = key("PPO clip epsilon of the policy ratio", gt=0)
+    value_clip: float = key("clip of the value change around the old value; 0 = no value clipping", ge=0)
+    huber_delta: float = key("Huber loss delta of the value loss; 0 = squared error", ge=0)
+    entropy_coef: float = key("weight of the entropy bonus", ge=0)
+    value_loss_coef: float = key("weight of the value loss", ge=0)
+    adam_eps: float = key("Adam epsilon", gt=0)
+    epochs: int = key("passes over each rollout", ge=1)
+    num_minibatches: int = key("minibatches per pass (split along the env copies)", ge=1)
+    value_norm: bool = key("normalise value targets with running statistics (ValueNorm)")
+    advantage_norm: bool = key("normalise advantages over the active agents of the batch")
+    hidden: int = key("width of the hidden layers (and of the GRU)", ge=1)
+    layers: int = key("hidden layers of the actor and critic MLPs", ge=1)
+    activation: str = key("activation of the hidden layers", choices=tuple(ACTIVATIONS))
+    layer_norm: bool = key("LayerNorm on the network inputs")
+    policy_gain: float = key("orthogonal-init gain of the policy output layer", gt=0)
+    log_std_init: float = key("continuous actions: initial log standard deviation")
+    recurrent: bool = key("GRU actor and critic instead of MLPs")
+    chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
+    reward_redistribution: str = key("off-beat envs: per-agent causal shift of rewards inside each rollout "
+                                     "(docs/offbeat.md)", choices=REDISTRIBUTIONS)
 
 
 # ============================================================ value normalisation
@@ -163,8 +200,8 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # checkpoints from before the actor protocol kept MAPPO's trunk and head on the module itself
-        for key in [k for k in state_dict if k.startswith((prefix + "trunk.", prefix + "head."))]:
-            state_dict[prefix + "actor." + key[len(prefix):]] = state_dict.pop(key)
+        for old in [k for k in state_dict if k.startswith((prefix + "trunk.", prefix + "head."))]:
+            state_dict[prefix + "actor." + old[len(prefix):]] = state_dict.pop(old)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # --- InferenceOnlyAPI: what env runners do not need
@@ -499,6 +536,7 @@ class PPO(Trainer):
 
     learner_class = PPOLearner
     module_class = PPOModule
+    config_class = PPOConfig
 
     @classmethod
     def module_config(cls, cfg, mapping, mid: str) -> Dict[str, Any]:

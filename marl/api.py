@@ -8,21 +8,21 @@ logs and checkpoints and returns a :class:`~marl.results.Result`.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import yaml
 
 from marl.callbacks import Callback, CallbackList
 from marl.checkpoint import resolve_checkpoint, save_checkpoint
-from marl.config import list_algos, load_config, validate_stop
+from marl.config import EngineConfig, list_algos, load_config, trainer_class, validate_stop
 from marl.env import MarlError, MultiAgentEnv
 from marl.errors import TrainingDiverged
 from marl.mapping import PolicyMapping
-from marl.registry import trainer_class
 from marl.results import Result, load
 
 __all__ = ["fit", "build_trainer", "prepare", "load", "list_algos", "init_ray", "start_ray"]
@@ -45,13 +45,13 @@ def start_ray() -> bool:
     return True
 
 
-def init_ray(cfg: Dict[str, Any]) -> Dict[str, Any]:
+def init_ray(cfg: Union[EngineConfig, Dict[str, Any]]) -> Union[EngineConfig, Dict[str, Any]]:
     """Start Ray for this machine if needed and fit the requested actors into its CPUs.
 
     Asking for more CPUs than Ray has makes RLlib hang silently at build time
     (measured with 3 env runners on 2 CPUs), so requests are checked here:
     more env runners than CPUs is an error; otherwise per-actor CPU shares are
-    scaled down so that runners and learners fit.
+    scaled down so that runners and learners fit (in a copy of ``cfg``).
 
     Raises:
         MarlError: more env runners than Ray has CPUs.
@@ -66,9 +66,9 @@ def init_ray(cfg: Dict[str, Any]) -> Dict[str, Any]:
     want = runners * float(cfg["num_cpus_per_env_runner"]) + learners * float(cfg["num_cpus_per_learner"])
     if want > cpus:
         scale = cpus / want
-        cfg = dict(cfg)
-        cfg["num_cpus_per_env_runner"] = float(cfg["num_cpus_per_env_runner"]) * scale
-        cfg["num_cpus_per_learner"] = float(cfg["num_cpus_per_learner"]) * scale
+        shares = {k: float(cfg[k]) * scale for k in ("num_cpus_per_env_runner", "num_cpus_per_learner")}
+        # a plain dict is still accepted during the move to typed configs (tests call init_ray with one)
+        cfg = dataclasses.replace(cfg, **shares) if dataclasses.is_dataclass(cfg) else {**cfg, **shares}
     return cfg
 
 
@@ -87,7 +87,7 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
     if not isinstance(env, (MultiAgentEnv, TextEnv)):
         raise MarlError(f"fit() needs an env from marl.make_env (a MultiAgentEnv or a TextEnv), got {type(env).__name__}.")
     cfg = load_config(algo, env.info.family, overrides)
-    algo_cls = trainer_class(cfg)
+    algo_cls = trainer_class(algo)
     algo_cls.check_env(cfg, env.info)
     if cfg.get("num_envs") and int(cfg["num_envs"]) != env.num_envs:
         if env.spec is None:

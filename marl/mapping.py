@@ -13,9 +13,9 @@ from typing import Callable, Dict, List, Tuple, Union
 
 import torch
 
+from marl.config.engine import SHARE_MODES  # the choices of the config key share
 from marl.env import EnvInfo, MarlError, spaces_equal, unknown_choice
 
-SHARE_MODES = ("auto", "all", "group", "individual")
 Share = Union[str, Callable[[str], str]]
 
 

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 from marl.checkpoint import read_meta, resolve_checkpoint
 from marl.env import EnvSpec, MultiAgentEnv
 from marl.policy import Policy
-from marl.registry import trainer_class
+from marl.config import trainer_class
 
 
 @dataclass
@@ -64,7 +64,7 @@ def load(path: str, env: Optional[MultiAgentEnv] = None) -> Result:
     """
     ckpt = resolve_checkpoint(path)
     meta = read_meta(ckpt)
-    policy = trainer_class(meta["config"]).policy_from_checkpoint(ckpt, meta, env)
+    policy = trainer_class(meta["algo"]).policy_from_checkpoint(ckpt, meta, env)
     return Result(
         metrics=meta.get("metrics", {}),
         history=[],

@@ -36,6 +36,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 import gymnasium as gym
 
 from marl.algos.llm import advantages as est
+from marl.algos.llm.config import AA_VARIANTS, ESTIMATORS, GENERATORS, LOSS_AGG, REWARD_SHARING, LLMConfig
 from marl.algos.llm.learner import LLMLearner
 from marl.algos.llm.policy import CausalLMModule, Generator, load_tokenizer
 from marl.algos.llm.runner import TextEnvRunner, Turn, check_opponent_names, evaluate
@@ -43,11 +44,6 @@ from marl.engine.runner import MappingFn
 from marl.engine.spec import TrainerConfig, engine_entries, lr_schedule
 from marl.engine.trainer import StepOutput, Trainer
 from marl.env import EnvSpec, MarlError, unknown_choice
-
-ESTIMATORS = ("mars", "advantage_alignment", "reinforce", "grpo")
-REWARD_SHARING = ("none", "sum")
-AA_VARIANTS = ("published", "jit")
-LOSS_AGG = ("seq_mean_token_mean", "token_mean")
 
 
 # ============================================================ advantages
@@ -187,6 +183,7 @@ class LLMSelfPlay(Trainer):
 
     learner_class = LLMLearner
     module_class = CausalLMModule
+    config_class = LLMConfig
     learner_metrics = ("policy_loss", "kl", "entropy", "clip_fraction", "tokens_trained_per_s")
 
     MODULE_KEYS = ("model", "dtype", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target",
@@ -210,7 +207,7 @@ class LLMSelfPlay(Trainer):
         if isinstance(model, str) and model.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(model)):
             raise MarlError(f"model={model!r}: no such folder (a local model needs its config.json and weights there).")
         for key, valid in (("estimator", ESTIMATORS), ("reward_sharing", REWARD_SHARING),
-                           ("aa_variant", AA_VARIANTS), ("loss_agg", LOSS_AGG), ("generator", ("hf", "vllm"))):
+                           ("aa_variant", AA_VARIANTS), ("loss_agg", LOSS_AGG), ("generator", GENERATORS)):
             if cfg[key] not in valid:
                 raise unknown_choice(key, cfg[key], valid)
         if cfg["generator"] == "vllm":

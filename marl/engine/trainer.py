@@ -71,12 +71,14 @@ class Trainer(Algorithm):
         last_metrics: the flat metrics of the last iteration.
 
     Class attributes a family sets: ``module_class`` (its RLModule),
-    ``learner_class`` (its Learner), ``learner_metrics`` (learner metric names
-    kept in the iteration's metrics).
+    ``learner_class`` (its Learner), ``config_class`` (its config schema, a
+    :class:`marl.config.ConfigBase` dataclass), ``learner_metrics`` (learner
+    metric names kept in the iteration's metrics).
     """
 
     module_class = None
     learner_class = None
+    config_class = None
     learner_metrics = ("policy_loss", "value_loss", "entropy", "explained_variance", "approx_kl", "clip_fraction",
                        "value_mean", "total_loss")
 
