@@ -6,8 +6,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from marl.algos.networks.asn import ENTITY_MODULES, ENV_INPUTS
-from marl.algos.networks.entity import AGENTS
+from marl.algos.networks.registry import FAMILIES, agent_networks
 from marl.config import ConfigBase, key
+
+
+def _agent_choices() -> list:
+    """Every registered agent network (of any family; a research network plugs in by registering)."""
+    return list(dict.fromkeys(n for family in FAMILIES for n in agent_networks(family)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,7 +23,7 @@ class AgentNetConfig(ConfigBase):
     LAYER = "agent network"
     DEFAULTS = "agent_net.yaml"
 
-    agent: str = key("agent network: the family's plain network (mlp) or an entity-aware one", choices=AGENTS)
+    agent: str = key("agent network: the family's plain network (mlp) or an entity-aware one", choices=_agent_choices)
     hpn_hyper_dim: int = key("HPN: hypernetwork width K", ge=1)
     hpn_heads: int = key("HPN: input embedding heads", ge=1)
     hpn_id_table: int = key("HPN: agent-id embedding rows, the largest team the weights will act for", ge=1)

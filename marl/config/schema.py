@@ -49,7 +49,8 @@ def key(
 
     Args:
         doc: one line: what the key means, its unit, where its value comes from.
-        choices: the valid values (strings, or numbers).
+        choices: the valid values (strings, or numbers), or a function returning them
+            (for choices that plugins extend, e.g. the registered agent networks).
         gt, ge, lt, le: bounds of a number (``gt=0, le=1`` is the interval (0, 1]).
         off: one more valid value outside the bounds that switches the feature off
             (``dual_clip``: 0, or > 1).
@@ -59,7 +60,9 @@ def key(
     """
     if "\n" in doc:
         raise ValueError(f"config key docs are one line: {doc!r}")
-    meta = {"doc": doc, "choices": tuple(choices) if choices is not None else None,
+    if choices is not None and not callable(choices):
+        choices = tuple(choices)
+    meta = {"doc": doc, "choices": choices,
             "bounds": (gt, ge, lt, le), "off": off, "internal": internal}
     return dataclasses.field(metadata=meta)
 
@@ -70,11 +73,16 @@ class FieldSpec(NamedTuple):
     name: str
     type: Any  # the resolved annotation
     doc: str
-    choices: Optional[Tuple[Any, ...]]
+    choices_of: Any  # the valid values: a tuple, a function returning them, or None
     bounds: Tuple[Optional[float], ...]  # (gt, ge, lt, le)
     off: Optional[float]
     internal: bool
     layer: str  # LAYER of the schema class that declares the key
+
+    @property
+    def choices(self) -> Optional[Tuple[Any, ...]]:
+        """The valid values now (a registry-backed key sees what plugins registered since)."""
+        return tuple(self.choices_of()) if callable(self.choices_of) else self.choices_of
 
     def range_text(self) -> str:
         """``"(0, 1]"``, ``"> 0"``, ``"a, b, c"``, ``"0 (off) or > 1"`` or ``""`` (any value)."""
