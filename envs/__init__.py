@@ -1,7 +1,8 @@
-"""Built-in env families (installed as ``marl.envs``).
+"""Built-in env families and wrappers (installed as ``marl.envs``, found through the ``marl.plugins`` entry point).
 
 Registration is strings only: the adapter modules (and mpe2 / vmas / pettingzoo)
 are imported when an env of that family is first made, not on ``import marl``.
+The wrappers register in :mod:`marl.envs.wrappers`.
 """
 from marl.env import register_env
 
@@ -22,6 +23,7 @@ register_env(
     "marl.envs.pettingzoo:make",
     "Any PettingZoo Parallel/AEC env by module path or registry id",
     scenarios="marl.envs.pettingzoo:scenarios",
+    from_object="marl.envs.pettingzoo:from_object",
 )
 register_env(
     "smax",
@@ -80,3 +82,5 @@ register_env(
     "off-beat test bed",
     scenarios="marl.envs.resource_games:scenarios",
 )
+
+import marl.envs.wrappers  # noqa: E402,F401  registers the "offbeat" and "crash" wrappers

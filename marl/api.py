@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional
 import yaml
 
 from marl.config import list_algos, load_config, validate_stop
-from marl.env import MarlError, MultiAgentEnv
+from marl.env import MarlError, MultiAgentEnv, set_fit_entry
 from marl.mapping import PolicyMapping
 from marl.results import META_FILE, Policy, Result, load, resolve_checkpoint
 
@@ -257,3 +257,6 @@ def _policy_from(trainer, mapping: PolicyMapping) -> Policy:
     for m in modules.values():
         m.eval()
     return Policy(mapping, modules)
+
+
+set_fit_entry(fit)  # MultiAgentEnv.fit / TextEnv.fit train through marl.fit
