@@ -494,7 +494,7 @@ class MultiAgentEnv(abc.ABC):
             A :class:`Step` whose ``obs`` / ``state`` / ``avail_actions`` /
             ``alive`` are the observation the step reached in every row; in rows
             that ended (``terminated | truncated``) that is the episode's last
-            observation. ``final_*`` are left ``None``: :meth:`step` fills them.
+            observation. Its ``final_*`` fields are ignored: :meth:`step` fills them.
         Raises:
             MarlError: ``step`` before ``reset``.
         """
