@@ -437,6 +437,9 @@ class ValueDecomp(Trainer):
             "vd_shapes": shapes,
             "vd_episode_limit": int(env.info.episode_limit),
             "vd_state_dim": int(env.info.state_dim),
+            # the env's declared per-agent columns (off-beat "decision"), kept for reward redistribution
+            "vd_extra_columns": {name: (torch.zeros(0, dtype=col.dtype).numpy().dtype, col.fill)
+                                 for name, col in env.info.extra_columns.items()},
         }
 
     # --------------------------------------------------------------- training
@@ -445,7 +448,8 @@ class ValueDecomp(Trainer):
         c = self.marl_config
         runners = max(1, int(c["num_env_runners"]))
         self.buffer = JointEpisodeBuffer(
-            int(c["buffer_size"]), c["vd_episode_limit"], int(c["num_envs"]) * runners, c["vd_shapes"], c["vd_state_dim"]
+            int(c["buffer_size"]), c["vd_episode_limit"], int(c["num_envs"]) * runners, c["vd_shapes"], c["vd_state_dim"],
+            c["vd_extra_columns"],
         )
         self.rng = np.random.default_rng(int(c["seed"]))
         self.legem = self._make_legem()
@@ -468,7 +472,7 @@ class ValueDecomp(Trainer):
         for slot in slots:
             L = int(self.buffer.lengths[slot])
             r = torch.from_numpy(np.concatenate([d[f"{m}/rewards"][slot, :L] for m in mods], 1))
-            dec = torch.from_numpy(np.concatenate([d[f"{m}/decision"][slot, :L] for m in mods], 1))
+            dec = torch.from_numpy(np.concatenate([self.buffer.column(m, "decision", slot, L) for m in mods], 1))
             new = redistribute_team_reward(r, dec, c["vd_team_reward"])
             team = new.mean(1) if c["vd_team_reward"] == "mean" else new.sum(1)
             col = 0

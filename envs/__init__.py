@@ -1,7 +1,8 @@
-"""Built-in env families (installed as ``marl.envs``).
+"""Built-in env families and wrappers (installed as ``marl.envs``, found through the ``marl.plugins`` entry point).
 
 Registration is strings only: the adapter modules (and mpe2 / vmas / pettingzoo)
 are imported when an env of that family is first made, not on ``import marl``.
+The wrappers register in :mod:`marl.envs.wrappers`.
 """
 from marl.cli import register_eval_option
 from marl.env import register_env
@@ -23,6 +24,7 @@ register_env(
     "marl.envs.pettingzoo:make",
     "Any PettingZoo Parallel/AEC env by module path or registry id",
     scenarios="marl.envs.pettingzoo:scenarios",
+    from_object="marl.envs.pettingzoo:from_object",
 )
 register_env(
     "smax",
@@ -83,3 +85,5 @@ register_env(
 )
 register_eval_option("crash_rates", "marl.envs.wrappers.crash_eval:cli_crash_rates",
                      "crash_rates=[0,0.1,0.2,0.3,0.5] or --crash-rates 0 0.1 0.2 0.3 0.5")
+
+import marl.envs.wrappers  # noqa: E402,F401  registers the "offbeat" and "crash" wrappers

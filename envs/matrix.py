@@ -72,7 +72,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_discrete_actions, unknown_choice
+from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Observation, Step, check_discrete_actions, unknown_choice
+from marl.envs.common import check_kwargs, check_num_envs
 
 DEFAULT_NUM_ENVS = 32
 
@@ -161,49 +162,9 @@ class MatrixGame(MultiAgentEnv):
         seed: Optional[int] = 0,
         device: str = "cpu",
     ):
-        if scenario is None:
-            if payoff is None:
-                raise MarlError(
-                    f"make_env('matrix', scenario) needs a scenario or payoff=. "
-                    f"Valid choices: {', '.join(_GAMES + (CUSTOM,))}."
-                )
-            scenario = CUSTOM
-        if scenario not in _GAMES + (CUSTOM,):
-            raise unknown_choice("matrix game", scenario, _GAMES + (CUSTOM,))
-        if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs < 1:
-            raise MarlError(f"num_envs must be a positive int, got {num_envs!r}.")
-        if payoff is not None and scenario != CUSTOM:
-            raise MarlError(
-                f"payoff= is only for the 'custom' matrix game, not '{scenario}'. "
-                f"Use make_env('matrix', payoff=...) or make_env('matrix', 'custom', payoff=...)."
-            )
-        if k is not None and scenario != "penalty":
-            raise MarlError(f"k= is only for the 'penalty' matrix game, not '{scenario}'.")
-
-        if scenario == "two_step":
-            pay = np.zeros((3, 2, 2))
-            nxt = np.full((3, 2, 2), -1, dtype=np.int64)
-            nxt[0, 0, :], nxt[0, 1, :] = 1, 2  # only agent 0's action picks 2A / 2B
-            pay[1] = 7.0
-            pay[2] = TWO_STEP_2B
-            names = list(TWO_STEP_STATES)
-        else:
-            if scenario == "penalty":
-                k = -100.0 if k is None else k
-                if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating)) or not np.isfinite(k):
-                    raise MarlError(f"k must be a finite number <= 0, got {k!r}.")
-                if k > 0:
-                    raise MarlError(f"k must be <= 0 (the penalty for miscoordination), got {k!r}.")
-                table = np.asarray(penalty_payoff(float(k)))
-            elif scenario == "climbing":
-                table = np.asarray(CLIMBING)
-            elif scenario == "nonmonotonic":
-                table = np.asarray(NONMONOTONIC)
-            else:
-                table = check_payoff(payoff)
-            pay = table[None]
-            nxt = np.full(pay.shape, -1, dtype=np.int64)
-            names = ["start"]
+        scenario = _check_scenario(scenario, payoff, k)
+        num_envs = check_num_envs(num_envs)
+        pay, nxt, names = _game_tables(scenario, k, payoff)
         self.device = torch.device(device)
         self.n_actions_per_agent: List[int] = list(pay.shape[1:])
         N, S, A = pay.ndim - 1, pay.shape[0], max(pay.shape[1:])
@@ -229,7 +190,7 @@ class MatrixGame(MultiAgentEnv):
             episode_limit=_depth(nxt),
             kind="cooperative",
             shared_reward=True,
-            num_envs=int(num_envs),
+            num_envs=num_envs,
         )
         self._s: Optional[torch.Tensor] = None  # [B] current state index
 
@@ -241,14 +202,20 @@ class MatrixGame(MultiAgentEnv):
         self._s = torch.zeros(B, dtype=torch.long, device=self.device)
         no = torch.zeros(B, dtype=torch.bool, device=self.device)
         zero = torch.zeros(B, device=self.device)
-        return self._make_step(self._s, zero, no, None)
+        ob = self._observation(self._s)
+        return Step(*ob, reward={"agent": zero[:, None].expand(B, self._n).clone()},
+                    terminated=no, truncated=no.clone(), final_obs=dict(ob.obs), final_state=ob.state,
+                    final_avail_actions=dict(ob.avail_actions))
 
-    def step(self, actions: Dict[str, torch.Tensor]) -> Step:
-        """Apply one joint action per copy (``actions["agent"]`` ``[B, N]`` int); ended copies restart."""
-        if self._s is None:
-            raise MarlError("Call reset() before step().")
-        # the range is checked below per agent (custom games differ in action counts)
-        a = check_discrete_actions(actions, self.info.groups["agent"], self.num_envs, check_range=False).to(self.device)
+    def check_actions(self, actions: Dict[str, Any]) -> Dict[str, torch.Tensor]:
+        """``actions["agent"]`` ``[B, N]`` int, each agent's within its own action count.
+
+        Raises:
+            MarlError: missing group, bad shape or dtype, or an action an agent does not have.
+        """
+        # the range is checked per agent (custom games differ in action counts)
+        a = check_discrete_actions(actions, self.info.groups["agent"], self.num_envs, check_range=False)
+        a = a.to(self.device)
         bad = (a < 0) | (a >= self._counts)
         if bool(bad.any()):
             b, i = (int(x) for x in bad.nonzero()[0])
@@ -256,34 +223,90 @@ class MatrixGame(MultiAgentEnv):
                 f"Action {int(a[b, i])} of agent_{i} (copy {b}) is not available: "
                 f"agent_{i} has actions 0..{int(self._counts[i]) - 1}."
             )
-        joint = (a * self._strides).sum(-1)  # [B]
+        return {"agent": a}
+
+    def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
+        """One table lookup per copy; an ended copy's last observation is the terminal one-hot."""
+        if self._s is None:
+            raise MarlError("Call reset() before step().")
+        joint = (actions["agent"] * self._strides).sum(-1)  # [B]
         reward = self._pay[self._s, joint]
         nxt = self._next[self._s, joint]
         done = nxt < 0
-        final_s = torch.where(done, torch.full_like(nxt, len(self.state_names) - 1), nxt)
-        self._s = torch.where(done, torch.zeros_like(nxt), nxt)  # auto-reset to the start state
-        return self._make_step(self._s, reward, done, final_s)
+        self._s = torch.where(done, torch.full_like(nxt, len(self.state_names) - 1), nxt)
+        ob = self._observation(self._s)
+        B = self.num_envs
+        return Step(*ob, reward={"agent": reward[:, None].expand(B, self._n).clone()}, terminated=done,
+                    truncated=torch.zeros(B, dtype=torch.bool, device=self.device))
+
+    def reset_rows(self, rows: torch.Tensor) -> Observation:
+        """Put the copies in ``rows`` (``[B]`` bool) back in the start state."""
+        self._s = torch.where(rows.to(self.device), torch.zeros_like(self._s), self._s)
+        return self._observation(self._s)
 
     # ------------------------------------------------------------------ internals
 
-    def _make_step(self, s, reward, terminated, final_s) -> Step:
-        B, N = self.num_envs, self.info.groups["agent"].n_agents
-        D = len(self.state_names)
+    @property
+    def _n(self) -> int:
+        return self.info.groups["agent"].n_agents
+
+    def _observation(self, s: torch.Tensor) -> Observation:
+        """Every agent sees the one-hot of the state ``s`` (``[B]``); static masks; everyone alive."""
+        B, N, D = self.num_envs, self._n, len(self.state_names)
         state = torch.nn.functional.one_hot(s, D).float()
-        fstate = state if final_s is None else torch.nn.functional.one_hot(final_s, D).float()
-        avail = self._avail.expand(B, -1, -1).clone()
-        return Step(
+        return Observation(
             obs={"agent": state[:, None].expand(B, N, D).clone()},
             state=state,
-            avail_actions={"agent": avail},
+            avail_actions={"agent": self._avail.expand(B, -1, -1).clone()},
             alive={"agent": torch.ones(B, N, dtype=torch.bool, device=self.device)},
-            reward={"agent": reward[:, None].expand(B, N).clone()},
-            terminated=terminated,
-            truncated=torch.zeros(B, dtype=torch.bool, device=self.device),
-            final_obs={"agent": fstate[:, None].expand(B, N, D).clone()},
-            final_state=fstate,
-            final_avail_actions={"agent": avail},
         )
+
+
+def _check_scenario(scenario: Optional[str], payoff: Any, k: Any) -> str:
+    """The scenario name (``None`` with a payoff: ``"custom"``); checks which game takes ``k`` / ``payoff``."""
+    if scenario is None:
+        if payoff is None:
+            raise MarlError(
+                f"make_env('matrix', scenario) needs a scenario or payoff=. "
+                f"Valid choices: {', '.join(_GAMES + (CUSTOM,))}."
+            )
+        scenario = CUSTOM
+    if scenario not in _GAMES + (CUSTOM,):
+        raise unknown_choice("matrix game", scenario, _GAMES + (CUSTOM,))
+    if payoff is not None and scenario != CUSTOM:
+        raise MarlError(
+            f"payoff= is only for the 'custom' matrix game, not '{scenario}'. "
+            f"Use make_env('matrix', payoff=...) or make_env('matrix', 'custom', payoff=...)."
+        )
+    if k is not None and scenario != "penalty":
+        raise MarlError(f"k= is only for the 'penalty' matrix game, not '{scenario}'.")
+    return scenario
+
+
+def _game_tables(scenario: str, k: Any, payoff: Any):
+    """``(payoff [S, n_0, ..], next_state [S, n_0, ..] (-1 = episode ends), state names)`` of a game."""
+    if scenario == "two_step":
+        pay = np.zeros((3, 2, 2))
+        nxt = np.full((3, 2, 2), -1, dtype=np.int64)
+        nxt[0, 0, :], nxt[0, 1, :] = 1, 2  # only agent 0's action picks 2A / 2B
+        pay[1] = 7.0
+        pay[2] = TWO_STEP_2B
+        return pay, nxt, list(TWO_STEP_STATES)
+    if scenario == "penalty":
+        k = -100.0 if k is None else k
+        if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating)) or not np.isfinite(k):
+            raise MarlError(f"k must be a finite number <= 0, got {k!r}.")
+        if k > 0:
+            raise MarlError(f"k must be <= 0 (the penalty for miscoordination), got {k!r}.")
+        table = np.asarray(penalty_payoff(float(k)))
+    elif scenario == "climbing":
+        table = np.asarray(CLIMBING)
+    elif scenario == "nonmonotonic":
+        table = np.asarray(NONMONOTONIC)
+    else:
+        table = check_payoff(payoff)
+    pay = table[None]
+    return pay, np.full(pay.shape, -1, dtype=np.int64), ["start"]
 
 
 def _optimal_return(pay: np.ndarray, nxt: np.ndarray) -> float:
@@ -344,7 +367,5 @@ def make(
     Raises:
         MarlError: unknown scenario or kwargs (the message lists the valid ones).
     """
-    from marl.envs.pettingzoo import check_kwargs
-
     check_kwargs("the matrix family", kwargs, ["k", "payoff", "num_envs", "seed", "device"])
     return MatrixGame(scenario, num_envs=num_envs, seed=seed, device=device, **kwargs)

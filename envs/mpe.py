@@ -30,36 +30,23 @@ paths (own velocity / position, ``"landmark"`` and ``"agent"`` entities; see
 """
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
-import pkgutil
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
-from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_entity_layout, unknown_choice
-from marl.envs.pettingzoo import AgentLayout, PettingZooEnv, build_groups, check_kwargs
+from marl.env import (
+    EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Observation, Step, check_entity_layout, make_env, unknown_choice,
+)
+from marl.envs.common import AgentLayout, build_groups, check_kwargs, check_num_envs, mpe2_modules
 
 DEFAULT_NUM_ENVS = 32
 
 # kwargs every mpe2 raw_env takes that MPEEnv sets itself (or that make no sense batched)
 _OWN_KWARGS = ("max_cycles", "continuous_actions", "render_mode")
-
-
-@functools.lru_cache(maxsize=None)
-def mpe2_modules() -> Dict[str, str]:
-    """Scenario name -> versioned mpe2 module name (``"simple_spread"`` -> ``"simple_spread_v3"``)."""
-    import mpe2
-
-    out = {}
-    for m in pkgutil.iter_modules(mpe2.__path__):
-        hit = re.fullmatch(r"(.+)_v(\d+)", m.name)
-        if hit and not m.ispkg:
-            out[hit.group(1)] = m.name
-    return dict(sorted(out.items()))
 
 
 def scenarios() -> List[str]:
@@ -239,8 +226,7 @@ class MPEEnv(MultiAgentEnv):
         **scenario_kwargs,
     ):
         name, module = resolve_scenario(scenario)
-        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise MarlError(f"num_envs must be a positive int, got {num_envs!r}.")
+        num_envs = check_num_envs(num_envs)
         if not isinstance(max_cycles, (int, np.integer)) or max_cycles < 1:
             raise MarlError(f"max_cycles must be a positive int, got {max_cycles!r}.")
         self._envs = _build_raw_envs(name, int(num_envs), bool(continuous_actions), int(max_cycles), scenario_kwargs)
@@ -284,14 +270,16 @@ class MPEEnv(MultiAgentEnv):
         self._started = True
         B = self.num_envs
         no = torch.zeros(B, dtype=torch.bool)
-        return self._make_step(np.zeros((B, len(self.info.agents)), np.float32), no, no.clone(), None)
+        step = self._make_step(np.zeros((B, len(self.info.agents)), np.float32), no, no.clone())
+        step.final_obs, step.final_state = dict(step.obs), step.state
+        return step
 
-    def step(self, actions: Dict[str, torch.Tensor]) -> Step:
-        """Advance every copy one step (see :meth:`MultiAgentEnv.step`); ended copies reset themselves."""
+    def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
+        """Advance every copy one step (see :meth:`MultiAgentEnv.step_env`), as mpe2's AEC env does per cycle."""
         if not self._started:
             raise MarlError("Call reset() before step().")
         B, N = self.num_envs, len(self.info.agents)
-        per_agent = self.layout.split_actions(actions, B)
+        per_agent = self.layout.split_actions(actions)
         if self.continuous_actions:
             acts = [[a[b] for a in per_agent] for b in range(B)]
         else:
@@ -313,15 +301,16 @@ class MPEEnv(MultiAgentEnv):
             elif env.scenario.is_terminal(env.world):
                 terminated[b] = True
             self._observe(b, env)
-        done = np.flatnonzero(truncated | terminated)
-        final_state = None
-        if done.size:
-            final_state = self._state.copy()
-            for b in done:
-                env = self._envs[b]
-                env.reset()  # unseeded: continues the copy's RNG stream, as parallel_env.reset()
-                self._observe(b, env)
-        return self._make_step(rewards, torch.from_numpy(terminated), torch.from_numpy(truncated), final_state)
+        return self._make_step(rewards, torch.from_numpy(terminated), torch.from_numpy(truncated))
+
+    def reset_rows(self, rows: torch.Tensor) -> Observation:
+        """Reset the copies in ``rows`` unseeded: each continues its RNG stream, as ``parallel_env.reset()``."""
+        for b in rows.nonzero().flatten().tolist():
+            env = self._envs[b]
+            env.reset()
+            self._observe(b, env)
+        obs, state = self.layout.observe(self._state)
+        return Observation(obs, state, self._avail(), self._alive())
 
     def close(self) -> None:
         for env in self._envs:
@@ -334,23 +323,26 @@ class MPEEnv(MultiAgentEnv):
         # one concatenate + one float32 cast == SimpleEnv.observe(...).astype(np.float32) per agent
         self._state[b] = np.concatenate([observation(agent, world) for agent in world.agents])
 
-    def _make_step(self, rewards: np.ndarray, terminated, truncated, final_state) -> Step:
-        lay, B = self.layout, self.num_envs
-        obs, state, final_obs, final_st = lay.observe(self._state, final_state)
-        groups = self.info.groups
+    def _avail(self) -> Dict[str, Optional[torch.Tensor]]:
+        B = self.num_envs
+        return {
+            n: (torch.ones(B, g.n_agents, g.n_actions, dtype=torch.bool) if g.discrete else None)
+            for n, g in self.info.groups.items()
+        }
+
+    def _alive(self) -> Dict[str, torch.Tensor]:
+        return {n: torch.ones(self.num_envs, g.n_agents, dtype=torch.bool) for n, g in self.info.groups.items()}
+
+    def _make_step(self, rewards: np.ndarray, terminated, truncated) -> Step:
+        obs, state = self.layout.observe(self._state)
         return Step(
             obs=obs,
             state=state,
-            avail_actions={
-                n: (torch.ones(B, g.n_agents, g.n_actions, dtype=torch.bool) if g.discrete else None)
-                for n, g in groups.items()
-            },
-            alive={n: torch.ones(B, g.n_agents, dtype=torch.bool) for n, g in groups.items()},
-            reward=lay.per_group(rewards),
+            avail_actions=self._avail(),
+            alive=self._alive(),
+            reward=self.layout.per_group(rewards),
             terminated=terminated,
             truncated=truncated,
-            final_obs=final_obs,
-            final_state=final_st,
         )
 
 
@@ -412,16 +404,12 @@ def make(
     teams: Dict[str, List[str]] = {}
     for a, t in team_of.items():
         teams.setdefault(t, []).append(a)
-    env = PettingZooEnv(
-        copies,
-        scenario=name,
-        kind=kind,
-        teams=teams,
-        shared_reward=shared,
-        episode_limit=max_cycles,
-        seed=seed,
-        family="mpe",
+    # the generic PettingZoo adapter, reached through the registry's object factories: the
+    # constructor hands out the copies built above (their first env told the kind and teams)
+    handout = iter(copies)
+    env = make_env(
+        lambda: next(handout), num_envs=len(copies), scenario=name, kind=kind, teams=teams, shared_reward=shared,
+        episode_limit=max_cycles, seed=seed, family="mpe",
     )
     attach_entity_layout(env.info, copies[0].unwrapped)
     return env
-

@@ -40,247 +40,18 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from marl.env import (
-    KINDS,
-    EnvInfo,
-    GroupInfo,
-    MarlError,
-    MultiAgentEnv,
-    Step,
-    check_entity_layout,
-    closest,
-    spaces_equal,
-    unknown_choice,
+from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, check_entity_layout, unknown_choice
+from marl.envs.common import (
+    AgentLayout, build_groups, check_kwargs, check_num_envs, default_teams, flat_box, mpe2_modules,
 )
 
 DEFAULT_NUM_ENVS = 8
-
-# --------------------------------------------------------------------------- shared helpers
-# (also used by marl.envs.mpe and marl.envs.vmas)
-
-
-def agent_prefix(agent: str) -> str:
-    """Group prefix of an agent id: the text before the last ``_`` (``"agent_1"`` -> ``"agent"``)."""
-    return agent.rsplit("_", 1)[0] if "_" in agent else agent
-
-
-def flat_box(space: gym.spaces.Space) -> gym.spaces.Box:
-    """The 1-D float32 ``Box`` an observation of ``space`` is flattened into."""
-    flat = gym.spaces.flatten_space(space)
-    return gym.spaces.Box(
-        low=flat.low.astype(np.float32).reshape(-1),
-        high=flat.high.astype(np.float32).reshape(-1),
-        dtype=np.float32,
-    )
-
-
-def to_gymnasium(space: Any) -> gym.spaces.Space:
-    """Convert an (old ``gym`` or gymnasium) Box / Discrete space to gymnasium.
-
-    Raises:
-        MarlError: the space is neither Box nor Discrete.
-    """
-    if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete)):
-        return space
-    name = type(space).__name__
-    if name == "Discrete":
-        return gym.spaces.Discrete(int(space.n), start=int(getattr(space, "start", 0)))
-    if name == "Box":
-        return gym.spaces.Box(
-            low=np.asarray(space.low, np.float32), high=np.asarray(space.high, np.float32), dtype=np.float32
-        )
-    raise MarlError(f"Unsupported space {space!r}: only Box and Discrete are supported.")
-
-
-def build_groups(
-    agents: Sequence[str],
-    obs_spaces: Mapping[str, gym.spaces.Box],
-    act_spaces: Mapping[str, gym.spaces.Space],
-    team_of: Mapping[str, str],
-) -> Dict[str, GroupInfo]:
-    """Partition ``agents`` into groups (same prefix, team and spaces), in agent order.
-
-    Args:
-        agents: agent ids in their fixed order.
-        obs_spaces / act_spaces: agent -> 1-D observation space / action space.
-        team_of: agent -> team name.
-    Returns:
-        group name -> :class:`GroupInfo`; insertion order follows the first agent of each group.
-    """
-    buckets: List[Tuple[str, str, List[str]]] = []  # (prefix, team, agents)
-    for a in agents:
-        p, t = agent_prefix(a), team_of[a]
-        for bp, bt, members in buckets:
-            ref = members[0]
-            if (
-                bp == p
-                and bt == t
-                and spaces_equal(obs_spaces[ref], obs_spaces[a])
-                and spaces_equal(act_spaces[ref], act_spaces[a])
-            ):
-                members.append(a)
-                break
-        else:
-            buckets.append((p, t, [a]))
-    per_prefix: Dict[str, int] = {}
-    for p, _, _ in buckets:
-        per_prefix[p] = per_prefix.get(p, 0) + 1
-    groups: Dict[str, GroupInfo] = {}
-    seen: Dict[str, int] = {}
-    for p, t, members in buckets:
-        if per_prefix[p] == 1:
-            name = p
-        elif len(members) == 1:
-            name = members[0]
-        else:
-            name = f"{p}_g{seen.get(p, 0)}"
-        seen[p] = seen.get(p, 0) + 1
-        while name in groups:  # pathological ids; keep names unique
-            name += "_"
-        ref = members[0]
-        groups[name] = GroupInfo(name, list(members), obs_spaces[ref], act_spaces[ref], team=t)
-    return groups
-
-
-def default_teams(
-    agents: Sequence[str],
-    kind: Optional[str] = None,
-    teams: Optional[Mapping[str, Sequence[str]]] = None,
-) -> Tuple[str, Dict[str, str]]:
-    """Resolve the env kind and each agent's team.
-
-    Args:
-        agents: all agent ids.
-        kind: ``"cooperative"``, ``"competitive"``, ``"mixed"`` or ``None`` (infer).
-        teams: optional team -> list of agent ids or agent prefixes. Agents not
-            listed keep their default team.
-    Defaults without ``teams``: ``kind=None`` -> one prefix: ``"cooperative"``,
-    one team ``"team"``; several prefixes: ``"mixed"``, one team per prefix.
-    ``kind="cooperative"`` -> one team. ``kind="competitive"``/``"mixed"`` -> one
-    team per prefix, or per agent if all agents share one prefix (e.g. the two
-    players of a board game). With ``teams``: one team -> cooperative, several -> mixed.
-
-    Raises:
-        MarlError: unknown kind, or a team member that is neither an agent nor a prefix.
-    """
-    if kind is not None and kind not in KINDS:
-        raise unknown_choice("env kind", kind, KINDS)
-    prefixes = list(dict.fromkeys(agent_prefix(a) for a in agents))
-    if teams:
-        team_of = {}
-        for team, members in teams.items():
-            for m in [members] if isinstance(members, str) else members:
-                hit = [a for a in agents if a == m or agent_prefix(a) == m]
-                if not hit:
-                    raise unknown_choice(f"member of team '{team}' (agent or prefix)", m, list(agents) + prefixes)
-                team_of.update({a: str(team) for a in hit})
-        for a in agents:
-            team_of.setdefault(a, agent_prefix(a))
-    elif kind == "cooperative" or (kind is None and len(prefixes) == 1):
-        team_of = {a: "team" for a in agents}
-    elif len(prefixes) > 1:
-        team_of = {a: agent_prefix(a) for a in agents}
-    else:
-        team_of = {a: a for a in agents}
-    if kind is None:
-        kind = "cooperative" if len(set(team_of.values())) == 1 else "mixed"
-    return kind, team_of
-
-
-class AgentLayout:
-    """Where each agent lives in the flat ``[B, state_dim]`` buffer and in the group tensors.
-
-    The global state is the concatenation of per-agent observations in agent
-    order; group observations are gathered from it with one fancy index per group.
-    """
-
-    def __init__(self, agents: Sequence[str], groups: Mapping[str, GroupInfo]):
-        self.agents = list(agents)
-        self.index = {a: i for i, a in enumerate(self.agents)}
-        self.groups = dict(groups)
-        dims = {a: g.obs_dim for g in groups.values() for a in g.agents}
-        self.obs_dims = [dims[a] for a in self.agents]
-        self.offsets = np.concatenate([[0], np.cumsum(self.obs_dims)]).astype(int)
-        self.state_dim = int(self.offsets[-1])
-        self.slices = [slice(int(self.offsets[i]), int(self.offsets[i + 1])) for i in range(len(self.agents))]
-        self.cols = {
-            name: np.concatenate([np.arange(self.offsets[self.index[a]], self.offsets[self.index[a] + 1]) for a in g.agents])
-            for name, g in groups.items()
-        }
-        self.pos = {name: np.array([self.index[a] for a in g.agents], dtype=np.int64) for name, g in groups.items()}
-
-    def obs(self, state: np.ndarray) -> Dict[str, torch.Tensor]:
-        """``[B, state_dim]`` float32 -> group -> fresh ``[B, N_g, obs_dim_g]`` tensors."""
-        B = state.shape[0]
-        return {
-            name: torch.from_numpy(state[:, self.cols[name]].reshape(B, g.n_agents, g.obs_dim))
-            for name, g in self.groups.items()
-        }
-
-    def observe(self, state: np.ndarray, final_state: Optional[np.ndarray]):
-        """``(obs, state, final_obs, final_state)`` tensors of a step from the state buffers;
-        ``final_state`` is ``None`` when no episode ended (then finals alias the current ones)."""
-        obs, st = self.obs(state), torch.from_numpy(state.copy())
-        if final_state is None:
-            return obs, st, obs, st
-        return obs, st, self.obs(final_state), torch.from_numpy(final_state)
-
-    def per_group(self, arr: np.ndarray) -> Dict[str, torch.Tensor]:
-        """``[B, N]`` per-agent array -> group -> fresh ``[B, N_g]`` tensors."""
-        return {name: torch.from_numpy(arr[:, self.pos[name]]) for name in self.groups}
-
-    def split_actions(self, actions: Mapping[str, torch.Tensor], num_envs: int) -> List[np.ndarray]:
-        """Group action tensors -> per-agent numpy arrays in agent order.
-
-        Discrete agents get ``[B]`` int64 (validated to ``[0, n)``), continuous
-        agents ``[B, act_dim]`` float32 clipped to the action space bounds.
-
-        Raises:
-            MarlError: a group is missing, or a tensor has the wrong shape or an out-of-range action.
-        """
-        out: List[Optional[np.ndarray]] = [None] * len(self.agents)
-        for name, g in self.groups.items():
-            if name not in actions:
-                raise MarlError(f"Missing actions for group '{name}'. Expected groups: {', '.join(self.groups)}.")
-            a = actions[name]
-            a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
-            if g.discrete:
-                if a.shape != (num_envs, g.n_agents):
-                    raise MarlError(
-                        f"Actions of group '{name}' must have shape {(num_envs, g.n_agents)} (int64), got {tuple(a.shape)}."
-                    )
-                a = a.astype(np.int64, copy=False)
-                if a.size and (a.min() < 0 or a.max() >= g.n_actions):
-                    raise MarlError(
-                        f"Actions of group '{name}' must lie in [0, {g.n_actions}), got values in [{a.min()}, {a.max()}]."
-                    )
-            else:
-                want = (num_envs, g.n_agents, g.n_actions)
-                if a.shape != want:
-                    raise MarlError(f"Actions of group '{name}' must have shape {want} (float32), got {tuple(a.shape)}.")
-                # a fresh clipped array: mpe2 keeps views of it (comm state) after the step
-                a = np.clip(a.astype(np.float32), g.action_space.low, g.action_space.high).astype(np.float32)
-            for j, agent in enumerate(g.agents):
-                out[self.index[agent]] = a[:, j]
-        return out  # type: ignore[return-value]
-
-
-def check_kwargs(what: str, given: Mapping[str, Any], valid: Sequence[str]) -> None:
-    """Raise a :class:`MarlError` naming the valid kwargs if ``given`` holds one not in ``valid``."""
-    bad = [k for k in given if k not in valid]
-    if bad:
-        same_case = [v for v in valid if v.lower() == str(bad[0]).lower()]
-        hint = f" Did you mean '{same_case[0]}'?" if same_case else closest(bad[0], valid)
-        raise MarlError(
-            f"Unknown keyword argument '{bad[0]}' for {what}.{hint} "
-            f"Valid kwargs: {', '.join(sorted(valid)) or '(none)'}."
-        )
 
 
 # --------------------------------------------------------------------------- PettingZoo adapter
@@ -465,7 +236,7 @@ class PettingZooEnv(MultiAgentEnv):
         Raises:
             MarlError: ``obj`` is none of these, or the instance cannot be deep-copied.
         """
-        num_envs = _check_num_envs(num_envs)
+        num_envs = check_num_envs(num_envs)
         check_kwargs("PettingZooEnv.from_object", kwargs, _ADAPTER_KWARGS + ("scenario", "family"))
         if inspect.ismodule(obj):
             ctor = getattr(obj, "parallel_env", None) or getattr(obj, "env", None)
@@ -506,7 +277,7 @@ class PettingZooEnv(MultiAgentEnv):
         Raises:
             MarlError: the module / id does not exist (the message lists close matches).
         """
-        num_envs = _check_num_envs(num_envs)
+        num_envs = check_num_envs(num_envs)
         ctor = _resolve_ctor(name)
         try:
             copies = [ctor(**env_kwargs) for _ in range(num_envs)]
@@ -528,19 +299,21 @@ class PettingZooEnv(MultiAgentEnv):
         self._started = True
         zero = np.zeros((B, len(self.info.agents)), np.float32)
         false = torch.zeros(B, dtype=torch.bool)
-        return self._make_step(zero, false, false.clone(), None, np.zeros(B, np.int64))
+        step = self._make_step(zero, false, false.clone(), np.zeros(B, np.int64))
+        step.final_obs, step.final_state = dict(step.obs), step.state
+        return step
 
-    def step(self, actions: Dict[str, torch.Tensor]) -> Step:
-        """Apply one joint action per copy (see :meth:`MultiAgentEnv.step`); ended copies auto-reset."""
+    def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
+        """Step every copy in turn (see :meth:`MultiAgentEnv.step_env`); an ended copy's row holds its
+        episode's last observation (agents that left earlier: zeros) until :meth:`reset_rows`."""
         if not self._started:
             raise MarlError("Call reset() before step().")
         B, N = self.num_envs, len(self.info.agents)
-        per_agent = self.layout.split_actions(actions, B)
+        per_agent = self.layout.split_actions(actions)
         rewards = np.zeros((B, N), np.float32)
         terminated = np.zeros(B, bool)
         truncated = np.zeros(B, bool)
         illegal = np.zeros(B, np.int64)
-        final_state = None
         for b, env in enumerate(self._envs):
             acts = [a[b] for a in per_agent]
             if self._aec:
@@ -548,14 +321,16 @@ class PettingZooEnv(MultiAgentEnv):
             else:
                 ended, trunc, last = self._step_parallel(b, env, acts, rewards[b])
             if ended:
-                if final_state is None:
-                    final_state = self._state.copy()
-                final_state[b] = last
+                self._state[b] = last
                 terminated[b], truncated[b] = not trunc, trunc
-                self._reset_copy(b, env, None)
-        return self._make_step(
-            rewards, torch.from_numpy(terminated), torch.from_numpy(truncated), final_state, illegal
-        )
+        return self._make_step(rewards, torch.from_numpy(terminated), torch.from_numpy(truncated), illegal)
+
+    def reset_rows(self, rows: torch.Tensor) -> Observation:
+        """Reset the copies in ``rows`` (unseeded: each continues its own RNG stream)."""
+        for b in rows.nonzero().flatten().tolist():
+            self._reset_copy(b, self._envs[b], None)
+        obs, state = self.layout.observe(self._state)
+        return Observation(obs, state, self._avail(), self.layout.per_group(self._alive))
 
     def close(self) -> None:
         for env in self._envs:
@@ -566,23 +341,23 @@ class PettingZooEnv(MultiAgentEnv):
 
     # ------------------------------------------------------------------ internals
 
-    def _make_step(self, rewards, terminated, truncated, final_state, illegal) -> Step:
-        lay = self.layout
-        obs, state, final_obs, final_st = lay.observe(self._state, final_state)
-        avail = {
+    def _avail(self) -> Dict[str, Optional[torch.Tensor]]:
+        return {
             name: (torch.from_numpy(self._masks[name].copy()) if g.discrete else None)
             for name, g in self.info.groups.items()
         }
+
+    def _make_step(self, rewards, terminated, truncated, illegal) -> Step:
+        lay = self.layout
+        obs, state = lay.observe(self._state)
         return Step(
             obs=obs,
             state=state,
-            avail_actions=avail,
+            avail_actions=self._avail(),
             alive=lay.per_group(self._alive),
             reward=lay.per_group(rewards),
             terminated=terminated,
             truncated=truncated,
-            final_obs=final_obs,
-            final_state=final_st,
             info={"illegal_actions": torch.from_numpy(illegal)} if self._aec else {},
         )
 
@@ -692,12 +467,6 @@ class PettingZooEnv(MultiAgentEnv):
         return ended, any(truncd.values()), last
 
 
-def _check_num_envs(num_envs: Any) -> int:
-    if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-        raise MarlError(f"num_envs must be a positive int, got {num_envs!r}.")
-    return int(num_envs)
-
-
 def _env_name(env: Any) -> str:
     meta = getattr(env, "metadata", None) or {}
     return str(meta.get("name") or type(getattr(env, "unwrapped", env)).__module__)
@@ -743,6 +512,24 @@ def _resolve_ctor(name: str) -> Callable[..., Any]:
 _ADAPTER_KWARGS = ("kind", "teams", "shared_reward", "episode_limit", "seed", "entity_layout")
 
 
+def from_object(obj: Any, **kwargs) -> Optional[PettingZooEnv]:
+    """Object factory of the ``"pettingzoo"`` family: ``make_env(obj, **kwargs)`` for a PettingZoo env
+    instance, a constructor (any callable) or a module with ``parallel_env`` / ``env``.
+
+    Returns:
+        :meth:`PettingZooEnv.from_object` ``(obj, **kwargs)``, or ``None`` for an object
+        that is none of these (a non-callable, or a module without a constructor).
+    Raises:
+        MarlError: see :meth:`PettingZooEnv.from_object`.
+    """
+    if inspect.ismodule(obj):
+        if getattr(obj, "parallel_env", None) is None and getattr(obj, "env", None) is None:
+            return None
+    elif not (_is_instance(obj) or callable(obj)):
+        return None
+    return PettingZooEnv.from_object(obj, **kwargs)
+
+
 def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, **kwargs) -> PettingZooEnv:
     """Registry factory of the ``"pettingzoo"`` family: ``make_env("pettingzoo", name, **kw)``.
 
@@ -768,8 +555,6 @@ def scenarios() -> List[str]:
     """Known names: mpe2 modules (``"mpe2.simple_spread_v3"``, ...) and PettingZoo registry ids."""
     names: List[str] = []
     try:
-        from marl.envs.mpe import mpe2_modules
-
         names += [f"mpe2.{m}" for m in mpe2_modules().values()]
     except ImportError:
         pass

@@ -100,18 +100,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_discrete_actions
-from marl.envs.stag_hunter import (
-    _MOVES, ACTIONS, check_ints, first_near, other_index, relative_others, scenarios, team_step,
+from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Observation, Step
+from marl.envs.common import check_kwargs
+from marl.envs.grid import (
+    MOVE_ACTIONS, MOVES, WORK, check_ints, first_near, other_index, relative_others, scenarios, team_observation,
+    team_step,
 )
 
 __all__ = ["Quarry", "Afforestation", "QUARRY_ACTIONS", "AFFORESTATION_ACTIONS", "WORK", "scenarios",
            "make_quarry", "make_afforestation"]
 
-MOVE_ACTIONS = ACTIONS[:5]  # stay up down left right; _MOVES row 5 (the work action) does not move
-QUARRY_ACTIONS = MOVE_ACTIONS + ["mine"]
+QUARRY_ACTIONS = MOVE_ACTIONS + ["mine"]  # MOVES row 5 (the work action) does not move
 AFFORESTATION_ACTIONS = MOVE_ACTIONS + ["plant"]
-WORK = 5  # index of mine / plant
 
 
 def _check_rewards(*specs) -> None:
@@ -141,7 +141,7 @@ class _GridResourceGame(MultiAgentEnv):
         self.size, self.N, self._B, self._limit = int(size), int(n_agents[1]), int(num_envs), int(episode_limit)
         self._gen = torch.Generator(device=self.device)
         self._gen.manual_seed(0 if seed is None else int(seed))
-        self._moves = _MOVES.to(self.device)
+        self._moves = MOVES.to(self.device)
         self._others = other_index(self.N, self.device)
         self.pos = self._zeros(self.N, 2, dtype=torch.long)
         self.t = self._zeros(dtype=torch.long)
@@ -172,36 +172,35 @@ class _GridResourceGame(MultiAgentEnv):
         self._started = True
         return self.observe()
 
-    def step(self, actions: Dict[str, torch.Tensor]) -> Step:
-        """Move, apply the game's rules; ended copies restart (see the module docstring).
+    def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
+        """Move, apply the game's rules (see the module docstring); ended rows keep their last observation.
 
         Args:
-            actions: ``{group: [B, N] int}`` with values in ``0..5``.
+            actions: ``{group: [B, N] int}`` with values in ``0..5`` (checked by :meth:`step`).
         """
         if not self._started:
             raise MarlError("Call reset() before step().")
-        a = check_discrete_actions(actions, self.info.groups[self.group], self._B).to(self.device)
+        a = actions[self.group].to(self.device)
         self.pos = (self.pos + self._moves[a]).clamp(0, self.size - 1)
         reward = self._resolve(a)
         self.t += 1
         truncated = self.t >= self._limit
-        fobs, fstate = self._observe()
-        metrics = self._metrics()
-        if bool(truncated.any()):
-            self._respawn(truncated)
-            obs, state = self._observe()
-        else:
-            obs, state = fobs, fstate
-        no = torch.zeros_like(truncated)
-        return team_step(self.group, len(self.action_names[self.group]), obs, state, reward, no, truncated,
-                         fobs, fstate, metrics)
+        obs, state = self._observe()
+        return team_step(self.group, len(self.action_names[self.group]), obs, state, reward,
+                         torch.zeros_like(truncated), truncated, self._metrics())
+
+    def reset_rows(self, rows: torch.Tensor) -> Observation:
+        """Restart the copies in ``rows`` (``[B]`` bool): new positions, empty world, clock and counts at 0."""
+        self._respawn(rows.to(self.device))
+        obs, state = self._observe()
+        return team_observation(self.group, len(self.action_names[self.group]), obs, state)
 
     def observe(self) -> Step:
         """The current observation as a :class:`Step` with zero reward (after ``set_positions``)."""
         obs, state = self._observe()
         no = torch.zeros(self._B, dtype=torch.bool, device=self.device)
         return team_step(self.group, len(self.action_names[self.group]), obs, state,
-                         torch.zeros(self._B, device=self.device), no, no, obs, state, self._metrics())
+                         torch.zeros(self._B, device=self.device), no, no, self._metrics())
 
     # ------------------------------------------------------------------ internals
 
@@ -495,8 +494,6 @@ def _factory(cls):
     valid = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "scenario")]
 
     def make(scenario: Optional[str] = None, **kwargs):
-        from marl.envs.pettingzoo import check_kwargs
-
         check_kwargs(f"the {cls.family} family", kwargs, valid)
         return cls(scenario, **kwargs)
 

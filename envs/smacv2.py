@@ -65,10 +65,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import gymnasium as gym
 import numpy as np
 import torch
-from marl.envs.pettingzoo import check_kwargs
 
-from marl.env import MarlError, MultiAgentEnv, Step, check_discrete_actions, unknown_choice
-from marl.envs.smax import ally_team_info
+from marl.env import MarlError, MultiAgentEnv, Observation, Step, check_discrete_actions, unknown_choice
+from marl.envs.common import ally_team_info, check_kwargs, check_num_envs
 
 DEFAULT_NUM_ENVS = 1  # every copy is a whole StarCraft II process
 
@@ -294,8 +293,7 @@ class SMACv2Env(MultiAgentEnv):
     noop_action = 1  # stop (no-op is legal only for dead agents); crash and off-beat wrappers
 
     def __init__(self, scenario: str, num_envs: int = DEFAULT_NUM_ENVS, seed: Optional[int] = 0, **overrides):
-        if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs < 1:
-            raise MarlError(f"num_envs must be a positive int, got {num_envs!r}.")
+        num_envs = check_num_envs(num_envs)
         env_args(scenario, **overrides)  # validates scenario and overrides before the install check
         wrapper_cls = check_install()
         self._seed = 0 if seed is None else int(seed)
@@ -313,6 +311,7 @@ class SMACv2Env(MultiAgentEnv):
         self.action_names = {"ally": ["no_op", "stop", "move_north", "move_south", "move_east", "move_west"]
                              + [f"attack_{k}" for k in range(n_actions - 6)]}
         self._avail: Optional[np.ndarray] = None  # [B, n, A] legal actions of the current obs
+        self._last: List[Tuple[np.ndarray, ...]] = []  # per copy (obs, state, avail) of the current obs
 
     # ------------------------------------------------------------------ API
 
@@ -324,22 +323,36 @@ class SMACv2Env(MultiAgentEnv):
                 getattr(env, "env", env)._seed = int(seed) + b
         for env in self._envs:
             env.reset()
-        obs, state, avail = _stack([_observe(env) for env in self._envs])
+        self._last = [_observe(env) for env in self._envs]
         B = self.num_envs
         no = np.zeros(B, dtype=bool)
-        return self._make_step(obs, state, avail, np.zeros(B, np.float32), no, no, no, (obs, state, avail),
-                               np.zeros(B, np.int64))
+        step = self._make_step(*_stack(self._last), np.zeros(B, np.float32), no, no, no, np.zeros(B, np.int64))
+        step.final_obs, step.final_state = dict(step.obs), step.state
+        step.final_avail_actions = dict(step.avail_actions)
+        return step
 
-    def step(self, actions: Dict[str, torch.Tensor]) -> Step:
-        """Step each copy in turn (see :meth:`MultiAgentEnv.step`); ended copies reset themselves.
+    def check_actions(self, actions: Dict[str, Any]) -> Dict[str, torch.Tensor]:
+        """``{"ally": [B, n] int}``, every action legal (``avail_actions``), as SMACv2 asserts.
 
-        Args:
-            actions: ``{"ally": [B, n] int}``; every action must be legal
-                (``avail_actions``), as SMACv2 asserts.
+        Raises:
+            MarlError: ``step`` before ``reset``, bad shape / dtype / range, or an unavailable action.
         """
         if self._avail is None:
             raise MarlError("Call reset() before step().")
-        acts = self._check_actions(actions)
+        g = self.info.groups["ally"]
+        a = check_discrete_actions(actions, g, self.num_envs).cpu()
+        legal = np.take_along_axis(self._avail, a.numpy()[..., None], axis=-1)[..., 0]
+        if not legal.all():
+            b, i = (int(x) for x in np.argwhere(~legal)[0])
+            raise MarlError(
+                f"Action {int(a[b, i])} of {g.agents[i]} in copy {b} is not available "
+                f"(legal: {np.flatnonzero(self._avail[b, i]).tolist()}); SMACv2 rejects unavailable actions."
+            )
+        return {"ally": a}
+
+    def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
+        """Step each copy in turn (see :meth:`MultiAgentEnv.step_env`)."""
+        acts = actions["ally"].numpy()
         B = self.num_envs
         reward = np.zeros(B, np.float32)
         term, trunc, won = np.zeros(B, bool), np.zeros(B, bool), np.zeros(B, bool)
@@ -353,12 +366,18 @@ class SMACv2Env(MultiAgentEnv):
                 cut = bool(info.get("episode_limit", False)) or not info
                 trunc[b], term[b] = cut, not cut
                 won[b] = bool(info.get("battle_won", False))
-        final = [_observe(env) for env in self._envs]
-        current = list(final)
-        for b in np.flatnonzero(term | trunc):
+        self._last = [_observe(env) for env in self._envs]
+        return self._make_step(*_stack(self._last), reward, term, trunc, won, restarts)
+
+    def reset_rows(self, rows: torch.Tensor) -> Observation:
+        """Reset the games in ``rows`` (``[B]`` bool); the others keep their observation."""
+        for b in rows.nonzero().flatten().tolist():
             self._envs[b].reset()
-            current[b] = _observe(self._envs[b])
-        return self._make_step(*_stack(current), reward, term, trunc, won, _stack(final), restarts)
+            self._last[b] = _observe(self._envs[b])
+        obs, state, avail = _stack(self._last)
+        self._avail = avail
+        t = torch.from_numpy
+        return Observation({"ally": t(obs)}, t(state), {"ally": t(avail)}, {"ally": t(~avail[..., 0])})
 
     def close(self) -> None:
         """Close every StarCraft II process."""
@@ -367,22 +386,9 @@ class SMACv2Env(MultiAgentEnv):
 
     # ------------------------------------------------------------------ internals
 
-    def _check_actions(self, actions: Dict[str, torch.Tensor]) -> np.ndarray:
-        g = self.info.groups["ally"]
-        a = check_discrete_actions(actions, g, self.num_envs).cpu().numpy()
-        legal = np.take_along_axis(self._avail, a[..., None], axis=-1)[..., 0]
-        if not legal.all():
-            b, i = (int(x) for x in np.argwhere(~legal)[0])
-            raise MarlError(
-                f"Action {a[b, i]} of {g.agents[i]} in copy {b} is not available "
-                f"(legal: {np.flatnonzero(self._avail[b, i]).tolist()}); SMACv2 rejects unavailable actions."
-            )
-        return a
-
-    def _make_step(self, obs, state, avail, reward, term, trunc, won, final, restarts) -> Step:
+    def _make_step(self, obs, state, avail, reward, term, trunc, won, restarts) -> Step:
         self._avail = avail
         n = self.info.groups["ally"].n_agents
-        f_obs, f_state, f_avail = final
         t = torch.from_numpy
         return Step(
             obs={"ally": t(obs)},
@@ -392,9 +398,6 @@ class SMACv2Env(MultiAgentEnv):
             reward={"ally": t(np.repeat(reward[:, None], n, axis=1))},
             terminated=t(term.copy()),
             truncated=t(trunc.copy()),
-            final_obs={"ally": t(f_obs)},
-            final_state=t(f_state),
-            final_avail_actions={"ally": t(f_avail)},
             info={"episode_metrics": {"win_rate": t(won.astype(np.float32))}, "restarts": t(restarts)},
         )
 

@@ -83,11 +83,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import gymnasium as gym
 import numpy as np
 import torch
-from marl.envs.pettingzoo import check_kwargs
 
-from marl.env import (
-    EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_discrete_actions, check_entity_layout, unknown_choice,
-)
+from marl.env import MarlError, MultiAgentEnv, Observation, Step, unknown_choice
+from marl.envs.common import ally_team_info, check_kwargs, check_num_envs
 
 DEFAULT_NUM_ENVS = 64
 INSTALL_HINT = 'pip install "marl[smax]"  (i.e. pip install jaxmarl==0.2.0)'
@@ -243,8 +241,7 @@ class SMAXEnv(MultiAgentEnv):
     ):
         if scenario not in SCENARIOS:
             raise unknown_choice("SMAX scenario", scenario, SCENARIOS)
-        if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs < 1:
-            raise MarlError(f"num_envs must be a positive int, got {num_envs!r}.")
+        num_envs = check_num_envs(num_envs)
         check_kwargs(f"SMAX scenario '{scenario}'", env_kwargs, list(_ENV_KWARGS) + ["num_envs", "seed", "raw_world_state"])
         _check_env_kwargs(env_kwargs)
         self._jax = _import_jaxmarl()[0]
@@ -265,6 +262,7 @@ class SMAXEnv(MultiAgentEnv):
         self._default_seed = 0 if seed is None else int(seed)
         self._keys = None  # [B, 2] uint32, one PRNG stream per copy
         self._states = None  # batched HeuristicEnemySMAX State pytree
+        self._current = None  # (obs, state, avail, alive) jax arrays after the last step's resets
 
     # ------------------------------------------------------------------ API
 
@@ -293,55 +291,36 @@ class SMAXEnv(MultiAgentEnv):
             info={"episode_metrics": {"win_rate": torch.zeros(B)}},
         )
 
-    def step(self, actions: Dict[str, torch.Tensor]) -> Step:
-        """Step every copy in one jitted call (see :meth:`MultiAgentEnv.step`); ended copies reset themselves.
+    def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
+        """Step every copy in one jitted call (see :meth:`MultiAgentEnv.step_env`).
+
+        The same XLA call also resets the copies whose episode ended (keeping
+        one PRNG split per step, as in JaxMARL); :meth:`reset_rows` hands out
+        their first observation.
 
         Args:
-            actions: ``{"ally": [B, n] int}`` with values in ``[0, 5 + m)``.
+            actions: ``{"ally": [B, n] int}`` with values in ``[0, 5 + m)`` (checked by :meth:`step`).
         """
         if self._states is None:
             raise MarlError("Call reset() before step().")
-        acts = self._check_actions(actions)
-        self._keys, self._states, cur, final, rest = self._step_fn(self._keys, self._states, acts)
-        cur, final, rest = self._jax.device_get((cur, final, rest))
-        obs, state, avail, alive = _to_torch(cur)
-        f_obs, f_state, f_avail, _ = _to_torch(final)
+        acts = actions["ally"].cpu().numpy().astype(np.int32)  # jax runs without x64: int32 actions
+        self._keys, self._states, self._current, final, rest = self._step_fn(self._keys, self._states, acts)
+        final, rest = self._jax.device_get((final, rest))
+        obs, state, avail, alive = _to_torch(final)
         reward, terminated, truncated, won = (torch.from_numpy(np.array(x)) for x in rest)
         return Step(
             obs={"ally": obs}, state=state, avail_actions={"ally": avail}, alive={"ally": alive},
             reward={"ally": reward}, terminated=terminated, truncated=truncated,
-            final_obs={"ally": f_obs}, final_state=f_state, final_avail_actions={"ally": f_avail},
             info={"episode_metrics": {"win_rate": won.float()}},
         )
 
+    def reset_rows(self, rows: torch.Tensor) -> Observation:
+        """The observation after the reset of the copies in ``rows``, which :meth:`step_env` already did."""
+        obs, state, avail, alive = _to_torch(self._jax.device_get(self._current))
+        return Observation({"ally": obs}, state, {"ally": avail}, {"ally": alive})
+
     def close(self) -> None:
-        self._states = self._keys = None
-
-    # ------------------------------------------------------------------ internals
-
-    def _check_actions(self, actions: Dict[str, torch.Tensor]) -> np.ndarray:
-        a = check_discrete_actions(actions, self.info.groups["ally"], self.num_envs)
-        return a.cpu().numpy().astype(np.int32)  # jax runs without x64: int32 actions
-
-
-def ally_team_info(
-    family: str, scenario: str, agents: List[str], obs_space: gym.spaces.Box, n_actions: int,
-    state_dim: int, episode_limit: int, num_envs: int, layout: Dict[str, Any],
-) -> EnvInfo:
-    """EnvInfo of a StarCraft-style task (SMAX, SMACv2): one cooperative group
-    ``"ally"`` whose units all receive the team reward; ``layout`` is the ally
-    observation's entity layout, keyed by the group name (see :class:`EnvInfo`).
-
-    Raises:
-        MarlError: ``layout`` does not fit the observation / actions (:func:`check_entity_layout`).
-    """
-    group = GroupInfo("ally", agents, obs_space, gym.spaces.Discrete(n_actions), team="team")
-    info = EnvInfo(
-        family=family, scenario=scenario, agents=agents, groups={"ally": group}, state_dim=state_dim,
-        episode_limit=episode_limit, kind="cooperative", shared_reward=True, num_envs=num_envs,
-    )
-    info.entity_layout = check_entity_layout(layout, info)
-    return info
+        self._states = self._keys = self._current = None
 
 
 def _check_env_kwargs(kw: Dict[str, Any]) -> None:

@@ -50,77 +50,23 @@ seed given to :meth:`StagHunter.reset`), shared by all copies.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_discrete_actions
+from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Observation, Step
+from marl.envs.common import check_kwargs
+from marl.envs.grid import (
+    DIRS, MOVE_ACTIONS, MOVES, WORK, check_ints, check_probs, first_near, other_index, relative_others, scenarios,
+    team_observation, team_step,
+)
 
-ACTIONS = ["stay", "up", "down", "left", "right", "catch"]
-STAY, CATCH = 0, 5
-# (dx, dy) of each action; catch does not move
-_MOVES = torch.tensor([[0, 0], [0, 1], [0, -1], [-1, 0], [1, 0], [0, 0]], dtype=torch.long)
-_DIRS = _MOVES[1:5]
+__all__ = ["StagHunter", "ACTIONS", "STAY", "CATCH", "scenarios", "make"]
 
-
-def scenarios() -> List[str]:
-    return ["default"]
-
-
-# ---------------------------------------------------------------------- helpers shared by the grid games
-# (also used by envs/resource_games.py)
-
-
-def check_ints(*specs) -> None:
-    """Raise :class:`MarlError` unless every ``(name, value, lowest)`` has an int ``value >= lowest``."""
-    for name, v, lo in specs:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise MarlError(f"{name} must be an int >= {lo}, got {v!r}.")
-
-
-def check_probs(*specs) -> None:
-    """Raise :class:`MarlError` unless every ``(name, p)`` lies in [0, 1]."""
-    for name, p in specs:
-        if not 0.0 <= float(p) <= 1.0:
-            raise MarlError(f"{name} must lie in [0, 1], got {p!r}.")
-
-
-def other_index(n: int, device) -> torch.Tensor:
-    """``[n, n-1]``: row ``i`` lists the indices of the agents other than ``i``, in order."""
-    keep = ~torch.eye(n, dtype=torch.bool, device=device)
-    return keep.nonzero()[:, 1].reshape(n, n - 1)
-
-
-def relative_others(pos: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
-    """``[B, N, N-1, 2]``: positions of the other agents relative to each agent (``pos`` ``[B, N, 2]``)."""
-    B, N = pos.shape[:2]
-    rel = pos[:, None] - pos[:, :, None]  # [B, N, N, 2]: agent j relative to agent i
-    return torch.gather(rel, 2, others[None, :, :, None].expand(B, N, N - 1, 2))
-
-
-def first_near(pos: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``[B, N, K]`` bool: for each agent (``pos`` ``[B, N, 2]``) the first of ``targets`` ``[B, K, 2]``
-    within Chebyshev distance 1 (one-hot; all False when none is near)."""
-    near = (pos[:, :, None] - targets[:, None]).abs().amax(-1) <= 1  # [B, N, K]
-    return torch.nn.functional.one_hot(near.long().argmax(-1), targets.shape[1]).bool() & near
-
-
-def team_step(group: str, n_actions: int, obs, state, reward, terminated, truncated, fobs, fstate,
-              metrics: Dict[str, torch.Tensor]) -> Step:
-    """A :class:`Step` of a one-group cooperative game: every action legal, everyone alive, the
-    team ``reward`` ``[B]`` given to every agent; ``metrics`` go to ``info["episode_metrics"]``."""
-    B, N = obs.shape[:2]
-    avail = torch.ones(B, N, n_actions, dtype=torch.bool, device=obs.device)
-    return Step(
-        obs={group: obs}, state=state, avail_actions={group: avail},
-        alive={group: torch.ones(B, N, dtype=torch.bool, device=obs.device)},
-        reward={group: reward[:, None].expand(B, N).clone()},
-        terminated=terminated, truncated=truncated,
-        final_obs={group: fobs}, final_state=fstate, final_avail_actions={group: avail},
-        info={"episode_metrics": metrics},
-    )
+ACTIONS = MOVE_ACTIONS + ["catch"]
+STAY, CATCH = 0, WORK
 
 
 class StagHunter(MultiAgentEnv):
@@ -181,8 +127,8 @@ class StagHunter(MultiAgentEnv):
         self._seed = seed
         self._gen = torch.Generator(device=self.device)
         self._gen.manual_seed(0 if seed is None else int(seed))
-        self._moves = _MOVES.to(self.device)
-        self._dirs = _DIRS.to(self.device)
+        self._moves = MOVES.to(self.device)
+        self._dirs = DIRS.to(self.device)
         # per hunter, the indices of the other hunters (the observation's hunters block)
         self._others = other_index(self.H, self.device)
 
@@ -215,16 +161,15 @@ class StagHunter(MultiAgentEnv):
         no = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         zero = torch.zeros(self.num_envs, device=self.device)
         obs, state = self._observe()
-        return self._make_step(obs, state, zero, no, no, obs, state, self.stag_captures.float(),
-                               self.hare_captures.float())
+        return self._make_step(obs, state, zero, no, no, self.stag_captures.float(), self.hare_captures.float())
 
-    def step(self, actions: Dict[str, torch.Tensor]) -> Step:
-        """Move, catch, move the animals; ended copies restart (see the module docstring)."""
+    def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
+        """Move, catch, move the animals (see the module docstring); ended rows keep their last observation."""
         if not self._started:
             raise MarlError("Call reset() before step().")
-        a = check_discrete_actions(actions, self.info.groups["hunter"], self.num_envs).to(self.device)
-        B, H, M, S = self.num_envs, self.H, self.M, self.size
-        self.hunters = (self.hunters + self._moves[a]).clamp(0, S - 1)
+        a = actions["hunter"].to(self.device)
+        B, M = self.num_envs, self.M
+        self.hunters = (self.hunters + self._moves[a]).clamp(0, self.size - 1)
         catching = a == CATCH  # [B, H]
         near_stag = (self.hunters - self.stag[:, None]).abs().amax(-1) <= 1  # [B, H]
         stag_hit = (catching & near_stag).sum(-1) >= self.stag_hunters  # [B]
@@ -244,15 +189,15 @@ class StagHunter(MultiAgentEnv):
         self.t += 1
         terminated = stag_hit & self.end_on_stag
         truncated = (self.t >= self.info.episode_limit) & ~terminated
-        done = terminated | truncated
-        fobs, fstate = self._observe()
-        stag_n, hare_n = self.stag_captures.float(), self.hare_captures.float()
-        if bool(done.any()):
-            self._respawn(done)
-            obs, state = self._observe()
-        else:
-            obs, state = fobs, fstate
-        return self._make_step(obs, state, reward, terminated, truncated, fobs, fstate, stag_n, hare_n)
+        obs, state = self._observe()
+        return self._make_step(obs, state, reward, terminated, truncated, self.stag_captures.float(),
+                               self.hare_captures.float())
+
+    def reset_rows(self, rows: torch.Tensor) -> Observation:
+        """Respawn every entity of the copies in ``rows`` (``[B]`` bool) and restart their clocks."""
+        self._respawn(rows.to(self.device))
+        obs, state = self._observe()
+        return team_observation("hunter", len(ACTIONS), obs, state)
 
     def set_positions(self, hunters=None, stag=None, hares=None) -> None:
         """Place entities by hand (tests, demos): ``[B, N, 2]`` / ``[B, 2]`` / ``[B, M, 2]`` or broadcastable ``(x, y)``."""
@@ -270,7 +215,7 @@ class StagHunter(MultiAgentEnv):
         B = self.num_envs
         no = torch.zeros(B, dtype=torch.bool, device=self.device)
         obs, state = self._observe()
-        return self._make_step(obs, state, torch.zeros(B, device=self.device), no, no, obs, state,
+        return self._make_step(obs, state, torch.zeros(B, device=self.device), no, no,
                                self.stag_captures.float(), self.hare_captures.float())
 
     # ------------------------------------------------------------------ internals
@@ -310,15 +255,13 @@ class StagHunter(MultiAgentEnv):
                            (self.t.float() / self.info.episode_limit)[:, None]], -1)
         return obs, state
 
-    def _make_step(self, obs, state, reward, terminated, truncated, fobs, fstate, stag_n, hare_n) -> Step:
-        return team_step("hunter", len(ACTIONS), obs, state, reward, terminated, truncated, fobs, fstate,
+    def _make_step(self, obs, state, reward, terminated, truncated, stag_n, hare_n) -> Step:
+        return team_step("hunter", len(ACTIONS), obs, state, reward, terminated, truncated,
                          {"stag_captures": stag_n, "hare_captures": hare_n})
 
 
 def make(scenario: Optional[str] = None, **kwargs) -> StagHunter:
     """Registry factory of the ``"stag_hunter"`` family; see :class:`StagHunter`."""
-    from marl.envs.pettingzoo import check_kwargs
-
     valid = ["num_envs", "size", "n_hunters", "n_hares", "stag_hunters", "stag_reward", "hare_reward",
              "stag_move_prob", "hare_move_prob", "episode_limit", "end_on_stag", "seed", "device"]
     check_kwargs("the stag_hunter family", kwargs, valid)

@@ -6,9 +6,9 @@ adapter builds the env with ``vmas.make_env(..., dict_spaces=True,
 terminated_truncated=True, clamp_actions=True)`` and:
 
 * stacks per-agent tensors into group tensors (groups by agent-id prefix, see
-  :func:`marl.envs.pettingzoo.build_groups`); the state is all observations
+  :func:`marl.envs.common.build_groups`); the state is all observations
   concatenated in agent order;
-* auto-resets ended copies: if every copy ended (the common case with a fixed
+* resets ended copies (:meth:`VmasEnv.reset_rows`): if every copy ended (the common case with a fixed
   ``max_steps``: episodes stay in lockstep) it calls one vectorized
   ``env.reset()``; otherwise it calls ``env.reset_at(i)`` for each ended copy
   only (VMAS scenarios reset one index at a time) and then recomputes the
@@ -32,8 +32,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from marl.env import EnvInfo, MarlError, MultiAgentEnv, Step, unknown_choice
-from marl.envs.pettingzoo import build_groups, check_kwargs, flat_box, to_gymnasium
+from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, unknown_choice
+from marl.envs.common import build_groups, check_kwargs, check_num_envs, flat_box, to_gymnasium
 
 DEFAULT_NUM_ENVS = 256
 DEFAULT_MAX_STEPS = 100
@@ -98,8 +98,7 @@ class VmasEnv(MultiAgentEnv):
     ):
         if scenario not in scenarios():
             raise unknown_choice("VMAS scenario", scenario, scenarios())
-        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise MarlError(f"num_envs must be a positive int, got {num_envs!r}.")
+        num_envs = check_num_envs(num_envs)
         if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
             raise MarlError(f"max_steps must be a positive int or None, got {max_steps!r}.")
         self._env = _make_vmas(scenario, int(num_envs), bool(continuous_actions), max_steps, device, seed, scenario_kwargs)
@@ -138,26 +137,39 @@ class VmasEnv(MultiAgentEnv):
         """Reset the whole batch (VMAS stream seeded with ``seed``) and return the first :class:`Step`."""
         if seed is None:
             seed = self._default_seed
-        obs = self._env.reset(seed=seed)
+        self._obs = self._env.reset(seed=seed)
         self._started = True
         B = self.num_envs
         no = torch.zeros(B, dtype=torch.bool, device=self.device)
         zero = {a: torch.zeros(B, device=self.device) for a in self.info.agents}
-        return self._make_step(obs, zero, no, no.clone(), None)
+        step = self._make_step(zero, no, no.clone())
+        step.final_obs, step.final_state = dict(step.obs), step.state
+        return step
 
-    def step(self, actions: Dict[str, torch.Tensor]) -> Step:
-        """Step all copies at once (see :meth:`MultiAgentEnv.step`); ended copies reset themselves."""
+    def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
+        """Step all copies at once (see :meth:`MultiAgentEnv.step_env`)."""
         if not self._started:
             raise MarlError("Call reset() before step().")
-        obs, rew, terminated, truncated, _ = self._env.step(self._agent_actions(actions))
+        self._obs, rew, terminated, truncated, _ = self._env.step(self._agent_actions(actions))
         terminated = terminated.bool()
         truncated = truncated.bool() & ~terminated
-        done = terminated | truncated
-        final_obs = None
-        if bool(done.any()):
-            final_obs = obs
-            obs = self._reset_done(done, obs)
-        return self._make_step(obs, rew, terminated, truncated, final_obs)
+        return self._make_step(rew, terminated, truncated)
+
+    def reset_rows(self, rows: torch.Tensor) -> Observation:
+        """Reset the copies in ``rows``: one vectorized reset when every copy ended, else ``reset_at`` per copy."""
+        env, done = self._env, rows.to(self.device)
+        if bool(done.all()):
+            self._obs = env.reset()  # one vectorized reset of every copy
+        else:
+            # VMAS resets one index per call; only the ended copies are visited
+            for i in done.nonzero().flatten().tolist():
+                env.reset_at(i, return_observations=False)
+            (fresh,) = env.get_from_scenario(
+                get_observations=True, get_rewards=False, get_infos=False, get_dones=False
+            )
+            mask = done.unsqueeze(-1)
+            self._obs = {a: torch.where(mask, fresh[a], self._obs[a]) for a in self._obs}
+        return self._observation()
 
     def close(self) -> None:
         self._env = None  # VMAS holds only tensors; drop them
@@ -165,72 +177,34 @@ class VmasEnv(MultiAgentEnv):
     # ------------------------------------------------------------------ internals
 
     def _agent_actions(self, actions: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        B, out = self.num_envs, {}
+        """Checked group actions -> VMAS's per-agent tensors (``[B, 1]`` long for Discrete, ``[B, d]`` float)."""
+        out = {}
         for name, g in self.info.groups.items():
-            if name not in actions:
-                raise MarlError(f"Missing actions for group '{name}'. Expected groups: {', '.join(self.info.groups)}.")
-            a = torch.as_tensor(actions[name], device=self.device)
-            if g.discrete:
-                if tuple(a.shape) != (B, g.n_agents):
-                    raise MarlError(f"Actions of group '{name}' must have shape {(B, g.n_agents)}, got {tuple(a.shape)}.")
-                if a.numel() and (int(a.min()) < 0 or int(a.max()) >= g.n_actions):
-                    raise MarlError(f"Actions of group '{name}' must lie in [0, {g.n_actions}).")
-                a = a.long()
-                for j, agent in enumerate(g.agents):
-                    out[agent] = a[:, j : j + 1]  # VMAS wants [B, 1] for Discrete
-            else:
-                if tuple(a.shape) != (B, g.n_agents, g.n_actions):
-                    raise MarlError(
-                        f"Actions of group '{name}' must have shape {(B, g.n_agents, g.n_actions)}, got {tuple(a.shape)}."
-                    )
-                a = a.float()
-                for j, agent in enumerate(g.agents):
-                    out[agent] = a[:, j]
+            a = actions[name].to(self.device)
+            for j, agent in enumerate(g.agents):
+                out[agent] = a[:, j : j + 1] if g.discrete else a[:, j]
         return out
 
-    def _reset_done(self, done: torch.Tensor, obs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        env = self._env
-        if bool(done.all()):
-            return env.reset()  # one vectorized reset of every copy
-        # VMAS resets one index per call; only the ended copies are visited
-        for i in done.nonzero().flatten().tolist():
-            env.reset_at(i, return_observations=False)
-        (fresh,) = env.get_from_scenario(
-            get_observations=True, get_rewards=False, get_infos=False, get_dones=False
-        )
-        mask = done.unsqueeze(-1)
-        return {a: torch.where(mask, fresh[a], obs[a]) for a in obs}
-
-    def _group_obs(self, obs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        B = self.num_envs
-        return {
-            name: torch.stack([obs[a].reshape(B, -1) for a in g.agents], dim=1).float()
-            for name, g in self.info.groups.items()
-        }
-
-    def _make_step(self, obs, rew, terminated, truncated, final_obs) -> Step:
-        B, groups = self.num_envs, self.info.groups
-        gobs = self._group_obs(obs)
-        state = torch.cat([obs[a].reshape(B, -1) for a in self.info.agents], dim=1).float()
-        if final_obs is None:
-            f_obs, f_state = gobs, state
-        else:
-            f_obs = self._group_obs(final_obs)
-            f_state = torch.cat([final_obs[a].reshape(B, -1) for a in self.info.agents], dim=1).float()
-        dev = self.device
-        return Step(
-            obs=gobs,
-            state=state,
+    def _observation(self) -> Observation:
+        B, groups, dev, obs = self.num_envs, self.info.groups, self.device, self._obs
+        return Observation(
+            obs={name: torch.stack([obs[a].reshape(B, -1) for a in g.agents], dim=1).float()
+                 for name, g in groups.items()},
+            state=torch.cat([obs[a].reshape(B, -1) for a in self.info.agents], dim=1).float(),
             avail_actions={
                 n: (torch.ones(B, g.n_agents, g.n_actions, dtype=torch.bool, device=dev) if g.discrete else None)
                 for n, g in groups.items()
             },
             alive={n: torch.ones(B, g.n_agents, dtype=torch.bool, device=dev) for n, g in groups.items()},
+        )
+
+    def _make_step(self, rew, terminated, truncated) -> Step:
+        groups = self.info.groups
+        return Step(
+            *self._observation(),
             reward={n: torch.stack([rew[a] for a in g.agents], dim=1).float() for n, g in groups.items()},
             terminated=terminated,
             truncated=truncated,
-            final_obs=f_obs,
-            final_state=f_state,
         )
 
 

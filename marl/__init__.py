@@ -4,23 +4,21 @@
     result = marl.make_env("mpe", "simple_spread").fit("mappo")
 """
 from marl.env import (
-    EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_entity_layout, list_envs, make_env, register_env,
+    EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Step, check_entity_layout, check_env, list_envs, make_env,
+    register_env,
 )
+# importing marl.api installs marl.fit as the training entry of MultiAgentEnv.fit (it imports no Ray)
+from marl.api import fit, list_algos, load
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "EnvInfo", "GroupInfo", "MarlError", "MultiAgentEnv", "Step", "check_entity_layout",
+    "EnvInfo", "GroupInfo", "MarlError", "MultiAgentEnv", "Step", "check_entity_layout", "check_env",
     "list_envs", "make_env", "register_env", "fit", "list_algos", "load", "Result", "PolicyMapping",
 ]
 
 
 def __getattr__(name):
-    # Lazy: importing marl must not import Ray / RLlib (slow) until training starts.
-    if name in ("fit", "list_algos", "load"):
-        from marl import api
-
-        return getattr(api, name)
     if name == "Result":
         from marl.results import Result
 

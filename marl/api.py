@@ -20,7 +20,7 @@ import yaml
 from marl.callbacks import Callback, CallbackList
 from marl.checkpoint import resolve_checkpoint, save_checkpoint
 from marl.config import EngineConfig, list_algos, load_config, trainer_class, validate_stop
-from marl.env import MarlError, MultiAgentEnv
+from marl.env import MarlError, MultiAgentEnv, set_fit_entry
 from marl.errors import TrainingDiverged
 from marl.mapping import PolicyMapping
 from marl.results import Result, load
@@ -273,3 +273,6 @@ def _diverged(e: BaseException) -> Optional[str]:
         cause = getattr(e, "cause", None)
         e = cause if isinstance(cause, BaseException) else (e.__cause__ or e.__context__)
     return None
+
+
+set_fit_entry(fit)  # MultiAgentEnv.fit / TextEnv.fit train through marl.fit

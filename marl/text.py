@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import gymnasium as gym
 from ray.rllib.env.multi_agent_env import MultiAgentEnv as RLlibMultiAgentEnv
 
-from marl.env import EnvInfo, EnvSpec, GroupInfo, MarlError, unknown_choice
+from marl.env import EnvInfo, EnvSpec, GroupInfo, MarlError, fit_env, unknown_choice
 
 INVALID_ACTIONS = ("penalty", "retry", "forfeit")
 HISTORIES = ("full", "last")
@@ -386,9 +386,7 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
 
     def fit(self, algo: str, **overrides):
         """Train ``algo`` (an LLM self-play algorithm: ``mars``, ``advantage_alignment``, ...) on this game."""
-        from marl.api import fit
-
-        return fit(self, algo, **overrides)
+        return fit_env(self, algo, **overrides)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.family}:{self.scenario} seats={self.players}>"

@@ -13,9 +13,11 @@ import pytest
 import torch
 from pettingzoo import ParallelEnv
 
+import marl
 from marl.env import MarlError, list_envs, make_env
-from marl.envs.mpe import MPEEnv, mpe2_modules
-from marl.envs.pettingzoo import PettingZooEnv, build_groups
+from marl.envs.common import build_groups, mpe2_modules
+from marl.envs.mpe import MPEEnv
+from marl.envs.pettingzoo import PettingZooEnv
 
 MPE_SCENARIOS = [
     "simple", "simple_adversary", "simple_crypto", "simple_push", "simple_reference",
@@ -28,32 +30,14 @@ MPE_SCENARIOS = [
 
 
 def check_step(env, s):
-    """Shapes, dtypes and invariants of one Step."""
-    info, B = env.info, env.num_envs
-    assert list(s.obs) == list(info.groups)
-    pieces = {}
-    for name, g in info.groups.items():
-        assert s.obs[name].shape == (B, g.n_agents, g.obs_dim) and s.obs[name].dtype == torch.float32
-        assert s.final_obs[name].shape == s.obs[name].shape
-        assert s.reward[name].shape == (B, g.n_agents) and s.reward[name].dtype == torch.float32
-        assert s.alive[name].shape == (B, g.n_agents) and s.alive[name].dtype == torch.bool
-        assert torch.isfinite(s.obs[name]).all() and torch.isfinite(s.reward[name]).all()
-        if g.discrete:
-            av = s.avail_actions[name]
-            assert av.shape == (B, g.n_agents, g.n_actions) and av.dtype == torch.bool
-            assert av.any(-1).all(), "every agent needs at least one legal action"
-        else:
-            assert s.avail_actions[name] is None
-        for j, a in enumerate(g.agents):
-            pieces[a] = s.obs[name][:, j]
-    assert s.state.shape == (B, info.state_dim) and s.state.dtype == torch.float32
+    """The common contract (shapes, dtypes, flags, finals: marl.env.check_step), plus what these adapters add."""
+    marl.env.check_step(env, s)
+    info = env.info
+    assert s.final_obs is not None and s.final_state is not None  # given on every step, ended or not
+    pieces = {a: s.obs[name][:, j] for name, g in info.groups.items() for j, a in enumerate(g.agents)}
     assert info.state_dim == sum(g.obs_dim * g.n_agents for g in info.groups.values())
     # the global state is all observations concatenated in agent order
     assert torch.equal(s.state, torch.cat([pieces[a] for a in info.agents], dim=1))
-    assert s.final_state.shape == s.state.shape
-    for t in (s.terminated, s.truncated):
-        assert t.shape == (B,) and t.dtype == torch.bool
-    assert not (s.terminated & s.truncated).any()
 
 
 def run_contract(env, limit, episodes=2, vel=None):
@@ -61,6 +45,7 @@ def run_contract(env, limit, episodes=2, vel=None):
 
     ``vel``: slice of the agents' own velocity in the observation (0 in a fresh episode).
     """
+    marl.check_env(env, steps=episodes * limit, seed=1)
     gen = torch.Generator().manual_seed(0)
     s = env.reset(seed=0)
     check_step(env, s)

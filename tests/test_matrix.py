@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import marl
 from marl.env import EpisodeStats, MarlError, list_envs, make_env
 from marl.envs.matrix import MatrixGame, optimal_return, scenarios
 
@@ -26,17 +27,12 @@ def all_joint_actions(shape):
 
 
 def check_shapes(env, s):
+    """The common contract (marl.env.check_step: shapes, dtypes, flags, finals), plus the matrix games' rules."""
+    marl.env.check_step(env, s)
     B, g = env.num_envs, env.info.groups["agent"]
-    N, D, A = g.n_agents, env.info.state_dim, g.n_actions
-    assert list(s.obs) == ["agent"]
-    assert s.obs["agent"].shape == (B, N, D) and s.obs["agent"].dtype == torch.float32
-    assert s.final_obs["agent"].shape == (B, N, D)
-    assert s.state.shape == (B, D) and s.final_state.shape == (B, D) and s.state.dtype == torch.float32
-    assert s.avail_actions["agent"].shape == (B, N, A) and s.avail_actions["agent"].dtype == torch.bool
-    assert s.final_avail_actions["agent"].shape == (B, N, A)
-    assert s.alive["agent"].shape == (B, N) and s.alive["agent"].all()
-    assert s.reward["agent"].shape == (B, N) and s.reward["agent"].dtype == torch.float32
-    assert s.terminated.shape == (B,) and s.truncated.shape == (B,) and not s.truncated.any()
+    N, D = g.n_agents, env.info.state_dim
+    assert s.final_obs is not None and s.final_state is not None and s.final_avail_actions is not None
+    assert s.alive["agent"].all() and not s.truncated.any()
     # every agent sees the global one-hot; shared reward
     assert torch.equal(s.obs["agent"], s.state[:, None].expand(B, N, D))
     assert torch.equal(s.final_obs["agent"], s.final_state[:, None].expand(B, N, D))
@@ -58,6 +54,7 @@ def test_registered_and_info():
         assert info.kind == "cooperative" and info.shared_reward and list(info.teams) == ["team"]
         assert info.groups["agent"].action_space == gym.spaces.Discrete(2 if name == "two_step" else 3)
         assert info.episode_limit == (2 if name == "two_step" else 1)
+        marl.check_env(env, steps=5)
         assert info.state_dim == (4 if name == "two_step" else 2)
         assert info.groups["agent"].obs_dim == info.state_dim
     assert make_env("matrix:climbing", num_envs=2).info.scenario == "climbing"
@@ -182,6 +179,7 @@ def test_random_actions_with_padded_custom_payoff():
         expected = torch.tensor([table[tuple(j)] for j in act.tolist()], dtype=torch.float32)
         assert torch.allclose(s.reward["agent"], expected[:, None].expand(64, 3))
     assert env.optimal_return == pytest.approx(table.max())
+    marl.check_env(env, steps=3)
     with pytest.raises(MarlError, match="not available.*agent_0 has actions 0..1"):
         env.step({"agent": torch.tensor([[2, 0, 0]] * 64)})
 

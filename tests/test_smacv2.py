@@ -15,6 +15,7 @@ import pytest
 import torch
 from marl.envs import smacv2 as adapter
 
+import marl
 from marl.env import EpisodeStats, MarlError, make_env
 
 LIMIT = 6  # the fake's episode limit (SMACv2's 10gen maps: 200)
@@ -326,19 +327,11 @@ def test_layout_that_does_not_add_up_is_an_error(fake_game, monkeypatch):
 
 
 def _check_step(env, s):
-    B, g = env.num_envs, env.info.groups["ally"]
-    n, D, A = g.n_agents, g.obs_dim, g.n_actions
-    assert s.obs["ally"].shape == (B, n, D) and s.obs["ally"].dtype == torch.float32
-    assert s.final_obs["ally"].shape == (B, n, D) and s.final_obs["ally"].dtype == torch.float32
-    assert s.state.shape == (B, env.info.state_dim) and s.state.dtype == torch.float32
-    assert s.final_state.shape == s.state.shape
-    for av in (s.avail_actions["ally"], s.final_avail_actions["ally"]):
-        assert av.shape == (B, n, A) and av.dtype == torch.bool and av.any(-1).all()
-    assert s.alive["ally"].shape == (B, n) and s.alive["ally"].dtype == torch.bool
-    assert s.reward["ally"].shape == (B, n) and s.reward["ally"].dtype == torch.float32
-    for t in (s.terminated, s.truncated):
-        assert t.shape == (B,) and t.dtype == torch.bool
-    assert not (s.terminated & s.truncated).any()
+    """The common contract (marl.env.check_step: shapes, dtypes, a legal action for every agent, flags,
+    finals), plus SMACv2's rules."""
+    marl.env.check_step(env, s)
+    assert s.final_obs is not None and s.final_state is not None and s.final_avail_actions is not None
+    B, n = env.num_envs, env.info.groups["ally"].n_agents
     dead = ~s.alive["ally"]
     # dead agents: only the no-op; alive agents: never the no-op
     assert (s.avail_actions["ally"][dead][:, 0]).all() and not s.avail_actions["ally"][dead][:, 1:].any()
@@ -396,6 +389,7 @@ def test_contract_against_the_fake_game(fake_game):
     done = stats.pop()
     assert len(done["win_rate"]) == seen["terminated"] + seen["truncated"]
     assert set(done["win_rate"]) <= {0.0, 1.0} and sum(done["win_rate"]) == seen["won"]
+    marl.check_env(env, steps=30, seed=3)
     env.close()
     assert all(f.closed for f in fakes)
 

@@ -13,7 +13,9 @@ import pytest
 import torch
 from marl.envs import smax
 
+import marl
 from marl.env import EpisodeStats, MarlError, make_env
+from marl.env import check_step as check_contract
 
 try:  # import jaxmarl the adapter's way (XLA flags first; jaxmarl resets sys.stdout / sys.stderr)
     smax._import_jaxmarl()
@@ -97,20 +99,11 @@ def test_env_info_3m_and_2s3z(env_3m, env_2s3z):
 
 
 def check_step(env, s):
+    """The common contract (marl.env.check_step: shapes, dtypes, finite values, flags, finals), plus SMAX's rules."""
+    check_contract(env, s)
+    assert s.final_obs is not None and s.final_state is not None and s.final_avail_actions is not None
     info = env.info
-    g = info.groups["ally"]
-    n, D, A = g.n_agents, g.obs_dim, g.n_actions
-    for o in (s.obs["ally"], s.final_obs["ally"]):
-        assert o.shape == (B, n, D) and o.dtype == torch.float32 and torch.isfinite(o).all()
-    for st in (s.state, s.final_state):
-        assert st.shape == (B, info.state_dim) and st.dtype == torch.float32 and torch.isfinite(st).all()
-    for av in (s.avail_actions["ally"], s.final_avail_actions["ally"]):
-        assert av.shape == (B, n, A) and av.dtype == torch.bool
-    assert s.alive["ally"].shape == (B, n) and s.alive["ally"].dtype == torch.bool
-    assert s.reward["ally"].shape == (B, n) and s.reward["ally"].dtype == torch.float32
-    for t in (s.terminated, s.truncated):
-        assert t.shape == (B,) and t.dtype == torch.bool
-    assert not (s.terminated & s.truncated).any()
+    n, A = info.groups["ally"].n_agents, info.groups["ally"].n_actions
     av, alive = s.avail_actions["ally"], s.alive["ally"]
     dead = ~alive
     assert av[..., smax.STOP_ACTION].all()  # stop (the no-op) is always legal
@@ -127,6 +120,7 @@ def check_step(env, s):
 
 def run_contract(env, policy, steps):
     """Step ``steps`` times, checking every Step against the episode rules; returns outcome counts."""
+    marl.check_env(env, steps=steps, seed=2)
     info = env.info
     n = info.groups["ally"].n_agents
     n_units = n + info.groups["ally"].n_actions - smax.N_MOVE_ACTIONS

@@ -5,7 +5,7 @@ Reinforcement Learning Framework for Unexpected Crashed Agents", arXiv
 2203.08454 (2022). From the paper (abstract level): each agent has a crash
 probability ``p``; at the start of every episode each agent gets a crash flag,
 fixed for the episode; a re-sampling rule limits the number of crashed agents.
-Everything else below is **reconstructed** (the reference marks it [D]) and
+Everything else below is **reconstructed** (docs/envs.md, "Reconstructed details") and
 configurable: *when* a flagged agent crashes, *what* it does afterwards, how its
 data enter training and the rejection-sampling form of the cap.
 
@@ -46,19 +46,19 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
-from marl.env import EnvSpec, MarlError, MultiAgentEnv, Step, unknown_choice
+from marl.env import MarlError, MultiAgentEnv, Step, Wrapper, unknown_choice
 
 BEHAVIOURS = ("noop", "random")
 CRASH_TIMES = ("uniform", "start", "hazard")
 STRATEGIES = ("fixed", "curriculum", "adaptive")
-FIXED_DEFAULT_RATE = 0.2  # rate of crash="fixed" (reference §5.5: fixed p = 0.2)
+FIXED_DEFAULT_RATE = 0.2  # rate of crash="fixed" (docs/envs.md, Crash-prone envs: fixed p = 0.2)
 MAX_REDRAWS = 10_000
-ADAPTIVE_REFERENCE_SHARE = 0.125  # copies kept at p = 0 for the adaptive coach's P_ref (ours; reference §5.3)
+ADAPTIVE_REFERENCE_SHARE = 0.125  # copies kept at p = 0 for the adaptive coach's P_ref (our choice, docs/envs.md)
 
 
 
 def default_max_crashed(n_agents: int) -> int:
-    """The reference's suggested cap (reconstructed): 1 for teams of up to 5, ``n // 3`` otherwise."""
+    """Our reconstructed cap (docs/envs.md): 1 for teams of up to 5, ``n // 3`` otherwise."""
     return 1 if n_agents <= 5 else n_agents // 3
 
 
@@ -90,13 +90,33 @@ def parse_crash_time(crash_time: Any) -> Tuple[str, float]:
     return kind, q
 
 
+def _check_max_crashed(max_crashed: Any, n_agents: int) -> Optional[int]:
+    """``None``, an int >= 0, or ``"auto"`` (:func:`default_max_crashed`) -> the cap."""
+    if max_crashed == "auto":
+        return default_max_crashed(n_agents)
+    if max_crashed is not None and (
+        isinstance(max_crashed, bool) or not isinstance(max_crashed, int) or max_crashed < 0
+    ):
+        raise MarlError(f"max_crashed must be None, 'auto' or an int >= 0, got {max_crashed!r}.")
+    return max_crashed
+
+
+def _check_reference_share(share: Any, strategy: Optional[str]) -> float:
+    """The share of copies kept at ``p = 0`` (default: 0.125 with the adaptive coach, else 0)."""
+    if share is None:
+        share = ADAPTIVE_REFERENCE_SHARE if strategy == "adaptive" else 0.0
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share < 1.0:
+        raise MarlError(f"reference_share must be a number in [0, 1), got {share!r}.")
+    return float(share)
+
+
 def _check_rate(p: Any) -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
         raise MarlError(f"crash rate must be a number in [0, 1], got {p!r}.")
     return float(p)
 
 
-class CrashWrapper(MultiAgentEnv):
+class CrashWrapper(Wrapper):
     """Make a batched env crash-prone (see the module docstring).
 
     Args:
@@ -117,7 +137,7 @@ class CrashWrapper(MultiAgentEnv):
         reference_share: share of the copies (the first ``ceil(share * B)``) that
             always play at ``p = 0``; their episodes carry ``crash_reference = 1``
             in the episode metrics, and the adaptive coach measures its reference
-            performance ``P_ref`` on them (reference §5.3). Default: 0.125 with
+            performance ``P_ref`` on them (docs/envs.md). Default: 0.125 with
             ``strategy="adaptive"``, else 0.
 
     Raises:
@@ -139,10 +159,7 @@ class CrashWrapper(MultiAgentEnv):
         coach: Optional[Dict[str, Any]] = None,
         reference_share: Optional[float] = None,
     ):
-        if not isinstance(env, MultiAgentEnv):
-            raise MarlError(f"CrashWrapper wraps a marl MultiAgentEnv, got {type(env).__name__}.")
-        self.env = env
-        self.info = env.info
+        super().__init__(env)
         for g in self.info.groups.values():
             if not g.discrete:
                 raise MarlError(
@@ -160,24 +177,12 @@ class CrashWrapper(MultiAgentEnv):
             raise unknown_choice("crash behaviour", behaviour, BEHAVIOURS)
         self.behaviour = behaviour
         self.noop_action = self._resolve_noop(noop_action)
-        n = len(self.info.agents)
-        if max_crashed == "auto":
-            max_crashed = default_max_crashed(n)
-        if max_crashed is not None and (
-            isinstance(max_crashed, bool) or not isinstance(max_crashed, int) or max_crashed < 0
-        ):
-            raise MarlError(f"max_crashed must be None, 'auto' or an int >= 0, got {max_crashed!r}.")
-        self.max_crashed = max_crashed
+        self.max_crashed = _check_max_crashed(max_crashed, len(self.info.agents))
         if strategy is not None and strategy not in STRATEGIES:
             raise unknown_choice("coach strategy", strategy, STRATEGIES)
         self.strategy = strategy
         self.coach_options = dict(coach or {})
-        if reference_share is None:
-            reference_share = ADAPTIVE_REFERENCE_SHARE if strategy == "adaptive" else 0.0
-        if isinstance(reference_share, bool) or not isinstance(reference_share, (int, float)) \
-                or not 0.0 <= reference_share < 1.0:
-            raise MarlError(f"reference_share must be a number in [0, 1), got {reference_share!r}.")
-        self.reference_share = float(reference_share)
+        self.reference_share = _check_reference_share(reference_share, strategy)
         k_ref = math.ceil(self.reference_share * self.num_envs) if self.reference_share > 0 else 0
         self._reference = torch.arange(self.num_envs) < min(k_ref, self.num_envs - 1)  # [B] copies kept at p = 0
         self.seed = int(seed)
@@ -189,8 +194,6 @@ class CrashWrapper(MultiAgentEnv):
         self._t: Optional[torch.Tensor] = None  # [B] long, step index in the episode
         self._forced: Dict[str, torch.Tensor] = {}
         self._stats = {"episodes": 0, "agents": 0, "flagged": 0, "crashed": 0}
-        if env.spec is not None:  # rebuildable: the wrapper's options ride in the spec
-            self.spec = EnvSpec(env.spec.family, env.spec.scenario, {**env.spec.kwargs, "crash": self.options()})
 
     # ------------------------------------------------------------------ options
 
@@ -249,12 +252,7 @@ class CrashWrapper(MultiAgentEnv):
         from marl.envs.wrappers.coach import CrashCoach
 
         coach = self.make_coach()
-        return [*self.env.callbacks(), *([CrashCoach(coach)] if coach is not None else [])]
-
-    def __getattr__(self, name):  # forward env-specific attributes (optimal_return, ...)
-        if name == "env":
-            raise AttributeError(name)
-        return getattr(self.env, name)
+        return [*super().callbacks(), *([CrashCoach(coach)] if coach is not None else [])]
 
     # ------------------------------------------------------------------ draws
 
@@ -452,9 +450,6 @@ class CrashWrapper(MultiAgentEnv):
         self._stats = {"episodes": 0, "agents": 0, "flagged": 0, "crashed": 0}
         return out
 
-    def close(self) -> None:
-        self.env.close()
-
     def __repr__(self) -> str:
         return f"<CrashWrapper p={self._rate} {self.crash_time} {self.behaviour} of {self.env!r}>"
 
@@ -494,3 +489,12 @@ def crash_options(crash: Any, seed: Optional[int] = None) -> Dict[str, Any]:
     if "seed" not in opts and seed is not None:
         opts["seed"] = int(seed)
     return opts
+
+
+def wrap_crash(env: MultiAgentEnv, crash: Any, seed: Optional[int] = None) -> CrashWrapper:
+    """The ``crash=`` option of :func:`marl.env.make_env` (registered wrapper ``"crash"``).
+
+    ``crash``: see :func:`crash_options`; ``seed``: the env's seed, the crash
+    generator's default seed.
+    """
+    return CrashWrapper(env, **crash_options(crash, seed=seed))

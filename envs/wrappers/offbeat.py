@@ -59,9 +59,10 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 import gymnasium as gym
 import torch
 
-from marl.env import EnvInfo, MarlError, MultiAgentEnv, Step, check_discrete_actions, unknown_choice
+from marl.env import EnvInfo, ExtraColumn, MarlError, MultiAgentEnv, Step, Wrapper, unknown_choice
 
 EFFECTS = ("on_completion", "spread")
+DECISION = ExtraColumn(torch.bool, False, "the agent chose a new action at this step (else its running action continued)")
 
 
 class ActionRecord(NamedTuple):
@@ -110,7 +111,7 @@ def _resolve_action(key: Any, names: Optional[List[str]], n: int, group: str, wh
     return int(key)
 
 
-class OffBeatWrapper(MultiAgentEnv):
+class OffBeatWrapper(Wrapper):
     """Give every action of a batched discrete-action env a duration (see the module docstring).
 
     Args:
@@ -138,9 +139,10 @@ class OffBeatWrapper(MultiAgentEnv):
         noop_action: Any = None,
         keep_records: bool = True,
     ):
+        super().__init__(env)
         if effect not in EFFECTS:
             raise unknown_choice("off-beat effect", effect, EFFECTS)
-        self.env, self.effect, self.keep_records = env, effect, bool(keep_records)
+        self.effect, self.keep_records = effect, bool(keep_records)
         groups = env.info.groups
         for g in groups.values():
             if not g.discrete:
@@ -172,7 +174,6 @@ class OffBeatWrapper(MultiAgentEnv):
             self.action_names[name] = (names or [str(i) for i in range(n)]) + ["CONTINUE"]
         self.continue_action = {name: g.n_actions for name, g in groups.items()}
         self.info = self._wrap_info(env.info)
-        self.spec = None
         self._dev = None
         self._reset_state()
 
@@ -198,6 +199,7 @@ class OffBeatWrapper(MultiAgentEnv):
                     gl["n_normal_actions"] = gl["n_normal_actions"] + 1
                 new[name] = gl
             info.entity_layout = new
+        info.extra_columns = {**inner.extra_columns, "decision": DECISION}
         return info
 
     # ------------------------------------------------------------------ state
@@ -245,54 +247,36 @@ class OffBeatWrapper(MultiAgentEnv):
         return self._wrap(step, self.last_decision, step.done, None)
 
     def step(self, actions: Dict[str, torch.Tensor]) -> Step:
+        """Start the free agents' actions, send the inner env what runs now, update the busy state.
+
+        Args:
+            actions: group -> ``[B, N_g]`` int in ``0..n_actions`` (``n_actions`` = CONTINUE, for busy agents).
+        Raises:
+            MarlError: bad actions, a free agent that sent CONTINUE, ``step`` before ``reset``.
+        """
         if not self._alive:
             raise MarlError("Call reset() before step().")
-        B = self.num_envs
-        sent, decision = {}, {}
+        acts = {name: a.to(self._dev) for name, a in self.check_actions(actions).items()}
         for name, g in self.info.groups.items():
-            a = check_discrete_actions(actions, g, B).to(self._dev)
-            free = self.remaining[name] == 0
             cont = self.continue_action[name]
-            if bool((free & (a == cont)).any()):
-                b, i = (int(x) for x in (free & (a == cont)).nonzero()[0])
+            bad = (self.remaining[name] == 0) & (acts[name] == cont)
+            if bool(bad.any()):
+                b, i = (int(x) for x in bad.nonzero()[0])
                 raise MarlError(
                     f"Agent {g.agents[i]} (copy {b}) is free and sent CONTINUE ({cont}); CONTINUE is only "
                     f"available while an action is running (see avail_actions)."
                 )
-            d = self.durations[name]
-            self.current[name] = torch.where(free, a, self.current[name])
-            self.remaining[name] = torch.where(free, d[a.clamp(max=cont - 1)], self.remaining[name])
-            self.start[name] = torch.where(free, self.t[:, None], self.start[name])
-            cur, rem = self.current[name], self.remaining[name]
-            real = rem == 1 if self.effect == "on_completion" else torch.ones_like(free)
-            out = torch.where(real, cur, torch.full_like(cur, self.noop[name]))
-            # actions decided earlier (or the no-op) may have become unavailable in the inner env
-            avail = self._inner_avail.get(name)
-            checked = ~(free & real)  # a decision sent at once was chosen from the current avail: pass it on
-            if avail is not None and bool(checked.any()):
-                ok = avail.gather(-1, out[..., None])[..., 0]
-                noop_ok = avail[..., self.noop[name]]
-                fallback = torch.where(noop_ok, torch.full_like(out, self.noop[name]), avail.long().argmax(-1))
-                out = torch.where(checked & ~ok, fallback, out)
-            # dead agents are not busy: they send what they submitted (the inner env's only legal action)
-            dead = ~self._alive[name]
-            out = torch.where(dead, a.clamp(max=cont - 1), out)
-            sent[name], decision[name] = out, free & ~dead
+        sent, decision = {}, {}
+        for name in self.info.groups:
+            sent[name], decision[name] = self._send(name, acts[name])
         step = self.env.step(sent)
         done = step.done
         self.last_decision, self.last_executed = decision, sent
         for name in self.info.groups:
             self.remaining[name] = (self.remaining[name] - 1).clamp(min=0)
         final_busy = {n: self.remaining[n] > 0 for n in self.info.groups}
-        # records: actions that completed, or were cut by the episode end or a death
         if self.keep_records:
-            for name, g in self.info.groups.items():
-                ran = self._alive[name]  # agents alive before the step ran an action
-                complete = self.remaining[name] == 0
-                ends = ran & (complete | done[:, None] | ~step.alive[name])
-                if bool(ends.any()):
-                    self._log.append((g.agents, ends.cpu(), self.start[name].cpu(), self.t.cpu(),
-                                      self.current[name].cpu(), complete.cpu()))
+            self._log_step(step, done)
         # busy state is cleared for dead agents and ended copies
         for name in self.info.groups:
             cut = ~step.alive[name] | done[:, None]
@@ -303,8 +287,40 @@ class OffBeatWrapper(MultiAgentEnv):
         self.free = {n: (self.remaining[n] == 0) & step.alive[n] for n in self.info.groups}
         return self._wrap(step, decision, done, final_busy)
 
-    def close(self) -> None:
-        self.env.close()
+    def _send(self, name: str, a: torch.Tensor):
+        """``(sent, decision)`` of group ``name`` given its submitted actions ``a`` ``[B, N_g]``:
+        free agents start ``a``; what the inner env receives follows ``effect``."""
+        free = self.remaining[name] == 0
+        cont = self.continue_action[name]
+        d = self.durations[name]
+        self.current[name] = torch.where(free, a, self.current[name])
+        self.remaining[name] = torch.where(free, d[a.clamp(max=cont - 1)], self.remaining[name])
+        self.start[name] = torch.where(free, self.t[:, None], self.start[name])
+        cur, rem = self.current[name], self.remaining[name]
+        real = rem == 1 if self.effect == "on_completion" else torch.ones_like(free)
+        out = torch.where(real, cur, torch.full_like(cur, self.noop[name]))
+        # actions decided earlier (or the no-op) may have become unavailable in the inner env
+        avail = self._inner_avail.get(name)
+        checked = ~(free & real)  # a decision sent at once was chosen from the current avail: pass it on
+        if avail is not None and bool(checked.any()):
+            ok = avail.gather(-1, out[..., None])[..., 0]
+            noop_ok = avail[..., self.noop[name]]
+            fallback = torch.where(noop_ok, torch.full_like(out, self.noop[name]), avail.long().argmax(-1))
+            out = torch.where(checked & ~ok, fallback, out)
+        # dead agents are not busy: they send what they submitted (the inner env's only legal action)
+        dead = ~self._alive[name]
+        out = torch.where(dead, a.clamp(max=cont - 1), out)
+        return out, free & ~dead
+
+    def _log_step(self, step: Step, done: torch.Tensor) -> None:
+        """Log the actions that completed, or were cut by the episode end or a death, at this step."""
+        for name, g in self.info.groups.items():
+            ran = self._alive[name]  # agents alive before the step ran an action
+            complete = self.remaining[name] == 0
+            ends = ran & (complete | done[:, None] | ~step.alive[name])
+            if bool(ends.any()):
+                self._log.append((g.agents, ends.cpu(), self.start[name].cpu(), self.t.cpu(),
+                                  self.current[name].cpu(), complete.cpu()))
 
     # ------------------------------------------------------------------ records
     @property
@@ -369,18 +385,14 @@ class OffBeatWrapper(MultiAgentEnv):
         }
         out = copy.copy(step)
         out.avail_actions, out.final_avail_actions, out.info = avail, final_avail, info
+        out.extras = {**step.extras, "decision": decision}
         return out
 
-    def __getattr__(self, item):
-        # forward env-specific attributes (e.g. stag_captures) to the inner env
-        if item in ("env", "__setstate__") or item.startswith("__"):
-            raise AttributeError(item)
-        return getattr(self.env, item)
 
 
-
-def wrap_offbeat(env: MultiAgentEnv, offbeat: Any) -> OffBeatWrapper:
-    """The ``offbeat=`` option of :func:`marl.env.make_env`: durations, or a dict of wrapper kwargs.
+def wrap_offbeat(env: MultiAgentEnv, offbeat: Any, seed: Optional[int] = None) -> OffBeatWrapper:
+    """The ``offbeat=`` option of :func:`marl.env.make_env` (registered wrapper ``"offbeat"``): durations,
+    or a dict of wrapper kwargs (``seed`` is not used: the wrapper draws nothing).
 
     ``{"catch": 3}`` -> ``OffBeatWrapper(env, {"catch": 3})``;
     ``{"durations": {...}, "effect": "spread", "noop_action": 0}`` -> those kwargs.

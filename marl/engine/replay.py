@@ -1,9 +1,8 @@
 """Joint episode replay buffer for value-decomposition learners (QMIX family).
 
 RLlib 2.60's ``MultiAgentEpisodeReplayBuffer`` samples single steps per module,
-not aligned across agents and not as sequences (``reference/rllib_engine.md``
-§4.1, pitfalls 12-13), so a recurrent agent network and a mixer over all agents
-of a team cannot be trained from it. This buffer stores whole episodes with all
+not aligned across agents and not as sequences, so a recurrent agent network
+and a mixer over all agents of a team cannot be trained from it. This buffer stores whole episodes with all
 agents aligned, in fixed-size numpy arrays (pymarl's ``EpisodeBatch`` layout).
 
 It is filled straight from :class:`~marl.engine.runner.BatchedEnvRunner`
@@ -34,7 +33,7 @@ array                       shape                           meaning
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -50,13 +49,18 @@ class JointEpisodeBuffer:
         num_envs: env copies ``B`` writing concurrently (each holds one open slot).
         module_shapes: module id -> ``{"n": N_m, "obs_dim": D_m, "n_actions": A_m or None}``.
         state_dim: ``S``.
+        extra_columns: per-agent columns the env declares (``EnvInfo.extra_columns``):
+            name -> ``(numpy dtype, fill value)``; stored as ``<m>/<name>`` ``[C, L, N_m]``
+            for whoever rewrites committed episodes (e.g. off-beat reward redistribution),
+            not sampled for the learners.
 
     Raises:
         MarlError: ``capacity`` is not larger than ``2 * num_envs`` (open slots of
             the running episodes would be evicted before they complete).
     """
 
-    def __init__(self, capacity: int, episode_limit: int, num_envs: int, module_shapes: Dict[str, Dict[str, Any]], state_dim: int):
+    def __init__(self, capacity: int, episode_limit: int, num_envs: int, module_shapes: Dict[str, Dict[str, Any]],
+                 state_dim: int, extra_columns: Optional[Dict[str, Tuple[Any, Any]]] = None):
         if capacity <= 2 * num_envs:
             raise MarlError(
                 f"buffer_size={capacity} episodes is too small for {num_envs} env copies writing at once; "
@@ -67,6 +71,7 @@ class JointEpisodeBuffer:
         self.capacity, self.limit, self.num_envs = int(capacity), int(episode_limit), int(num_envs)
         self.module_shapes = {m: dict(s) for m, s in module_shapes.items()}
         self.state_dim = int(state_dim)
+        self.extra_columns = dict(extra_columns or {})
         C, L = self.capacity, self.limit
         self.data: Dict[str, np.ndarray] = {
             "state": np.zeros((C, L + 1, state_dim), np.float32),
@@ -79,7 +84,8 @@ class JointEpisodeBuffer:
             self.data[f"{m}/actions"] = np.zeros((C, L, n), np.int64)
             self.data[f"{m}/rewards"] = np.zeros((C, L, n), np.float32)
             self.data[f"{m}/alive"] = np.zeros((C, L, n), bool)
-            self.data[f"{m}/decision"] = np.ones((C, L, n), bool)  # off-beat envs: the agent chose at this step
+            for col, (dtype, fill) in self.extra_columns.items():
+                self.data[f"{m}/{col}"] = np.full((C, L, n), fill, dtype)
             if s.get("n_actions"):
                 self.data[f"{m}/avail"] = np.zeros((C, L + 1, n, s["n_actions"]), bool)
         self.lengths = np.zeros(C, np.int64)
@@ -158,8 +164,8 @@ class JointEpisodeBuffer:
             d[f"{m}/actions"][slot, pos] = x["actions"][t, cols]
             d[f"{m}/rewards"][slot, pos] = x["rewards"][t, cols]
             d[f"{m}/alive"][slot, pos] = x["alive"][t, cols]
-            if "decision" in x:
-                d[f"{m}/decision"][slot, pos] = x["decision"][t, cols]
+            for col in self.extra_columns:
+                d[f"{m}/{col}"][slot, pos] = x[col][t, cols]
             if f"{m}/avail" in d:
                 d[f"{m}/avail"][slot, pos] = x["avail"][t, cols]
 
@@ -171,6 +177,17 @@ class JointEpisodeBuffer:
             d[f"{m}/obs"][slot, pos] = x["final_obs"][t, cols]
             if f"{m}/avail" in d:
                 d[f"{m}/avail"][slot, pos] = x["final_avail"][t, cols]
+
+    def _is_extra(self, key: str) -> bool:
+        return key.rpartition("/")[2] in self.extra_columns and "/" in key
+
+    def column(self, module: str, name: str, slot: int, length: int, default: Any = True) -> np.ndarray:
+        """``[length, N_m]`` values of extra column ``name`` in episode ``slot``; ``default``
+        everywhere when the env declares no such column."""
+        key = f"{module}/{name}"
+        if key in self.data:
+            return self.data[key][slot, :length]
+        return np.full((length, self.module_shapes[module]["n"]), default)
 
     # ---------------------------------------------------------------- sampling
     def sample(self, batch_size: int, rng: np.random.Generator) -> Dict[str, np.ndarray]:
@@ -188,7 +205,7 @@ class JointEpisodeBuffer:
         T = int(self.lengths[pick].max())
         out = {}
         for k, v in self.data.items():
-            if k.endswith("/decision"):  # used when episodes are committed, not by the learners
+            if self._is_extra(k):  # used when episodes are committed, not by the learners
                 continue
             steps = T + 1 if v.shape[1] == self.limit + 1 else T
             out[k] = v[pick, :steps]
@@ -214,7 +231,7 @@ class JointEpisodeBuffer:
         Raises:
             MarlError: the stored episodes have other shapes (another env or mapping).
         """
-        optional = {k for k in self.data if k.endswith("/decision")}  # absent in older checkpoints
+        optional = {k for k in self.data if self._is_extra(k)}  # absent in older checkpoints
         if int(state["episode_limit"]) != self.limit or not (set(self.data) - optional <= set(state["data"]) <= set(self.data)):
             raise MarlError("the checkpoint's replay buffer was made for another env or policy mapping")
         n = min(len(state["lengths"]), self.capacity)

@@ -118,7 +118,8 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         Returns a dict with ``modules[mid]``: ``obs [T+1, B, N, D]``, ``final_obs
         [T, B, N, D]``, ``actions [T, B, N(, A)]``, ``logp``, ``rewards``,
         ``alive`` ``[T, B, N]``, ``avail [T, B, N, A]`` and ``final_avail`` (discrete),
-        ``h [T, B, N, H]`` (recurrent); and ``state [T+1, B, S]``, ``final_state
+        ``h [T, B, N, H]`` (recurrent), one ``[T, B, N]`` entry per extra column the env declares
+        (``EnvInfo.extra_columns``, e.g. an off-beat env's ``decision``); and ``state [T+1, B, S]``, ``final_state
         [T, B, S]``, ``terminated``, ``truncated``, ``starts`` ``[T, B]``, ``metrics``.
         """
         T = int(num_steps or self.marl["rollout_length"])
@@ -163,11 +164,10 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
     def _record_step(self, nxt: Step, buf, glob) -> None:
         m = self.mapping
         final_obs = nxt.final_obs if nxt.final_obs is not None else nxt.obs
-        decision = (nxt.info or {}).get("offbeat", {}).get("decision")  # off-beat envs: who chose this step
         for mid, b in buf.items():
             b["rewards"].append(m.gather(mid, nxt.reward))
-            if decision is not None:
-                b["decision"].append(m.gather(mid, decision))
+            for col, per_group in nxt.extras.items():  # the env's declared extra columns, e.g. off-beat "decision"
+                b[col].append(m.gather(mid, per_group))
             b["final_obs"].append(m.add_agent_id(mid, m.gather(mid, final_obs)))
             if m.group_info(mid).discrete:
                 b["final_avail"].append(self._final_avail(mid, nxt))

@@ -1,0 +1,259 @@
+"""Helpers shared by the env adapters in ``marl.envs`` (siblings share through this module only).
+
+Groups and teams from agent ids (:func:`build_groups`, :func:`default_teams`),
+flat observation spaces (:func:`flat_box`, :func:`to_gymnasium`), the layout
+of per-agent observations in a flat state buffer (:class:`AgentLayout`),
+keyword checks (:func:`check_kwargs`, :func:`check_num_envs`), the
+:class:`~marl.env.EnvInfo` of StarCraft-style tasks (:func:`ally_team_info`)
+and the mpe2 scenario scan (:func:`mpe2_modules`). Only gymnasium, numpy,
+torch and marl core are imported here (mpe2 inside :func:`mpe2_modules`).
+"""
+from __future__ import annotations
+
+import functools
+import pkgutil
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from marl.env import KINDS, EnvInfo, GroupInfo, MarlError, check_entity_layout, closest, spaces_equal, unknown_choice
+
+
+def agent_prefix(agent: str) -> str:
+    """Group prefix of an agent id: the text before the last ``_`` (``"agent_1"`` -> ``"agent"``)."""
+    return agent.rsplit("_", 1)[0] if "_" in agent else agent
+
+
+def flat_box(space: gym.spaces.Space) -> gym.spaces.Box:
+    """The 1-D float32 ``Box`` an observation of ``space`` is flattened into."""
+    flat = gym.spaces.flatten_space(space)
+    return gym.spaces.Box(
+        low=flat.low.astype(np.float32).reshape(-1),
+        high=flat.high.astype(np.float32).reshape(-1),
+        dtype=np.float32,
+    )
+
+
+def to_gymnasium(space: Any) -> gym.spaces.Space:
+    """Convert an (old ``gym`` or gymnasium) Box / Discrete space to gymnasium.
+
+    Raises:
+        MarlError: the space is neither Box nor Discrete.
+    """
+    if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete)):
+        return space
+    name = type(space).__name__
+    if name == "Discrete":
+        return gym.spaces.Discrete(int(space.n), start=int(getattr(space, "start", 0)))
+    if name == "Box":
+        return gym.spaces.Box(
+            low=np.asarray(space.low, np.float32), high=np.asarray(space.high, np.float32), dtype=np.float32
+        )
+    raise MarlError(f"Unsupported space {space!r}: only Box and Discrete are supported.")
+
+
+def build_groups(
+    agents: Sequence[str],
+    obs_spaces: Mapping[str, gym.spaces.Box],
+    act_spaces: Mapping[str, gym.spaces.Space],
+    team_of: Mapping[str, str],
+) -> Dict[str, GroupInfo]:
+    """Partition ``agents`` into groups (same prefix, team and spaces), in agent order.
+
+    Args:
+        agents: agent ids in their fixed order.
+        obs_spaces / act_spaces: agent -> 1-D observation space / action space.
+        team_of: agent -> team name.
+    Returns:
+        group name -> :class:`GroupInfo`; insertion order follows the first agent of each group.
+    """
+    buckets: List[Tuple[str, str, List[str]]] = []  # (prefix, team, agents)
+    for a in agents:
+        p, t = agent_prefix(a), team_of[a]
+        for bp, bt, members in buckets:
+            ref = members[0]
+            if (
+                bp == p
+                and bt == t
+                and spaces_equal(obs_spaces[ref], obs_spaces[a])
+                and spaces_equal(act_spaces[ref], act_spaces[a])
+            ):
+                members.append(a)
+                break
+        else:
+            buckets.append((p, t, [a]))
+    per_prefix: Dict[str, int] = {}
+    for p, _, _ in buckets:
+        per_prefix[p] = per_prefix.get(p, 0) + 1
+    groups: Dict[str, GroupInfo] = {}
+    seen: Dict[str, int] = {}
+    for p, t, members in buckets:
+        if per_prefix[p] == 1:
+            name = p
+        elif len(members) == 1:
+            name = members[0]
+        else:
+            name = f"{p}_g{seen.get(p, 0)}"
+        seen[p] = seen.get(p, 0) + 1
+        while name in groups:  # pathological ids; keep names unique
+            name += "_"
+        ref = members[0]
+        groups[name] = GroupInfo(name, list(members), obs_spaces[ref], act_spaces[ref], team=t)
+    return groups
+
+
+def default_teams(
+    agents: Sequence[str],
+    kind: Optional[str] = None,
+    teams: Optional[Mapping[str, Sequence[str]]] = None,
+) -> Tuple[str, Dict[str, str]]:
+    """Resolve the env kind and each agent's team.
+
+    Args:
+        agents: all agent ids.
+        kind: ``"cooperative"``, ``"competitive"``, ``"mixed"`` or ``None`` (infer).
+        teams: optional team -> list of agent ids or agent prefixes. Agents not
+            listed keep their default team.
+    Defaults without ``teams``: ``kind=None`` -> one prefix: ``"cooperative"``,
+    one team ``"team"``; several prefixes: ``"mixed"``, one team per prefix.
+    ``kind="cooperative"`` -> one team. ``kind="competitive"``/``"mixed"`` -> one
+    team per prefix, or per agent if all agents share one prefix (e.g. the two
+    players of a board game). With ``teams``: one team -> cooperative, several -> mixed.
+
+    Raises:
+        MarlError: unknown kind, or a team member that is neither an agent nor a prefix.
+    """
+    if kind is not None and kind not in KINDS:
+        raise unknown_choice("env kind", kind, KINDS)
+    prefixes = list(dict.fromkeys(agent_prefix(a) for a in agents))
+    if teams:
+        team_of = {}
+        for team, members in teams.items():
+            for m in [members] if isinstance(members, str) else members:
+                hit = [a for a in agents if a == m or agent_prefix(a) == m]
+                if not hit:
+                    raise unknown_choice(f"member of team '{team}' (agent or prefix)", m, list(agents) + prefixes)
+                team_of.update({a: str(team) for a in hit})
+        for a in agents:
+            team_of.setdefault(a, agent_prefix(a))
+    elif kind == "cooperative" or (kind is None and len(prefixes) == 1):
+        team_of = {a: "team" for a in agents}
+    elif len(prefixes) > 1:
+        team_of = {a: agent_prefix(a) for a in agents}
+    else:
+        team_of = {a: a for a in agents}
+    if kind is None:
+        kind = "cooperative" if len(set(team_of.values())) == 1 else "mixed"
+    return kind, team_of
+
+
+class AgentLayout:
+    """Where each agent lives in the flat ``[B, state_dim]`` buffer and in the group tensors.
+
+    The global state is the concatenation of per-agent observations in agent
+    order; group observations are gathered from it with one fancy index per group.
+    """
+
+    def __init__(self, agents: Sequence[str], groups: Mapping[str, GroupInfo]):
+        self.agents = list(agents)
+        self.index = {a: i for i, a in enumerate(self.agents)}
+        self.groups = dict(groups)
+        dims = {a: g.obs_dim for g in groups.values() for a in g.agents}
+        self.obs_dims = [dims[a] for a in self.agents]
+        self.offsets = np.concatenate([[0], np.cumsum(self.obs_dims)]).astype(int)
+        self.state_dim = int(self.offsets[-1])
+        self.slices = [slice(int(self.offsets[i]), int(self.offsets[i + 1])) for i in range(len(self.agents))]
+        self.cols = {
+            name: np.concatenate([np.arange(self.offsets[self.index[a]], self.offsets[self.index[a] + 1]) for a in g.agents])
+            for name, g in groups.items()
+        }
+        self.pos = {name: np.array([self.index[a] for a in g.agents], dtype=np.int64) for name, g in groups.items()}
+
+    def obs(self, state: np.ndarray) -> Dict[str, torch.Tensor]:
+        """``[B, state_dim]`` float32 -> group -> fresh ``[B, N_g, obs_dim_g]`` tensors."""
+        B = state.shape[0]
+        return {
+            name: torch.from_numpy(state[:, self.cols[name]].reshape(B, g.n_agents, g.obs_dim))
+            for name, g in self.groups.items()
+        }
+
+    def observe(self, state: np.ndarray) -> Tuple[Dict[str, torch.Tensor], torch.Tensor]:
+        """``(obs, state)``: fresh group observation tensors and a copy of the state buffer."""
+        return self.obs(state), torch.from_numpy(state.copy())
+
+    def per_group(self, arr: np.ndarray) -> Dict[str, torch.Tensor]:
+        """``[B, N]`` per-agent array -> group -> fresh ``[B, N_g]`` tensors."""
+        return {name: torch.from_numpy(arr[:, self.pos[name]]) for name in self.groups}
+
+    def split_actions(self, actions: Mapping[str, torch.Tensor]) -> List[np.ndarray]:
+        """Checked group action tensors (:func:`marl.env.check_actions`) -> per-agent numpy arrays in agent order.
+
+        Discrete agents get ``[B]`` int64, continuous agents ``[B, act_dim]``
+        float32 clipped to the action space bounds.
+        """
+        out: List[Optional[np.ndarray]] = [None] * len(self.agents)
+        for name, g in self.groups.items():
+            a = actions[name].detach().cpu().numpy()
+            if g.discrete:
+                a = a.astype(np.int64, copy=False)
+            else:
+                # a fresh clipped array: mpe2 keeps views of it (comm state) after the step
+                a = np.clip(a.astype(np.float32), g.action_space.low, g.action_space.high).astype(np.float32)
+            for j, agent in enumerate(g.agents):
+                out[self.index[agent]] = a[:, j]
+        return out  # type: ignore[return-value]
+
+
+def check_kwargs(what: str, given: Mapping[str, Any], valid: Sequence[str]) -> None:
+    """Raise a :class:`MarlError` naming the valid kwargs if ``given`` holds one not in ``valid``."""
+    bad = [k for k in given if k not in valid]
+    if bad:
+        same_case = [v for v in valid if v.lower() == str(bad[0]).lower()]
+        hint = f" Did you mean '{same_case[0]}'?" if same_case else closest(bad[0], valid)
+        raise MarlError(
+            f"Unknown keyword argument '{bad[0]}' for {what}.{hint} "
+            f"Valid kwargs: {', '.join(sorted(valid)) or '(none)'}."
+        )
+
+
+def check_num_envs(num_envs: Any) -> int:
+    """``num_envs`` as an int; raises :class:`MarlError` unless it is a positive int."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+        raise MarlError(f"num_envs must be a positive int, got {num_envs!r}.")
+    return int(num_envs)
+
+
+def ally_team_info(
+    family: str, scenario: str, agents: List[str], obs_space: gym.spaces.Box, n_actions: int,
+    state_dim: int, episode_limit: int, num_envs: int, layout: Dict[str, Any],
+) -> EnvInfo:
+    """EnvInfo of a StarCraft-style task (SMAX, SMACv2): one cooperative group
+    ``"ally"`` whose units all receive the team reward; ``layout`` is the ally
+    observation's entity layout, keyed by the group name (see :class:`EnvInfo`).
+
+    Raises:
+        MarlError: ``layout`` does not fit the observation / actions (:func:`check_entity_layout`).
+    """
+    group = GroupInfo("ally", agents, obs_space, gym.spaces.Discrete(n_actions), team="team")
+    info = EnvInfo(
+        family=family, scenario=scenario, agents=agents, groups={"ally": group}, state_dim=state_dim,
+        episode_limit=episode_limit, kind="cooperative", shared_reward=True, num_envs=num_envs,
+    )
+    info.entity_layout = check_entity_layout(layout, info)
+    return info
+
+
+@functools.lru_cache(maxsize=None)
+def mpe2_modules() -> Dict[str, str]:
+    """Scenario name -> versioned mpe2 module name (``"simple_spread"`` -> ``"simple_spread_v3"``)."""
+    import mpe2
+
+    out = {}
+    for m in pkgutil.iter_modules(mpe2.__path__):
+        hit = re.fullmatch(r"(.+)_v(\d+)", m.name)
+        if hit and not m.ispkg:
+            out[hit.group(1)] = m.name
+    return dict(sorted(out.items()))

@@ -1,0 +1,230 @@
+"""``check_env``: run an env with random legal actions and check every :class:`Step` against its :class:`EnvInfo`.
+
+After Stable-Baselines3's ``check_env`` (Raffin et al. 2021, "Stable-Baselines3:
+Reliable Reinforcement Learning Implementations", JMLR 22(268)), for marl's
+batched multi-agent contract (docs/envs.md, "Checking an env"). Every failure
+is a :class:`~marl.errors.MarlError` naming the step, the field, the group and
+the row where it applies, and what was expected.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import gymnasium as gym
+import torch
+
+from marl.env.contract import EnvInfo, MultiAgentEnv, Step
+from marl.errors import MarlError
+
+
+def check_env(env: MultiAgentEnv, steps: int = 100, seed: Optional[int] = 0) -> None:
+    """Reset ``env``, take ``steps`` steps of uniformly random legal actions, check each :class:`Step`.
+
+    Checks, besides :func:`check_step` on the reset and on every step: the
+    :class:`EnvInfo` itself (1-D ``Box`` observation spaces, ``Discrete`` or
+    1-D ``Box`` action spaces, positive ``num_envs`` / ``state_dim``) and that
+    no episode runs longer than ``info.episode_limit`` steps (when it is > 0).
+
+    Args:
+        env: the env to check (it is reset and stepped).
+        steps: number of steps after the reset.
+        seed: seed of the reset and of the random actions (``None``: unseeded).
+    Raises:
+        MarlError: the first violation found.
+    """
+    info = _check_info(env)
+    gen = torch.Generator()
+    gen.manual_seed(0 if seed is None else int(seed))
+    step = env.reset(seed=seed)
+    check_step(env, step, reset=True, where="reset")
+    length = torch.zeros(info.num_envs, dtype=torch.long)
+    for t in range(1, int(steps) + 1):
+        step = env.step(env.random_actions(step, gen))
+        check_step(env, step, where=f"step {t}")
+        length += 1
+        if info.episode_limit > 0 and bool((length > info.episode_limit).any()):
+            b = int((length > info.episode_limit).nonzero()[0])
+            raise MarlError(
+                f"check_env: step {t}: the episode in row {b} has run {int(length[b])} steps without ending; "
+                f"expected it to end by info.episode_limit = {info.episode_limit}."
+            )
+        length[step.done.cpu()] = 0
+
+
+def check_step(env: MultiAgentEnv, step: Step, reset: bool = False, where: str = "step") -> None:
+    """Check one :class:`Step` of ``env`` (shapes and dtypes against ``env.info``, flags, final fields, extras).
+
+    Rules: ``obs``, ``avail_actions``, ``alive``, ``reward`` are dicts over the
+    groups of ``info`` in their order, holding ``[B, N_g, obs_dim]`` float32
+    (finite), ``[B, N_g, n_actions]`` bool (``None`` for continuous groups;
+    every agent, alive or not, has at least one legal action: the sampler
+    picks one for every agent), ``[B, N_g]`` bool and ``[B, N_g]`` float32
+    (finite); ``state`` ``[B, state_dim]`` float32 (finite); ``terminated`` and
+    ``truncated`` ``[B]`` bool, never both in one row (a time limit is not a
+    termination), both False after a reset, where rewards are 0. ``final_obs``
+    / ``final_state`` / ``final_avail_actions`` have the shapes of the current
+    fields, are given whenever a row ended (``None`` means "same as current"),
+    and equal the current fields in rows that did not end. ``extras`` holds
+    exactly the columns of ``info.extra_columns``, each group -> ``[B, N_g]``
+    of the declared dtype. ``info["episode_metrics"]`` values are ``[B]`` tensors.
+
+    Args:
+        env: the env that produced ``step``.
+        step: the step to check.
+        reset: ``step`` came from ``reset`` (no episode may have ended, rewards 0).
+        where: how messages name the step (e.g. ``"step 3"``).
+    Raises:
+        MarlError: the first violation found.
+    """
+    if not isinstance(step, Step):
+        raise MarlError(f"check_env: {where}: expected a marl Step, got {type(step).__name__}.")
+    info = env.info
+    B = info.num_envs
+    done = _flags(step, B, where, reset)
+    state_shape = (B, info.state_dim)
+    _tensor(step.state, state_shape, torch.float32, f"{where}: state", finite=True)
+    for name in ("obs", "avail_actions", "alive", "reward"):
+        _same_groups(getattr(step, name), info, f"{where}: {name}")
+    for name, g in info.groups.items():
+        what = f"{where}: group '{name}'"
+        _tensor(step.obs[name], (B, g.n_agents, g.obs_dim), torch.float32, f"{what}: obs", finite=True)
+        _tensor(step.alive[name], (B, g.n_agents), torch.bool, f"{what}: alive")
+        _tensor(step.reward[name], (B, g.n_agents), torch.float32, f"{what}: reward", finite=True)
+        if reset and bool((step.reward[name] != 0).any()):
+            raise MarlError(f"check_env: {what}: reward after reset must be 0, got {step.reward[name].tolist()}.")
+        _check_avail(step.avail_actions[name], g, B, f"{what}: avail_actions")
+    _check_finals(step, info, done, where)
+    _check_extras(step, info, where)
+    metrics = (step.info or {}).get("episode_metrics", {})
+    for k, v in metrics.items():
+        _tensor(v, (B,), None, f"{where}: info['episode_metrics']['{k}']")
+
+
+def _check_info(env: Any) -> EnvInfo:
+    if not isinstance(env, MultiAgentEnv):
+        raise MarlError(f"check_env: expected a marl MultiAgentEnv, got {type(env).__name__}.")
+    info = getattr(env, "info", None)
+    if not isinstance(info, EnvInfo):
+        raise MarlError(f"check_env: env.info must be a marl EnvInfo, got {type(info).__name__}.")
+    if int(info.num_envs) < 1 or int(info.state_dim) < 1 or int(info.episode_limit) < 0:
+        raise MarlError(
+            f"check_env: info needs num_envs >= 1, state_dim >= 1 and episode_limit >= 0; got num_envs "
+            f"{info.num_envs}, state_dim {info.state_dim}, episode_limit {info.episode_limit}."
+        )
+    for name, g in info.groups.items():
+        if not isinstance(g.obs_space, gym.spaces.Box) or len(g.obs_space.shape) != 1:
+            raise MarlError(f"check_env: group '{name}': obs_space must be a 1-D Box, got {g.obs_space!r}.")
+        box = isinstance(g.action_space, gym.spaces.Box) and len(g.action_space.shape) == 1
+        if not (g.discrete or box):
+            raise MarlError(
+                f"check_env: group '{name}': action_space must be Discrete or a 1-D Box, got {g.action_space!r}."
+            )
+    return info
+
+
+def _tensor(x: Any, shape: tuple, dtype: Optional[torch.dtype], what: str, finite: bool = False) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise MarlError(f"check_env: {what} must be a torch tensor of shape {shape}, got {type(x).__name__}.")
+    if tuple(x.shape) != tuple(shape):
+        raise MarlError(f"check_env: {what} has shape {tuple(x.shape)}, expected {tuple(shape)}.")
+    if dtype is not None and x.dtype != dtype:
+        raise MarlError(f"check_env: {what} has dtype {x.dtype}, expected {dtype}.")
+    if finite and not bool(torch.isfinite(x).all()):
+        row = int((~torch.isfinite(x)).reshape(x.shape[0], -1).any(-1).nonzero()[0])
+        raise MarlError(f"check_env: {what} holds a NaN or infinite value in row {row}; expected finite values.")
+
+
+def _same_groups(d: Any, info: EnvInfo, what: str) -> None:
+    want = list(info.groups)
+    if not isinstance(d, dict) or list(d) != want:
+        got = list(d) if isinstance(d, dict) else type(d).__name__
+        raise MarlError(f"check_env: {what} must be a dict over the groups {want} (in this order), got {got}.")
+
+
+def _flags(step: Step, B: int, where: str, reset: bool) -> torch.Tensor:
+    """Check ``terminated`` / ``truncated``; return ``done`` ``[B]`` on the CPU."""
+    _tensor(step.terminated, (B,), torch.bool, f"{where}: terminated")
+    _tensor(step.truncated, (B,), torch.bool, f"{where}: truncated")
+    both = (step.terminated & step.truncated).cpu()
+    if bool(both.any()):
+        raise MarlError(
+            f"check_env: {where}: row {int(both.nonzero()[0])} is both terminated and truncated; a time limit "
+            f"is a truncation, never a termination: set exactly one."
+        )
+    done = (step.terminated | step.truncated).cpu()
+    if reset and bool(done.any()):
+        raise MarlError(f"check_env: {where}: row {int(done.nonzero()[0])} is terminated or truncated after reset.")
+    return done
+
+
+def _check_avail(av: Any, g: Any, B: int, what: str) -> None:
+    if not g.discrete:
+        if av is not None:
+            raise MarlError(f"check_env: {what} must be None for a continuous group, got {type(av).__name__}.")
+        return
+    _tensor(av, (B, g.n_agents, g.n_actions), torch.bool, what)
+    none = ~av.any(-1).cpu()
+    if bool(none.any()):
+        b, i = (int(x) for x in none.nonzero()[0])
+        raise MarlError(
+            f"check_env: {what}: row {b}, agent {g.agents[i]} has no legal action; every agent (alive or not) "
+            f"needs at least one (a dead agent: its no-op)."
+        )
+
+
+def _first_row(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor) -> Optional[int]:
+    """The first row in ``rows`` (``[B]`` bool) where ``a`` and ``b`` differ, or ``None``."""
+    differ = (a != b).reshape(a.shape[0], -1).any(-1).cpu() & rows
+    return int(differ.nonzero()[0]) if bool(differ.any()) else None
+
+
+def _check_finals(step: Step, info: EnvInfo, done: torch.Tensor, where: str) -> None:
+    B, live = info.num_envs, ~done
+    if bool(done.any()) and (step.final_obs is None or step.final_state is None):
+        raise MarlError(
+            f"check_env: {where}: row {int(done.nonzero()[0])} ended but final_obs / final_state is None; "
+            f"expected the ended episode's last observation there."
+        )
+    if step.final_state is not None:
+        _tensor(step.final_state, (B, info.state_dim), torch.float32, f"{where}: final_state", finite=True)
+        row = _first_row(step.final_state, step.state, live)
+        if row is not None:
+            raise MarlError(f"check_env: {where}: final_state differs from state in row {row}, which did not end.")
+    if step.final_obs is not None:
+        _same_groups(step.final_obs, info, f"{where}: final_obs")
+    fa = step.final_avail_actions
+    if fa is not None:
+        _same_groups(fa, info, f"{where}: final_avail_actions")
+    for name, g in info.groups.items():
+        what = f"{where}: group '{name}'"
+        if step.final_obs is not None:
+            fo = step.final_obs[name]
+            _tensor(fo, (B, g.n_agents, g.obs_dim), torch.float32, f"{what}: final_obs", finite=True)
+            row = _first_row(fo, step.obs[name], live)
+            if row is not None:
+                raise MarlError(f"check_env: {what}: final_obs differs from obs in row {row}, which did not end.")
+        if fa is not None:
+            _check_avail(fa[name], g, B, f"{what}: final_avail_actions")
+            if fa[name] is not None:
+                row = _first_row(fa[name], step.avail_actions[name], live)
+                if row is not None:
+                    raise MarlError(
+                        f"check_env: {what}: final_avail_actions differs from avail_actions in row {row}, "
+                        f"which did not end."
+                    )
+
+
+def _check_extras(step: Step, info: EnvInfo, where: str) -> None:
+    declared: Dict[str, Any] = info.extra_columns or {}
+    extras = step.extras if step.extras is not None else {}
+    if not isinstance(extras, dict) or sorted(extras) != sorted(declared):
+        got = sorted(extras) if isinstance(extras, dict) else type(extras).__name__
+        raise MarlError(
+            f"check_env: {where}: extras must hold exactly the columns declared in info.extra_columns "
+            f"{sorted(declared)}, got {got}."
+        )
+    B = info.num_envs
+    for col, spec in declared.items():
+        _same_groups(extras[col], info, f"{where}: extras['{col}']")
+        for name, g in info.groups.items():
+            _tensor(extras[col][name], (B, g.n_agents), spec.dtype, f"{where}: extras['{col}'] of group '{name}'")
