@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from marl.algos.ppo import (PPOModule, ValueNorm, critic_inputs, gae, masked_mean, next_values,
-                            normalize_advantages, ppo_losses)
+from marl.algos.policy_gradient import ValueNorm, gae, masked_mean, next_values, normalize_advantages, ppo_losses
+from marl.algos.ppo import PPOModule, critic_inputs
 
 
 def test_value_norm_roundtrip_and_first_update_exact():

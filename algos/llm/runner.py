@@ -240,6 +240,9 @@ def check_opponent_names(names, bots) -> None:
 def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, Any], generator):
     """Play ``games`` to the end; returns ``(turns, metrics)``.
 
+    Every decision round, the replies of all games waiting for a model are generated in
+    one batch per policy (a trained module or a pool copy); bots answer their seats.
+
     Args:
         games: text envs; seats: per game ``{"table": {seat: (kind, who)}}`` with kind
             ``"module"`` (``who`` = module id, looked up in ``lms``), ``"pool"`` (a frozen
@@ -247,66 +250,88 @@ def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, An
         lms: module id -> causal LM; generator: a :class:`Generator`.
     """
     t0 = time.perf_counter()
-    gen_tokens, gen_time, env_steps = 0, 0.0, 0
-    turns: List[Turn] = []
-    last: Dict[tuple, Turn] = {}
-    counts: Dict[tuple, int] = {}
-    obs = {}
-    for g, (env, s) in enumerate(zip(games, seats)):
-        obs[g], _ = env.reset(seed=seeds[g])
-        for _, (kind, who) in s["table"].items():
-            if kind == "bot":
-                who.reset(seeds[g])
-    steps = {g: 0 for g in obs}
+    match = _Match(games, seats, seeds)
+    obs = match.reset()
     while obs:
-        requests: Dict[Any, List[tuple]] = {}
-        replies: Dict[int, Dict[str, str]] = {g: {} for g in obs}
-        for g, o in obs.items():
-            for a, chat in o.items():
-                kind, who = seats[g]["table"][a]
-                if kind == "bot":
-                    replies[g][a] = who.act(games[g], a)
-                    continue
-                key = ("module", who) if kind == "module" else ("pool", id(who))
-                requests.setdefault(key, []).append((g, a, chat, games[g].legal_actions(a), who))
+        requests, replies = match.requests(obs)
         for key, reqs in requests.items():
             lm = lms[key[1]] if key[0] == "module" else reqs[0][4].lm
             tg = time.perf_counter()
             prompts, responses, texts = generator.generate(lm, [r[2] for r in reqs], [r[3] for r in reqs])
-            gen_time += time.perf_counter() - tg
+            match.gen_time += time.perf_counter() - tg
             for (g, a, _c, _l, _w), p, resp, text in zip(reqs, prompts, responses, texts):
                 replies[g][a] = text
-                gen_tokens += len(resp)
-                k = counts.get((g, a), 0)
-                counts[(g, a)] = k + 1
-                turn = Turn(g, a, steps[g], k, key[0] == "module", seeds[g], p, resp)
-                turns.append(turn)
-                last[(g, a)] = turn
-        nxt = {}
-        for g, reply in replies.items():
-            env = games[g]
-            for a in reply:  # bots' turns carry rewards too (co-player advantages, AA)
-                if seats[g]["table"][a][0] == "bot":
-                    k = counts.get((g, a), 0)
-                    counts[(g, a)] = k + 1
-                    last[(g, a)] = Turn(g, a, steps[g], k, False, seeds[g])
-                    turns.append(last[(g, a)])
-            o, rew, done, _, info = env.step(reply)
-            env_steps += 1
-            steps[g] += 1
-            for a, r in rew.items():
-                if (g, a) in last:
-                    last[(g, a)].reward += float(r)
-            for a, i in info.items():
-                if a in reply and (g, a) in last:
-                    last[(g, a)].invalid = bool(i.get("invalid"))
-            if not done["__all__"]:
-                nxt[g] = o
-        obs = nxt
-    dt = time.perf_counter() - t0
-    metrics: Dict[str, Any] = {"env_steps": env_steps, "tokens_generated": gen_tokens,
-                               "generate_time_s": gen_time, "play_time_s": dt}
-    for g, env in enumerate(games):
+                match.gen_tokens += len(resp)
+                match.new_turn(g, a, key[0] == "module", p, resp)
+        obs = match.advance(replies)
+    metrics: Dict[str, Any] = {"env_steps": match.env_steps, "tokens_generated": match.gen_tokens,
+                               "generate_time_s": match.gen_time, "play_time_s": time.perf_counter() - t0}
+    for env in games:
         for k, v in env.episode_metrics().items():
             metrics.setdefault(k, []).append(float(v))
-    return turns, metrics
+    return match.turns, metrics
+
+
+class _Match:
+    """Bookkeeping of :func:`play`: turns per seat, their rewards, decision rounds."""
+
+    def __init__(self, games, seats: List[Dict[str, Any]], seeds: List[int]):
+        self.games, self.seats, self.seeds = games, seats, seeds
+        self.turns: List[Turn] = []
+        self.last: Dict[tuple, Turn] = {}  # (game, seat) -> its latest turn (collects the rewards that follow)
+        self.counts: Dict[tuple, int] = {}
+        self.steps: Dict[int, int] = {}
+        self.gen_tokens, self.gen_time, self.env_steps = 0, 0.0, 0
+
+    def reset(self) -> Dict[int, Any]:
+        obs = {}
+        for g, (env, s) in enumerate(zip(self.games, self.seats)):
+            obs[g], _ = env.reset(seed=self.seeds[g])
+            for _, (kind, who) in s["table"].items():
+                if kind == "bot":
+                    who.reset(self.seeds[g])
+        self.steps = {g: 0 for g in obs}
+        return obs
+
+    def requests(self, obs: Dict[int, Any]):
+        """Bots' replies now, and the model requests grouped by policy: ``(requests, replies)``."""
+        requests: Dict[Any, List[tuple]] = {}
+        replies: Dict[int, Dict[str, str]] = {g: {} for g in obs}
+        for g, o in obs.items():
+            for a, chat in o.items():
+                kind, who = self.seats[g]["table"][a]
+                if kind == "bot":
+                    replies[g][a] = who.act(self.games[g], a)
+                    continue
+                key = ("module", who) if kind == "module" else ("pool", id(who))
+                requests.setdefault(key, []).append((g, a, chat, self.games[g].legal_actions(a), who))
+        return requests, replies
+
+    def new_turn(self, g: int, a: str, trained: bool, prompt_ids=(), response_ids=()) -> Turn:
+        k = self.counts.get((g, a), 0)
+        self.counts[(g, a)] = k + 1
+        turn = Turn(g, a, self.steps[g], k, trained, self.seeds[g], list(prompt_ids), list(response_ids))
+        self.turns.append(turn)
+        self.last[(g, a)] = turn
+        return turn
+
+    def advance(self, replies: Dict[int, Dict[str, str]]) -> Dict[int, Any]:
+        """Step every game with its replies; returns the observations of the games still running."""
+        nxt = {}
+        for g, reply in replies.items():
+            env = self.games[g]
+            for a in reply:  # bots' turns carry rewards too (co-player advantages, AA)
+                if self.seats[g]["table"][a][0] == "bot":
+                    self.new_turn(g, a, False)
+            o, rew, done, _, info = env.step(reply)
+            self.env_steps += 1
+            self.steps[g] += 1
+            for a, r in rew.items():
+                if (g, a) in self.last:
+                    self.last[(g, a)].reward += float(r)
+            for a, i in info.items():
+                if a in reply and (g, a) in self.last:
+                    self.last[(g, a)].invalid = bool(i.get("invalid"))
+            if not done["__all__"]:
+                nxt[g] = o
+        return nxt
