@@ -415,7 +415,7 @@ class PPO(Trainer):
                     f"{cfg['algo']} cannot handle the action space {g.action_space} of group '{g.name}' "
                     f"({info.family}:{info.scenario}); supported: Discrete, 1-D Box."
                 )
-        check_agent(cfg, info)
+        check_agent(cfg, info, family="ppo")
         if cfg["critic"] not in ("state", "obs"):
             raise MarlError(f"Unknown critic '{cfg['critic']}'. Valid choices: obs, state.")
         if cfg["reward_redistribution"] == "legem":

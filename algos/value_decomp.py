@@ -362,7 +362,7 @@ class ValueDecomp(Trainer):
         if cfg["reward_redistribution"] != "none" and len(info.teams) > 1:
             raise MarlError("reward_redistribution shifts one team reward; "
                             f"{info.family}:{info.scenario} has teams {list(info.teams)}.")
-        check_agent(cfg, info)
+        check_agent(cfg, info, family="value_decomp")
         for g in info.groups.values():
             if not g.discrete:
                 raise MarlError(

@@ -96,17 +96,20 @@ def build_agent_net(kind: str, c: Dict[str, Any], n_actions: int, family: Option
     return build(inputs, c)
 
 
-def check_agent(cfg: Dict[str, Any], info) -> None:
-    """``agent`` is registered and, for an entity-aware network, every group has a discrete
-    action space and an entity layout; then the network's own check (before Ray starts).
+def check_agent(cfg: Dict[str, Any], info, family: Optional[str] = None) -> None:
+    """``agent`` is registered (for ``family``, when given) and, for an entity-aware network,
+    every group has a discrete action space and an entity layout; then the network's own
+    check (before Ray starts).
 
     Raises:
-        MarlError: unknown agent (lists the choices), a group without a layout (says
-            how to declare one) or with continuous actions, or the network's own check.
+        MarlError: unknown agent, or one not built for ``family`` (lists the choices), a
+            group without a layout (says how to declare one) or with continuous actions,
+            or the network's own check.
     """
     kind = cfg.get("agent", "mlp")
-    if kind not in _NETWORKS:
-        raise _unknown(kind, list(_NETWORKS))
+    choices = agent_networks(family) if family is not None else list(_NETWORKS)
+    if kind not in choices:
+        raise _unknown(kind, choices)
     entry = _NETWORKS[kind]
     if entry.entity:
         _require_layouts(kind, info)
