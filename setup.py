@@ -8,7 +8,8 @@ algos = ["marl.algos"] + ["marl.algos." + p for p in find_packages("algos")]
 benchmarks = ["marl.benchmarks"] + ["marl.benchmarks." + p for p in find_packages("benchmarks")]
 
 setup(
-    name="marl",
+    # The distribution is "marl-rllib": "marl" on PyPI is an unrelated project. The import name is marl.
+    name="marl-rllib",
     version="0.1.0",
     description="Multi-agent reinforcement learning: one call from MPE to StarCraft, on RLlib",
     python_requires=">=3.10",
