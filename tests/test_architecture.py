@@ -187,3 +187,19 @@ def test_the_checker_sees_lazy_imports_and_circles(tmp_path, monkeypatch):
     monkeypatch.setitem(GRAPH, "marl.zz_b", imports_of("marl.zz_b"))
     assert GRAPH["marl.zz_a"] == {"marl.zz_b"} and GRAPH["marl.zz_b"] == {"marl.zz_a"}
     assert ["marl.zz_a", "marl.zz_b"] in _cycles(["marl.zz_a", "marl.zz_b"])
+
+
+def test_docs_architecture_names_every_core_module():
+    """docs/architecture.md lists the module graph: a new core module must be placed in it."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    missing = []
+    for m in _core():
+        parts = m.split(".")
+        if m == "marl":
+            continue
+        named = f"`{m}`" in text or f"`{'/'.join(parts)}.py`" in text
+        if len(parts) > 2:  # a submodule may be listed by its last name beside its package
+            named = named or (f"`{'.'.join(parts[:2])}`" in text and f"`{parts[-1]}`" in text)
+        if not named:
+            missing.append(m)
+    assert missing == [], "core modules not placed in docs/architecture.md"
