@@ -2,9 +2,9 @@
 
 Off-beat MARL (Qiu et al. 2022, arXiv 2205.13718) redistributes delayed rewards
 with a graph-based episodic memory built from agents' individual experiences.
-The paper's exact graph and formula were not available
-(``reference/algorithms.md`` §6.3); this module implements the reconstruction
-given there, and says so wherever it is used:
+The paper was available at abstract level only, so its exact graph and formula
+are not known; this module implements our reconstruction (``docs/offbeat.md``,
+"Reward redistribution"), and says so wherever it is used:
 
 * :func:`causal_shift` — move each reward that arrives when actions complete
   back to the decision step(s) where those actions started (split equally);
@@ -297,14 +297,14 @@ def interval_returns(team: torch.Tensor, intervals: Sequence[Tuple[int, int]], g
 class LegemMemory:
     """A team's per-agent episodic memory graphs and the potential-based shaping built on them.
 
-    LeGEM-style (reconstructed, reference §6.3): agent ``i``'s graph is built from
+    LeGEM-style (our reconstruction, ``docs/offbeat.md``): agent ``i``'s graph is built from
     its own decision points; node values come from value propagation
     (:meth:`EpisodicMemoryGraph.propagate`), refreshed every ``refresh_episodes``
     added episodes. The agent's potential at step ``t`` is the memory value of
     its most recent decision node, ``Phi_i(t) = V_i(n_i(tau_i(t)))``, and the
     shaping term is ``F_i(t) = beta (gamma Phi_i(t+1) - Phi_i(t))``; summed with
-    discounting over one action of duration ``d`` it equals the reference's
-    ``beta (gamma^d V(n') - V(n))`` at the decision step. ``Phi = 0`` after a
+    discounting over one action of duration ``d`` it equals the decision-step form
+    ``beta (gamma^d V(n') - V(n))`` of :func:`memory_shaping`. ``Phi = 0`` after a
     terminal step; at a truncated episode end the last potential is kept, so no
     spurious penalty is added. Potential-based, so optimal policies are
     preserved (Ng et al. 1999); ``beta = 0`` leaves rewards unchanged.

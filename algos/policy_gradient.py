@@ -2,7 +2,8 @@
 
 Sources: Schulman et al. 2017 (PPO clipped surrogate, arXiv 1707.06347, eq. 7);
 Schulman et al. 2016 (GAE, arXiv 1506.02438, eq. 16); Yu et al. 2022 (MAPPO,
-arXiv 2103.01955, §2 and appendix: value normalisation, Huber value loss, value
+arXiv 2103.01955: the losses of its appendix, its implementation suggestions
+and its official code's defaults: value normalisation, Huber value loss, value
 clipping, advantage normalisation over active agents). :mod:`marl.algos.ppo`
 builds the RLlib module, learner and training step on these functions.
 """
@@ -17,7 +18,7 @@ from torch.nn import functional as F
 
 # ============================================================ value normalisation
 class ValueNorm(nn.Module):
-    """Running normaliser of value targets (Yu et al. 2022, ``utils/valuenorm.py``).
+    """Running normaliser of value targets (Yu et al. 2022, arXiv 2103.01955: official code's ``ValueNorm``).
 
     Debiased exponential moving averages with ``beta``:
     ``mu <- beta*mu + (1-beta)*mean(x)``, ``mu2 <- beta*mu2 + (1-beta)*mean(x^2)``,
@@ -143,7 +144,7 @@ def ppo_losses(
     value_clip: Optional[float],
     huber_delta: Optional[float],
 ) -> Dict[str, torch.Tensor]:
-    """PPO clipped surrogate and clipped value loss over active rows (Yu et al. 2022, eqs. in §2.1).
+    """PPO clipped surrogate and clipped value loss over active rows (Yu et al. 2022, arXiv 2103.01955).
 
     All inputs are ``[M]``; ``values``, ``values_old`` and ``targets`` are in
     normalised units. Returns ``policy_loss`` (to minimise, i.e. the negated

@@ -1,9 +1,10 @@
 """Q-learning pieces of value decomposition (IQL / VDN / QMIX): TD(lambda) targets,
 the masked TD loss, double-Q, epsilon-greedy exploration and reward statistics.
 
-Sources: pymarl's ``q_learner.py`` (1-step double-Q target, masked squared TD
-error) and ``DecayThenFlatSchedule``; pymarl2's ``build_td_lambda_targets``
-(Hu et al. 2021, arXiv 2102.03479); double Q-learning (van Hasselt et al.
+Sources: QMIX (Rashid et al. 2018, arXiv 1803.11485) as in its official code,
+pymarl (Samvelyan et al. 2019, arXiv 1902.04043: 1-step double-Q target, masked
+squared TD error, ``DecayThenFlatSchedule``); TD(lambda) targets of Hu et al. 2021
+(arXiv 2102.03479, official code ``build_td_lambda_targets``); double Q-learning (van Hasselt et al.
 2016, arXiv 1509.06461); Chan et al. 1979 (parallel variance update).
 Used by :mod:`marl.algos.value_decomp`; ``docs/algorithms/value_decomposition.md``.
 """

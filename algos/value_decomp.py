@@ -3,18 +3,20 @@
 Sources: Tampuu et al. 2017 (independent Q-learning, arXiv 1511.08779);
 Sunehag et al. 2018, "Value-Decomposition Networks" (VDN, arXiv 1706.05296);
 Rashid et al. 2018, "QMIX: Monotonic Value Function Factorisation" (ICML,
-arXiv 1803.11485); pymarl's ``q_learner.py``, ``rnn_agent.py`` and
-``mixers/qmix.py`` (1-step double-Q target, hard target updates every 200
-episodes); pymarl2's ``build_td_lambda_targets`` (Hu et al. 2021, arXiv
-2102.03479). Equations and test properties: ``reference/algorithms.md`` §1.
+arXiv 1803.11485) and its official code, pymarl (released with SMAC, Samvelyan
+et al. 2019, arXiv 1902.04043: 1-step double-Q target, FC-GRU-FC agent, hard
+target updates every 200 episodes); TD(lambda) targets as in Hu et al. 2021
+(arXiv 2102.03479, official code ``build_td_lambda_targets``). Equations and
+tested properties: ``docs/algorithms/value_decomposition.md``.
 
 One family, three mixers: ``none`` (IQL: one TD loss per agent), ``vdn``
 (``Q_tot = sum_a Q_a``) and ``qmix`` (a monotonic hypernetwork mixer on the
 global state). The data path: :class:`~marl.engine.runner.BatchedEnvRunner`
 rollouts go into a :class:`~marl.engine.replay.JointEpisodeBuffer` in the
 driver; each gradient step is one joint batch of whole episodes under a single
-module id, so RLlib's per-module minibatching never splits the agents of one
-time step (``reference/rllib_engine.md`` §4, pitfalls 12-13).
+module id, so RLlib's per-module minibatching (which slices and shuffles each
+module's rows on their own) never splits the agents of one time step
+(``docs/algorithms/value_decomposition.md``).
 
 This file holds the family's RLModules (:class:`QAgentModule`,
 :class:`MixerModule`), Learner (:class:`ValueDecompLearner`) and training step

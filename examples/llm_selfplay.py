@@ -10,7 +10,7 @@ model and its tokenizer are loaded from that path (natural-language prompts; add
     python examples/llm_selfplay.py ipd --model /models/Qwen3-0.6B --lora --iterations 200 \
         --set num_learners=1 num_gpus_per_learner=1
 
-Prints one row per run with the metrics the issue's thresholds use (reference/llm_selfplay.md §5).
+Prints one row per run with the metrics the thresholds use (docs/algorithms/llm_selfplay.md, "Measured").
 """
 from __future__ import annotations
 

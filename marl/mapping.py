@@ -1,4 +1,4 @@
-"""Policy mapping: agents -> groups -> module ids (DESIGN.md §4).
+"""Policy mapping: agents -> groups -> module ids (``docs/mapping.md``).
 
 A *module* is one set of network parameters. Several agents may share a
 module; their data are stacked along the agent axis, and when a module serves

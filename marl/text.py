@@ -13,12 +13,14 @@ is an RLlib ``MultiAgentEnv``:
   ``move`` was played;
 * ``rewards`` may name agents that did not act (e.g. the loser of a game the
   opponent just won): LLM samplers add such a reward to that agent's last turn
-  (MARS, arXiv 2510.15414, reward rule in ``reference/llm_selfplay.md`` §1.5).
+  (the reward rule of the MARS official code: Yuan, Xu et al. 2025, arXiv
+  2510.15414; ``docs/text_games.md``).
 
 Unparseable or illegal text is handled by ``invalid_action``:
 
 * ``"penalty"``: the game's default move is played (e.g. defect in the IPD, as
-  in the AdAlignLLM code) and the agent gets ``invalid_penalty``;
+  in the official code of Piche et al. 2025, arXiv 2511.19405) and the agent
+  gets ``invalid_penalty``;
 * ``"retry"``: the agent is asked again (its bad reply and a notice listing the
   legal moves are added to its chat) up to ``retries`` times, each bad reply
   costing ``invalid_penalty``; then the game is forfeited;
@@ -29,7 +31,7 @@ Unparseable or illegal text is handled by ``invalid_action``:
 A reply is read by :meth:`TextEnv.parse` (default :func:`parse_action`); a
 game with free-text turns (no move list, e.g. Trust-and-Split's messages)
 overrides it. ``format_reward`` is added to the reward of every valid reply
-(MARS: +0.05, §1.5), also in a step that a co-player forfeits.
+(MARS official code: +0.05), also in a step that a co-player forfeits.
 
 Every episode reports ``invalid_rate`` (bad replies / replies to a move list:
 free-text replies are not counted) in its metrics.
@@ -139,8 +141,8 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         invalid_action: ``"penalty"``, ``"retry"`` or ``"forfeit"`` (module docstring).
         invalid_penalty: reward for a bad reply (penalty / retry) or for forfeiting.
         retries: extra attempts per decision under ``"retry"``.
-        format_reward: added to the reward of every valid reply (MARS: 0.05,
-            ``reference/llm_selfplay.md`` §1.5).
+        format_reward: added to the reward of every valid reply (MARS official
+            code: 0.05; Yuan, Xu et al. 2025, arXiv 2510.15414).
         history: ``"full"`` (the whole chat of the game so far, as MARS) or
             ``"last"`` (system prompt + the current state only: short prompts).
         prompt_style: ``"natural"`` (instructions in English, for pretrained

@@ -1,4 +1,4 @@
-"""Crash wrapper and coach (reference §5.6 properties). Fast, no Ray."""
+"""Crash wrapper and coach (properties of docs/envs.md, "Crash-prone envs"). Fast, no Ray."""
 import math
 from pathlib import Path
 

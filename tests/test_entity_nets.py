@@ -1,4 +1,4 @@
-"""HPN / DPN / ASN agent networks: the properties of reference/algorithms.md §3.7 and §4.6,
+"""HPN / DPN / ASN agent networks: the properties of docs/algorithms/entity_networks.md ("Tests"),
 their use inside QMIX and MAPPO modules, and transfer across entity counts."""
 import math
 

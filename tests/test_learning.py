@@ -38,7 +38,8 @@ def _two_step_return(algo, seed, run_dir):
 
 def test_qmix_finds_the_two_step_optimum_and_vdn_does_not(ray_session, run_dir):
     """Rashid et al. 2018, Fig. 1/Table: QMIX represents the 2B payoff and goes for 8;
-    VDN's additive fit of 2B peaks below 7, so it settles for state 2A's 7 (reference §1.5)."""
+    VDN's additive fit of 2B peaks below 7, so it settles for state 2A's 7
+    (docs/algorithms/value_decomposition.md, "Two-step matrix game")."""
     qmix = [_two_step_return("qmix", s, run_dir) for s in range(3)]
     vdn = [_two_step_return("vdn", s, run_dir) for s in range(3)]
     print("two-step greedy return per seed: qmix", qmix, "vdn", vdn)

@@ -1,4 +1,4 @@
-"""LeGEM-style redistribution (reconstruction, reference/algorithms.md §6.3, §6.6)."""
+"""LeGEM-style redistribution (our reconstruction, docs/offbeat.md)."""
 import pytest
 import torch
 
@@ -105,7 +105,7 @@ def test_legem_memory_values_and_shaping_per_action():
     phi = mem.potentials(obs, dec)
     assert torch.allclose(phi[:, 0], torch.tensor([v0, v0, v0, v3, v3]))
     F = mem.shaping(obs, dec, terminated=True)
-    # over one action of duration d the discounted shaping is gamma^d V(n') - V(n) (reference §6.3)
+    # over one action of duration d the discounted shaping is gamma^d V(n') - V(n) (docs/offbeat.md)
     disc = g ** torch.arange(3, dtype=torch.float32)
     assert torch.isclose((F[:3, 0] * disc).sum(), torch.tensor(g ** 3 * v3 - v0), atol=1e-5)
     # a terminated episode telescopes to -Phi(0); beta = 0 is the identity

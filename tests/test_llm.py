@@ -1,4 +1,4 @@
-"""LLM self-play: estimator formulas on hand-computed vectors (reference/llm_selfplay.md §1.13, §2.4),
+"""LLM self-play: estimator formulas on hand-computed vectors (docs/algorithms/llm_selfplay.md),
 token masks, the learner's loss, generation, and short Ray runs (LoRA, errors)."""
 import math
 
@@ -232,7 +232,7 @@ def _ipd_tiny(**kw):
 
 def test_two_ddp_learners_match_one_learner(ray_session):
     """Same batch, same initial weights: 2 CPU learners (DDP, gloo) end where 1 local learner does
-    (reference §5.6), and both learners hold identical weights."""
+    (docs/algorithms/llm_selfplay.md, "Scale path"), and both learners hold identical weights."""
 
     import numpy as np
     from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch

@@ -25,7 +25,7 @@ def test_advantage_alignment_cooperates_and_resists_exploitation(ray_session, ru
     env, kw = _ipd(run_dir, eval_every=300)
     m = env.fit("advantage_alignment", stop={"iterations": 300}, **kw).metrics
     print({k: round(v, 3) for k, v in m.items() if k.startswith("vs_")})
-    # mutual cooperation pays 3 per round, mutual defection 1 (reference §5.4 thresholds)
+    # mutual cooperation pays 3 per round, mutual defection 1 (thresholds: docs/algorithms/llm_selfplay.md)
     assert m["vs_self_reward_per_round"] >= 2.5
     assert m["vs_always_defect_reward_per_round"] >= 0.8  # exploited in round 1 only: 0.9
     assert m["vs_always_defect_opp_reward_per_round"] <= 1.6  # always-cooperate would give it 5
@@ -50,7 +50,7 @@ def test_mars_tic_tac_toe_beats_random(ray_session, run_dir):
         log_dir=run_dir, progress=False, seed=0,
     ).metrics
     print({k: round(v, 3) for k, v in m.items() if k.startswith("vs_")})
-    # random vs random: X wins 0.585 and loses 0.288 (exact, reference §5.3)
+    # random vs random: X wins 0.585 and loses 0.288 (exact, docs/text_games.md)
     assert m["vs_random_player_0_win"] >= 0.80 and m["vs_random_player_0_loss"] <= 0.10
     assert m["vs_random_player_1_win"] >= 0.40  # as O: random O wins 0.288
     assert m["vs_random_invalid_rate"] == 0.0

@@ -1,6 +1,6 @@
 """Off-beat wrapper (envs/wrappers/offbeat.py) and the stag-hunter env (envs/stag_hunter.py).
 
-Properties of algorithms.md §6.6 that concern the env side. No Ray; a few seconds.
+Properties of docs/offbeat.md that concern the env side. No Ray; a few seconds.
 """
 import pytest
 import torch

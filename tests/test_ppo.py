@@ -1,4 +1,4 @@
-"""IPPO/MAPPO math on hand-computed values and properties (reference: algorithms.md §2.7). No Ray."""
+"""IPPO/MAPPO math on hand-computed values and properties (docs/algorithms/ppo.md). No Ray."""
 import gymnasium as gym
 import numpy as np
 import pytest

@@ -292,7 +292,7 @@ def test_ttt_random_vs_random_matches_exact_baseline():
     env = _ttt(history="last", prompt_style="compact")
     # distinct bot seeds: two RandomBots with one seed would make correlated choices
     stats = _seat_stats(env, {"player_0": RandomBot(seed=1), "player_1": RandomBot(seed=2)}, 2000)
-    assert stats["x"] == pytest.approx(0.5849, abs=0.04)     # reference §5.3 (exhaustive)
+    assert stats["x"] == pytest.approx(0.5849, abs=0.04)     # exact, by enumeration (docs/text_games.md)
     assert stats["o"] == pytest.approx(0.2881, abs=0.04)
     assert stats["draw"] == pytest.approx(0.1270, abs=0.04)
 

@@ -1,4 +1,4 @@
-"""IQL / VDN / QMIX: unit properties (reference/algorithms.md §1.7), the joint
+"""IQL / VDN / QMIX: unit properties (docs/algorithms/value_decomposition.md, "Tests"), the joint
 episode buffer, and engine integration (mixers per team, checkpoints, errors)."""
 import itertools
 

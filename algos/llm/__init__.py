@@ -1,4 +1,4 @@
-"""LLM-agent self-play (DESIGN.md §5): a Hugging Face causal LM hosted in an RLlib
+"""LLM-agent self-play (``docs/algorithms/llm_selfplay.md``): a Hugging Face causal LM hosted in an RLlib
 ``TorchRLModule`` plays text games (:mod:`marl.text`) against itself, bots or past
 copies, and learns with MARS, Advantage Alignment, REINFORCE or GRPO advantages.
 

@@ -2,8 +2,11 @@
 
 A *trajectory* is one seat's turns in one game: ``rewards [n, T]`` with a
 ``mask [n, T]`` of real turns (turn ``t`` of row ``i`` is the seat's ``t``-th
-reply, or the game's ``t``-th round in simultaneous games). Sources:
-``reference/llm_selfplay.md`` §1.6 (MARS), §2.1–2.2 (Advantage Alignment, RLOO).
+reply, or the game's ``t``-th round in simultaneous games). Sources: MARS
+(Yuan, Xu et al. 2025, arXiv 2510.15414, reconstructed from its official code),
+Advantage Alignment (Duque et al. 2025, arXiv 2406.14662; Piche et al. 2025,
+arXiv 2511.19405, whose official code gives the RLOO baseline); formulas and
+choices in ``docs/algorithms/llm_selfplay.md``.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import torch
 def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """Return-to-go over a trajectory's own turns: ``R_t = sum_{t'>=t} gamma^(t'-t) r_t'``.
 
-    MARS turn-level return (arXiv 2510.15414; reference §1.6, gamma = 1 there).
+    MARS turn-level return (Yuan, Xu et al. 2025, arXiv 2510.15414; gamma = 1 there).
 
     Args:
         rewards: ``[n, T]`` reward credited to each turn.
@@ -35,7 +38,8 @@ def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) 
 def normalize_by_key(values: torch.Tensor, mask: torch.Tensor, keys: Sequence[Hashable], eps: float = 1e-6) -> torch.Tensor:
     """``(v - mean_k) / (std_k + eps)`` over all masked entries of the rows with key ``k``.
 
-    MARS agent-specific normalisation (reference §1.6–1.7): key = the seat's
+    MARS agent-specific normalisation (arXiv 2510.15414; reconstructed from its official
+    code, ``docs/algorithms/llm_selfplay.md``): key = the seat's
     role (per game), population std. A key with one entry gets advantage 0.
 
     Args:
@@ -55,7 +59,8 @@ def normalize_by_key(values: torch.Tensor, mask: torch.Tensor, keys: Sequence[Ha
 def leave_one_out(returns: torch.Tensor, mask: torch.Tensor, groups: Sequence[Hashable]) -> torch.Tensor:
     """RLOO baseline per time step: ``A_t^b = G_t^b - mean_{b' in group(b), b' != b} G_t^b'``.
 
-    As in the AdAlignLLM trainer (reference §2.2, ``use_rloo``): the group is
+    RLOO (Ahmadian et al. 2024, arXiv 2402.14740) as in the official code of Piche
+    et al. 2025 (arXiv 2511.19405, ``use_rloo``): the group is
     the rollouts sharing a game seed (and seat); only rollouts that have a
     turn ``t`` count. A row alone at ``t`` gets advantage 0 (no baseline can
     be formed without peers).
@@ -82,11 +87,11 @@ def leave_one_out(returns: torch.Tensor, mask: torch.Tensor, groups: Sequence[Ha
 def aa_weights(a1: torch.Tensor, mask: torch.Tensor, gamma: float, jit: bool = False) -> torch.Tensor:
     """Advantage Alignment weight on the co-player's advantage.
 
-    Published (``jit=False``, AdAlignLLM ``exclude_k_equals_t=True``):
+    Published (``jit=False``; ``exclude_k_equals_t=True`` in the official code of Piche et al.):
     ``w_t = gamma * sum_{k<t} gamma^(t-k) A1_k`` (0 at t = 0).
     Jit (``jit=True``, k <= t, no extra gamma): ``w_t = sum_{k<=t} gamma^(t-k) A1_k``.
     Duque et al. 2025 (arXiv 2406.14662) and Piche et al. 2025 (arXiv 2511.19405);
-    reference §2.1–2.2, test vectors §2.4.
+    hand-computed test vectors in ``tests/test_llm.py``.
 
     Args:
         a1: ``[n, T]`` own advantages; mask ``[n, T]``.
@@ -110,7 +115,7 @@ def aa_credit(a1: torch.Tensor, a2: torch.Tensor, mask: torch.Tensor, beta: floa
     Args:
         a1: ``[n, T]`` own advantages; a2: ``[n, T]`` the co-player's advantages
             in the same game at the same step (0 where it has none); mask ``[n, T]``.
-        beta: weight of the alignment term (0.5 for the IPD in AdAlignLLM).
+        beta: weight of the alignment term (0.5 for the IPD in Piche et al.'s official code).
         gamma: AA discount (0.9 there).
     Returns:
         ``[n, T]`` credits, 0 on padding.
@@ -122,7 +127,8 @@ def trajectory_group_norm(rewards: torch.Tensor, mask: torch.Tensor, groups: Seq
                           eps: float = 1e-6) -> torch.Tensor:
     """GRPO-style trajectory advantage: ``(sum_t r_t - mean_group) / (std_group + eps)`` on every turn.
 
-    The "naive GRPO" of MARS Fig. 1 (reference §1.6): one scalar per
+    The "naive GRPO" of MARS Fig. 1 (arXiv 2510.15414; GRPO: Shao et al. 2024,
+    arXiv 2402.03300): one scalar per
     trajectory, no temporal credit, all seats of a group pooled.
 
     Returns:

@@ -4,15 +4,18 @@ Input (one ``MultiAgentBatch``, sharded across learners by rows): per module,
 one row per reply, ``input_ids`` / ``attention_mask`` ``[S, L]`` (prompt then
 reply, right-padded), ``loss_mask [S, L-1]`` (1 where the *next* token is a
 generated reply token: prompts and padding carry no loss) and ``advantages
-[S]`` (every token of a turn gets its turn's advantage, MARS §1.6).
+[S]`` (every token of a turn gets its turn's advantage, as in the MARS official code).
 
-Per-token loss (reference §1.9): ``pg = -min(rho A, clip(rho, 1-eps, 1+eps) A)``
+Per-token loss (MARS official code, Yuan, Xu et al. 2025, arXiv 2510.15414; PPO clip:
+Schulman et al. 2017, arXiv 1707.06347, eq. 7): ``pg = -min(rho A, clip(rho, 1-eps, 1+eps) A)``
 with ``rho = pi / pi_old`` (1 on the first epoch: REINFORCE), the dual clip
-``min(pg, -c A)`` for ``A < 0`` when ``dual_clip`` > 0, plus ``kl_coef`` times the
+``min(pg, -c A)`` for ``A < 0`` when ``dual_clip`` > 0 (Ye et al. 2020, arXiv
+1912.09729, eq. 5), plus ``kl_coef`` times the
 k3 KL estimate ``exp(ref - logp) - (ref - logp) - 1`` (clamped to [-10, 10])
 minus ``entropy_coef`` times the next-token entropy. ``loss_agg``:
 ``seq_mean_token_mean`` (mean over a reply's tokens, then over replies; MARS)
-or ``token_mean`` (over all reply tokens; AdAlignLLM ``nb_tokens``).
+or ``token_mean`` (over all reply tokens; ``nb_tokens`` in the official code of
+Piche et al. 2025, arXiv 2511.19405).
 
 Memory: rows are split into micro-batches of at most ``max_tokens_per_microbatch``
 tokens whose gradients are accumulated; under DDP (``num_learners`` > 1) the
@@ -35,7 +38,7 @@ from marl.errors import TrainingDiverged
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Schulman's k3 estimator of KL(pi || ref) per token, clamped to [-10, 10] as in ROLL (§1.9)."""
+    """Schulman's k3 estimator of KL(pi || ref) per token, clamped to [-10, 10] as in the MARS official code."""
     d = ref_logp - logp
     return (torch.exp(d) - d - 1).clamp(-10, 10)
 
@@ -70,7 +73,7 @@ class LLMLearner(TorchLearner):
 
     def configure_optimizers_for_module(self, module_id, config=None):
         # Only trainable params: frozen (LoRA base) params have grad None, which RLlib's
-        # apply_gradients cannot check (reference §4.3).
+        # apply_gradients cannot check (RLlib 2.60 TorchLearner.apply_gradients: isfinite on every grad).
         params = [p for p in self._module[module_id].parameters() if p.requires_grad]
         hp = self.hp
         opt = torch.optim.AdamW(params, betas=(0.9, float(hp["adam_beta2"])), weight_decay=float(hp["weight_decay"]))

@@ -4,7 +4,8 @@
   ``from_config`` on a ``transformers`` config (tests, tiny models);
 * :func:`apply_lora` — LoRA adapters with ``peft`` (only they train);
 * :class:`CausalLMModule` — the RLModule; ``forward_train`` returns per-token
-  log-probs of the next token (never full-vocabulary logits, reference §4.3);
+  log-probs of the next token (never full-vocabulary logits: vocab x length x
+  batch floats would not fit in memory for real LLMs);
 * :class:`Generator` — chat template -> token ids -> ``generate`` (temperature,
   top-p, token budget, optional constrained decoding to the legal moves);
   :class:`VLLMGenerator` does the same through vLLM (``pip install marl[vllm]``);
@@ -44,7 +45,8 @@ def _transformers():
 def word_tokenizer(words: Sequence[str], chat_template: str = WORD_CHAT_TEMPLATE):
     """A ``PreTrainedTokenizerFast`` whose tokens are whitespace-separated words.
 
-    For tiny models built from a config (tests, CPU reproductions, reference §5.2):
+    For tiny models built from a config (tests, CPU reproductions;
+    ``docs/algorithms/llm_selfplay.md``, "Measured"):
     every game symbol (``<A>``, ``x``, ``c4`` ...) is one token.
 
     Args:
@@ -68,7 +70,7 @@ def word_tokenizer(words: Sequence[str], chat_template: str = WORD_CHAT_TEMPLATE
 
 
 def tiny_config(vocab_size: int, n_positions: int = 256, n_embd: int = 64, n_layer: int = 2, n_head: int = 4):
-    """A ~0.1M-parameter GPT-2 config (reference §5.2) for ``model=`` in CPU tests."""
+    """A ~0.1M-parameter GPT-2 config for ``model=`` in CPU tests (``docs/algorithms/llm_selfplay.md``)."""
     return _transformers().GPT2Config(
         vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
         n_inner=4 * n_embd, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
@@ -121,7 +123,8 @@ def load_tokenizer(tokenizer: Any, model: Any):
 def apply_lora(lm, r: int = 16, alpha: int = 32, dropout: float = 0.0, target: Any = "all-linear"):
     """Wrap ``lm`` with LoRA adapters (``peft``); the base weights are frozen.
 
-    AdAlignLLM uses r 32, alpha 64 on all linear layers (reference §2.2).
+    LoRA: Hu et al. 2021, arXiv 2106.09685. Piche et al. 2025 (arXiv 2511.19405)
+    use r 32, alpha 64 on all linear layers (official code's default).
 
     Raises:
         MarlError: peft is not installed.
@@ -225,7 +228,7 @@ class Generator:
         temperature, top_p: sampling parameters (temperature 0 = greedy).
         max_new_tokens: the token budget of one reply.
         constrain: sample only the token sequences of the legal moves (then end
-            of reply), via ``prefix_allowed_tokens_fn``; reference §5.2 "sample only legal tokens".
+            of reply), via ``prefix_allowed_tokens_fn`` (for tiny models; ``docs/algorithms/llm_selfplay.md``).
     """
 
     def __init__(self, tokenizer, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32,

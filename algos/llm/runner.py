@@ -8,8 +8,8 @@ games. A game's seats are all played by the learner (``"self"``), or one seat
 ``opponents`` (a bot name or ``"pool"``).
 
 Each reply becomes a :class:`Turn`; rewards that reach a seat which did not
-act (an opponent's winning move) are added to that seat's last turn (MARS,
-reference §1.5).
+act (an opponent's winning move) are added to that seat's last turn (the MARS
+official code's rule: Yuan, Xu et al. 2025, arXiv 2510.15414).
 """
 from __future__ import annotations
 

@@ -8,18 +8,20 @@ computed here (:func:`turn_advantages`), one row per trained reply goes to the
 ``eval_every`` iterations the policy plays ``eval_games`` games against each
 fixed opponent of ``eval_opponents``; results are logged as ``vs_<bot>_<metric>``.
 
-Estimators (``reference/llm_selfplay.md``):
+Estimators (:mod:`marl.algos.llm.advantages`; ``docs/algorithms/llm_selfplay.md``):
 
 * ``mars`` — turn-level return-to-go (gamma 1), normalised per seat role over
-  the batch (§1.6; ``role_norm=False`` pools the roles: the ablation);
-* ``advantage_alignment`` — RLOO per-step advantages A1 (§2.2) and
-  ``A* = A1 + beta * w * A2`` with the co-player's A2 (§2.1; ``aa_variant``
+  the batch (Yuan, Xu et al. 2025, arXiv 2510.15414, reconstructed from its
+  official code; ``role_norm=False`` pools the roles: the paper's ablation);
+* ``advantage_alignment`` — RLOO per-step advantages A1 (Piche et al. 2025,
+  arXiv 2511.19405, official code) and ``A* = A1 + beta * w * A2`` with the
+  co-player's A2 (Duque et al. 2025, arXiv 2406.14662; ``aa_variant``
   ``published`` (k < t) or ``jit`` (k <= t));
 * ``reinforce`` — the same RLOO advantages without the alignment term (naive self-play);
 * ``grpo`` — one group-normalised return per trajectory, seats pooled (MARS Fig. 1 "naive GRPO").
 
 ``reward_sharing="sum"`` trains every seat on the sum of all seats' rewards
-(the prosocial control of §5.4).
+(the prosocial control; ``docs/algorithms/llm_selfplay.md``, "Measured").
 """
 from __future__ import annotations
 
@@ -256,7 +258,7 @@ class LLMSelfPlay(Trainer):
                       grad_clip_by="global_norm")
             .debugging(seed=int(cfg["seed"]), log_level="ERROR")
         )
-        config.torch_ddp_kwargs = {"find_unused_parameters": True}  # LoRA / unused heads (reference §4.3)
+        config.torch_ddp_kwargs = {"find_unused_parameters": True}  # LoRA's frozen base / unused heads get no grad
         config.learner_config_dict = learner_cfg
         return config
 

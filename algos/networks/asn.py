@@ -1,8 +1,8 @@
 """ASN: action semantics network.
 
 Source: Wang et al. 2020, "Action Semantics Network: Considering the Effects of
-Actions in Multiagent Systems" (ICLR, arXiv 1907.11461); official code
-``ASN/src/modules/agents/asn_rnn_agent.py`` (same in pymarl3). Equations and
+Actions in Multiagent Systems" (ICLR, arXiv 1907.11461); its official code's
+``asn_rnn`` agent (also in pymarl3, the code of Hao et al. 2022). Equations and
 tested properties: ``docs/algorithms/entity_networks.md``.
 
 Actions split into those that affect only the agent (``A_in``: no-op, stop,

@@ -2,8 +2,8 @@
 
 Source: Hao et al. 2022, "Breaking the Curse of Dimensionality in Multiagent
 State Space: A Unified Agent Permutation Framework" (arXiv 2203.05285; ICLR 2023
-as "Boosting MARL via PI and PE Networks"); official code pymarl3
-``src/modules/agents/hpns_rnn_agent.py``. Equations and tested properties:
+as "Boosting MARL via PI and PE Networks"); its official code (pymarl3), agent
+``hpns_rnn``. Equations and tested properties:
 ``docs/algorithms/entity_networks.md``.
 
 For each entity type ``t`` with features ``x_j [d_t]`` a generator gives a code
@@ -12,7 +12,8 @@ For each entity type ``t`` with features ``x_j [d_t]`` a generator gives a code
 * **HPN** (``generator="mlp"``): ``z_j = ReLU(W1 x_j + b1)`` (``K = hyper_dim``),
   so ``W_in(x_j) = reshape(A z_j + c)`` is a two-layer hypernetwork.
 * **DPN** (``generator="bank"``): ``z_j = softmax(S x_j)`` over a bank of ``K``
-  modules, ``W_in(x_j) = sum_k z_jk W_k`` (the soft module selection of §3.4;
+  modules, ``W_in(x_j) = sum_k z_jk W_k`` (a soft module selection, our reading of
+  the paper's DPN: ``docs/algorithms/entity_networks.md``;
   ``hard=True`` selects ``argmax`` in the forward pass with a straight-through
   gradient).
 

@@ -15,7 +15,7 @@ from marl.errors import MarlError
 
 
 class QMixer(nn.Module):
-    """QMIX's monotonic mixer (Rashid et al. 2018, Eq. 4-5; pymarl ``mixers/qmix.py``).
+    """QMIX's monotonic mixer (Rashid et al. 2018, arXiv 1803.11485, Eq. 4-5; as in its official code, pymarl).
 
     ``W1 = |hyper_w1(s)|`` ``[n, E]``, ``b1 = hyper_b1(s)``, ``h = ELU(q W1 + b1)``,
     ``W2 = |hyper_w2(s)|`` ``[E]``, ``b2 = V(s)``; ``Q_tot = h . W2 + b2``.

@@ -2,7 +2,7 @@
 
 Defaults follow the official MAPPO code (Yu et al. 2022, "The Surprising
 Effectiveness of PPO in Cooperative Multi-Agent Games", arXiv 2103.01955;
-``onpolicy/config.py``, ``onpolicy/algorithms/utils/``): hidden 64, ReLU,
+official code's defaults): hidden 64, ReLU,
 LayerNorm on the input features, orthogonal init, and a small output gain
 (0.01) for the policy head so the initial policy is near uniform.
 """
@@ -68,7 +68,7 @@ class MLP(nn.Module):
 
 class GRUTrunk(nn.Module):
     """MLP encoder (one hidden layer) followed by a GRU: ``x [M, L, D]`` -> states ``[M, L, H]``
-    (MAPPO's recurrent base, ``onpolicy/algorithms/utils/rnn.py``).
+    (the recurrent base of MAPPO's official code, Yu et al. 2022, arXiv 2103.01955).
 
     The GRU is an ``nn.GRU`` unrolled by :func:`~marl.algos.networks.base.gru_unroll`.
     Checkpoints from before it replaced an ``nn.GRUCell`` (keys ``cell.weight_ih`` ...)

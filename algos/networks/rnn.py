@@ -1,8 +1,9 @@
 """pymarl's RNN agent, the plain agent network of IQL / VDN / QMIX.
 
 Source: Rashid et al. 2018, "QMIX" (ICML, arXiv 1803.11485), §6 "agent
-networks": a DRQN with a GRU between two fully connected layers; pymarl
-``src/modules/agents/rnn_agent.py``. PyTorch's default initialisation, as in pymarl.
+networks": a DRQN with a GRU between two fully connected layers; the ``rnn_agent``
+of its official code, pymarl (Samvelyan et al. 2019, arXiv 1902.04043). PyTorch's
+default initialisation, as in pymarl.
 """
 from __future__ import annotations
 

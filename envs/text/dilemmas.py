@@ -1,10 +1,11 @@
 """Iterated 2x2 social dilemmas as text games: prisoner's dilemma, stag hunt, chicken.
 
 Both players answer at once each round with ``<A>`` (cooperate) or ``<B>``
-(defect), as in the AdAlignLLM IPD (``reference/llm_selfplay.md`` §2.2); the
-prompt never names the game. A reply that is neither counts as defection
-(``invalid_action="penalty"`` with the default move ``<B>``, penalty 0, as
-that code does). After each round both see the co-player's move and the payoffs.
+(defect), as in the IPD of Piche et al. 2025 (arXiv 2511.19405; its official
+code, "AdAlignLLM" below); the prompt never names the game. A reply that is
+neither counts as defection (``invalid_action="penalty"`` with the default
+move ``<B>``, penalty 0, as that code does). After each round both see the
+co-player's move and the payoffs.
 
 Payoffs (row player, column player) for (C, C), (C, D), (D, C), (D, D):
 

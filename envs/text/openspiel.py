@@ -1,6 +1,6 @@
 """Turn-based OpenSpiel games as text games (the MARS game set).
 
-MARS (arXiv 2510.15414; ``reference/llm_selfplay.md`` §1.2) wraps OpenSpiel's
+MARS (Yuan, Xu et al. 2025, arXiv 2510.15414, official code) wraps OpenSpiel's
 ``pyspiel.load_game`` for tic-tac-toe, Kuhn poker, Leduc poker, Connect Four
 and a small Hanabi. :class:`OpenSpielGame` does the same for any turn-based
 OpenSpiel game: one pyspiel state per game, chance nodes sampled with the
@@ -24,7 +24,7 @@ Any other registered pyspiel game name also works, written generically: the
 state is ``observation_string(player)`` (or ``information_state_string``) and
 the moves are ``action_to_string(player, a)``.
 
-Rewards (MARS, §1.5): 0 until the end, then ``state.returns()`` to every seat
+Rewards (MARS official code): 0 until the end, then ``state.returns()`` to every seat
 (so the loser of a game its opponent ends also gets its -1 in that step);
 a zero-sum game that ends 0 for all is a draw and pays ``draw_reward`` to
 all; the base option ``format_reward`` (MARS: 0.05, default 0) is added to
@@ -495,7 +495,7 @@ class OpenSpielGame(TextEnv):
 class MCTSBot(Bot):
     """OpenSpiel's ``MCTSBot`` with a random-rollout evaluator (the MARS evaluation opponent).
 
-    MARS (§1.2): ``uct_c=2``, ``rollout_count=10`` (``n_rollouts``),
+    MARS official code (arXiv 2510.15414): ``uct_c=2``, ``rollout_count=10`` (``n_rollouts``),
     ``max_simulations`` 100 or 1000. The search reads the env's true pyspiel
     state, so in imperfect-information games it sees hidden cards; use it for
     tic-tac-toe and Connect Four as MARS does. It needs a game with terminal

@@ -1,15 +1,17 @@
 """Trust-and-Split: an iterated coin-splitting game with private values and cheap talk.
 
-Rules (AdAlignLLM TAS-RPS, ``reference/llm_selfplay.md`` §2.2 and §5.5):
-each of ``rounds`` rounds splits ``coins`` = 10 coins. Every round each player
-gets a private per-coin value, 10 (high) or 1 (low):
+Rules: the TAS-RPS game of Piche et al. 2025 (arXiv 2511.19405; its official
+code, "AdAlignLLM" below) and a lite variant of ours with coin-flip values
+(``docs/text_games.md``): each of ``rounds`` rounds splits ``coins`` = 10
+coins. Every round each player gets a private per-coin value, 10 (high) or 1
+(low):
 
 * ``values="rps"``: the two players get distinct rock / paper / scissors
   hands; the winner values coins at 10, the loser at 1. Each sees only its own
   hand, so it learns its value only from the co-player's message (the
   ``tas_rps`` game);
 * ``values="coin"``: independent fair coin flips, each seeing its own value
-  (§5.5; both may be high or both low).
+  (our lite variant; both may be high or both low).
 
 Then (``messages=True``) both send one free-text message of at most
 ``max_message_chars`` characters at the same time, shown to the other, and

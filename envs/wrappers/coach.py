@@ -4,8 +4,8 @@ Source: Zhao, Zhao, Wang, Yang, Hu, Zhou, Hao, Li, "Coach-assisted Multi-Agent
 Reinforcement Learning Framework for Unexpected Crashed Agents", arXiv
 2203.08454 (2022). The paper names three coach strategies (fixed crash rate,
 curriculum learning, adaptive crash rate driven by performance); the formulas
-below are **reconstructed** (the reference marks them [D]) and every constant
-is an option:
+below are **our reconstruction** (the paper was available at abstract level;
+``docs/envs.md``, "Reconstructed details") and every constant is an option:
 
 * ``fixed``: ``p = rate`` (default 0.2);
 * ``curriculum``: ``p = p_max * min(1, env_steps / T_curr)`` (linear ramp);
@@ -23,9 +23,9 @@ is an option:
   wrapper keeps at ``p = 0`` (``reference_share``, 1/8 of the copies), fed
   through :meth:`Coach.observe_reference` so ``P_ref`` follows the team as it learns.
 
-Defaults (reference §5.3): ``K = 20``, ``delta = 0.05``, ``p_max = 0.5``,
-``tau_hi = 0.8 P_ref``, ``tau_lo = 0.5 P_ref``. ``T_curr = 500_000`` env steps
-is our default (the reference's runs are 0.5-1M steps).
+Defaults (ours, part of the reconstruction): ``K = 20``, ``delta = 0.05``,
+``p_max = 0.5``, ``tau_hi = 0.8 P_ref``, ``tau_lo = 0.5 P_ref``, and
+``T_curr = 500_000`` env steps (our CPU runs are 0.5-1M steps).
 
 The coach does not touch the env. :class:`CrashCoach`, the run callback that a
 crash wrapper with a ``strategy`` contributes to every ``fit``

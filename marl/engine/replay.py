@@ -3,7 +3,8 @@
 RLlib 2.60's ``MultiAgentEpisodeReplayBuffer`` samples single steps per module,
 not aligned across agents and not as sequences, so a recurrent agent network
 and a mixer over all agents of a team cannot be trained from it. This buffer stores whole episodes with all
-agents aligned, in fixed-size numpy arrays (pymarl's ``EpisodeBatch`` layout).
+agents aligned, in fixed-size numpy arrays (the ``EpisodeBatch`` layout of pymarl, the
+QMIX authors' code released with SMAC: Samvelyan et al. 2019, arXiv 1902.04043).
 
 It is filled straight from :class:`~marl.engine.runner.BatchedEnvRunner`
 rollouts (time-major ``[T, B, ...]`` pieces of episodes that started and ended

@@ -1,7 +1,7 @@
 """BatchedEnvRunner: RLlib ``EnvRunner`` that steps ``B`` env copies as tensors.
 
 RLlib's stock ``MultiAgentEnvRunner`` builds one Python episode object per
-agent per step (≈0.3 ms per env step measured on 2 cores, DESIGN.md §2); this
+agent per step (≈0.3 ms per env step measured on 2 cores, ``docs/engine.md``); this
 runner keeps RLlib's actor / weight-sync / checkpoint machinery but samples
 with one batched forward per module per step and returns time-major tensors.
 """
