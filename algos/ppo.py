@@ -33,11 +33,12 @@ from marl.algos.networks.registry import agent_model_config, build_agent_net, ch
 from marl.algos.policy_gradient import (
     ValueNorm, explained_variance, gae, next_values, normalize_advantages, ppo_losses,
 )
+from marl.config import EngineConfig, config_view, key
+from marl.engine.context import RunAccess
 from marl.engine.spec import begin_update
 from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
-from marl.config import EngineConfig, key
-from marl.env import MarlError, unknown_choice
+from marl.env import MarlError
 
 REDISTRIBUTIONS = ("none", "causal_shift")  # reward_redistribution choices (legem: value decomposition only)
 NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
@@ -195,7 +196,7 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
 
 
 # ============================================================ learner
-class PPOLearner(TorchLearner):
+class PPOLearner(RunAccess, TorchLearner):
     """Learner for IPPO/MAPPO: advantages, then epochs x minibatches of PPO steps.
 
     Input (one ``MultiAgentBatch``, sharded across learners by rows): per module,
@@ -210,30 +211,26 @@ class PPOLearner(TorchLearner):
         # Adam eps 1e-5 as in the MAPPO code (RLlib's default is 1e-8).
         module = self._module[module_id]
         params = self.get_parameters(module)
-        opt = torch.optim.Adam(params, eps=float(self.hp["adam_eps"]))
+        opt = torch.optim.Adam(params, eps=self.cfg.adam_eps)
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
-
-    @property
-    def hp(self) -> Dict[str, Any]:
-        return self.config.learner_config_dict
 
     # ---------------------------------------------------------------- data prep
     @torch.no_grad()
     def _prepare(self, mid: str, b: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Values, GAE, returns and normalised advantages for one module's rows ``[R, T]``."""
-        hp = self.hp
+        cfg = self.cfg
         module = self.module[mid].unwrapped()
-        vn = module.value_norm if hp["value_norm"] else None
+        vn = module.value_norm if cfg.value_norm else None
         v_norm = module.values(b["critic_in"])  # [R, T+1] normalised
         v_final = module.values(b["final_critic_in"])  # [R, T]
         denorm = vn.denormalize if vn is not None else (lambda x: x)
         v, vf = denorm(v_norm), denorm(v_final)
         term, trunc = b["terminated"], b["truncated"]
         next_v = next_values(v, vf, term, trunc)
-        adv = gae(b["rewards"], v[:, :-1], next_v, term | trunc, hp["gamma"], hp["gae_lambda"])
+        adv = gae(b["rewards"], v[:, :-1], next_v, term | trunc, cfg.gamma, cfg.gae_lambda)
         returns = adv + v[:, :-1]
         active = b["alive"]
-        if hp["advantage_norm"]:
+        if cfg.advantage_norm:
             adv = normalize_advantages(adv, active)
         out = {
             "obs": b["obs"][:, :-1],
@@ -260,10 +257,10 @@ class PPOLearner(TorchLearner):
         MLP actors: rows are single steps (``R*T`` of them). GRU actors: rows are
         chunks of ``chunk_length`` steps starting from the stored hidden state.
         """
-        K = int(self.hp["num_minibatches"])
+        K = self.cfg.num_minibatches
         if recurrent:
             R, T = data["actions"].shape[:2]
-            L = int(self.hp["chunk_length"]) if T % int(self.hp["chunk_length"]) == 0 else T
+            L = self.cfg.chunk_length if T % self.cfg.chunk_length == 0 else T
             flat = {k: v.reshape(R * (T // L), L, *v.shape[2:]) for k, v in data.items()}
             flat["h0"] = flat.pop("h")[:, 0]
             flat["starts"] = flat["starts"].clone()
@@ -282,32 +279,32 @@ class PPOLearner(TorchLearner):
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
         """One PPO update on a rollout (see the class docstring); returns reduced metrics."""
         data = {mid: self._prepare(mid, b) for mid, b in begin_update(self, batch, training_data, timesteps).items()}
-        for _ in range(int(self.hp["epochs"])):
+        for _ in range(self.cfg.epochs):
             iters = {
                 mid: self._minibatches(mid, d, self.module[mid].unwrapped().recurrent) for mid, d in data.items()
             }
-            for _k in range(int(self.hp["num_minibatches"])):
+            for _k in range(self.cfg.num_minibatches):
                 mb = {mid: next(it) for mid, it in iters.items()}
                 self._update(mb)
         self.after_gradient_based_update(timesteps=timesteps or {})
         return self.metrics.reduce()
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
-        hp = self.hp
+        cfg = self.cfg
         module = self.module[module_id].unwrapped()
         flat = {k: v.reshape(-1, *v.shape[2:]) if module.recurrent else v for k, v in batch.items() if k not in ("h0", "starts")}
         logp, ent = module.log_prob_entropy(fwd_out["dist_in"], flat["actions"], flat.get("avail"))
         returns, active = flat["returns"], flat["active"]
-        if hp["value_norm"]:
+        if cfg.value_norm:
             module.value_norm.update(returns, active)
             targets = module.value_norm.normalize(returns)
         else:
             targets = returns
         parts = ppo_losses(
             logp, flat["logp_old"], flat["advantages"], ent, fwd_out["values"], flat["values_old"], targets,
-            active, hp["clip"], hp["value_clip"], hp["huber_delta"],
+            active, cfg.clip, cfg.value_clip, cfg.huber_delta,
         )
-        loss = parts["policy_loss"] - hp["entropy_coef"] * parts["entropy"] + hp["value_loss_coef"] * parts["value_loss"]
+        loss = parts["policy_loss"] - cfg.entropy_coef * parts["entropy"] + cfg.value_loss_coef * parts["value_loss"]
         for name in ("policy_loss", "value_loss"):
             if not torch.isfinite(parts[name]):
                 raise TrainingDiverged(f"{name} of module '{module_id}' is {parts[name].item()} (not finite)")
@@ -379,22 +376,22 @@ class PPO(Trainer):
     config_class = PPOConfig
 
     @classmethod
-    def module_config(cls, cfg, mapping, mid: str) -> Dict[str, Any]:
+    def module_config(cls, cfg: PPOConfig, mapping, mid: str) -> Dict[str, Any]:
         g = mapping.group_info(mid)
         n = mapping.n_agents(mid)
-        critic_dim = mapping.obs_dim(mid) if cfg["critic"] == "obs" else mapping.info.state_dim + n
+        critic_dim = mapping.obs_dim(mid) if cfg.critic == "obs" else mapping.info.state_dim + n
         mc = {
             "obs_dim": mapping.obs_dim(mid),
             "critic_dim": critic_dim,
             "n_actions": g.n_actions,
             "discrete": g.discrete,
-            "hidden": cfg["hidden"],
-            "layers": cfg["layers"],
-            "activation": cfg["activation"],
-            "layer_norm": cfg["layer_norm"],
-            "recurrent": cfg["recurrent"],
-            "policy_gain": cfg["policy_gain"],
-            "log_std_init": cfg["log_std_init"],
+            "hidden": cfg.hidden,
+            "layers": cfg.layers,
+            "activation": cfg.activation,
+            "layer_norm": cfg.layer_norm,
+            "recurrent": cfg.recurrent,
+            "policy_gain": cfg.policy_gain,
+            "log_std_init": cfg.log_std_init,
             **agent_model_config(cfg, mapping, mid),
         }
         return mc
@@ -406,24 +403,17 @@ class PPO(Trainer):
         Raises:
             MarlError: a group's action space is of another type (named, with the supported ones).
         """
+        cfg = config_view(cfg)
         for g in info.groups.values():
             ok = isinstance(g.action_space, gym.spaces.Discrete) or (
                 isinstance(g.action_space, gym.spaces.Box) and len(g.action_space.shape) == 1
             )
             if not ok:
                 raise MarlError(
-                    f"{cfg['algo']} cannot handle the action space {g.action_space} of group '{g.name}' "
+                    f"{cfg.algo} cannot handle the action space {g.action_space} of group '{g.name}' "
                     f"({info.family}:{info.scenario}); supported: Discrete, 1-D Box."
                 )
         check_agent(cfg, info, family="ppo")
-        if cfg["critic"] not in ("state", "obs"):
-            raise MarlError(f"Unknown critic '{cfg['critic']}'. Valid choices: obs, state.")
-        if cfg["reward_redistribution"] == "legem":
-            raise MarlError(f"reward_redistribution='legem' (episodic-memory shaping) needs whole episodes and is "
-                            f"implemented for value decomposition (qmix, vdn, iql); {cfg['algo']} takes "
-                            f"'none' or 'causal_shift'.")
-        if cfg["reward_redistribution"] not in REDISTRIBUTIONS:
-            raise unknown_choice("reward_redistribution", cfg["reward_redistribution"], REDISTRIBUTIONS)
 
     @staticmethod
     def redistribute(rollout: Dict[str, Any]) -> None:
@@ -438,6 +428,6 @@ class PPO(Trainer):
 
     def training_step(self) -> StepOutput:
         rollout = self.sample_rollouts()
-        if self.marl_config["reward_redistribution"] == "causal_shift":
+        if self.cfg.reward_redistribution == "causal_shift":
             self.redistribute(rollout)
-        return StepOutput(rollout, self.update_learners(rollout_to_sequences(rollout, self.marl_config["critic"])))
+        return StepOutput(rollout, self.update_learners(rollout_to_sequences(rollout, self.cfg.critic)))

@@ -25,7 +25,7 @@ This file holds the family's RLModules (:class:`QAgentModule`,
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
@@ -44,12 +44,13 @@ from marl.algos.networks.config import AgentNetConfig
 from marl.algos.networks.mixers import QMixer
 from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
 from marl.algos.q_learning import double_q_next, epsilon_at, epsilon_greedy, masked_td_loss, merge_moments
-from marl.config import EngineConfig, key
+from marl.config import EngineConfig, config_view, key
+from marl.engine.context import RunAccess
 from marl.engine.replay import JointEpisodeBuffer
 from marl.engine.spec import begin_update
 from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
-from marl.env import MarlError, unknown_choice
+from marl.env import MarlError
 
 MIXERS = ("none", "vdn", "qmix")
 JOINT = "__joint__"  # batch key of the team-level columns (not a module id: forward_train skips it)
@@ -94,6 +95,31 @@ class ValueDecompConfig(AgentNetConfig, EngineConfig):
     hypernet_layers: int = key("QMIX: layers of the hypernetworks", choices=(1, 2))
     hypernet_embed: int = key("QMIX: hidden width of two-layer hypernetworks", ge=1)
     checkpoint_buffer: bool = key("save the replay buffer in checkpoints (a resumed run keeps learning off-policy)")
+
+
+@dataclass(frozen=True)
+class ValueDecompLayout:
+    """What the learners and the replay buffer need to know of the env and the mapping
+    (``run.family`` of a value-decomposition run; :meth:`ValueDecomp.family_context`).
+
+    Attributes:
+        teams: team -> its agents as ``(module id, index in module)``, in env agent order.
+        modules: the agents' module ids, in mapping order.
+        team_reward: ``"mean"`` of the agents' rewards (shared-reward envs) or their ``"sum"``.
+        shapes: module id -> ``{"n": agents, "obs_dim": D, "n_actions": A}``.
+        episode_limit: steps of the longest episode (the buffer's time axis).
+        state_dim: global state size ``S``.
+        extra_columns: the env's declared per-agent columns (off-beat ``decision``) as
+            ``name -> (numpy dtype, fill value)``, kept for reward redistribution.
+    """
+
+    teams: Dict[str, List[Tuple[str, int]]]
+    modules: List[str]
+    team_reward: str
+    shapes: Dict[str, Dict[str, int]]
+    episode_limit: int
+    state_dim: int
+    extra_columns: Dict[str, Tuple[Any, Any]] = field(default_factory=dict)
 
 
 # ============================================================ agent network
@@ -205,7 +231,7 @@ class MixerModule(TorchRLModule):
 
 
 # ============================================================ learner
-class ValueDecompLearner(TorchLearner):
+class ValueDecompLearner(RunAccess, TorchLearner):
     """Masked TD loss on joint batches of whole episodes.
 
     Input: one ``MultiAgentBatch`` whose single policy batch holds the columns of
@@ -220,21 +246,17 @@ class ValueDecompLearner(TorchLearner):
     def configure_optimizers_for_module(self, module_id, config=None):
         module = self._module[module_id]
         params = self.get_parameters(module)
-        if self.hp["optimizer"] == "rmsprop":  # pymarl: RMSprop(alpha 0.99, eps 1e-5)
+        if self.cfg.optimizer == "rmsprop":  # pymarl: RMSprop(alpha 0.99, eps 1e-5)
             opt = torch.optim.RMSprop(params, alpha=0.99, eps=1e-5)
         else:
             opt = torch.optim.Adam(params)
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
 
-    @property
-    def hp(self) -> Dict[str, Any]:
-        return self.config.learner_config_dict
-
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
         """One gradient step on a joint batch; returns reduced metrics."""
         timesteps = timesteps or {}
         cols = next(iter(begin_update(self, batch, training_data, timesteps).values()))
-        self._update(split_joint(cols, list(self.hp["vd_modules"])))
+        self._update(split_joint(cols, list(self.run.family.modules)))
         if timesteps.get("sync_target"):
             self.sync_targets()
         self.after_gradient_based_update(timesteps=timesteps)
@@ -245,14 +267,13 @@ class ValueDecompLearner(TorchLearner):
             self.module[mid].unwrapped().sync_target()
 
     def compute_losses(self, *, fwd_out, batch):
-        hp = self.hp
+        layout = self.run.family
         j = batch[JOINT]
-        per_agent = {mid: self._agent_terms(mid, fwd_out[mid], batch[mid]) for mid in hp["vd_modules"]}
+        per_agent = {mid: self._agent_terms(mid, fwd_out[mid], batch[mid]) for mid in layout.modules}
         total = 0.0
-        for team, members in hp["vd_layout"].items():
+        for team, members in layout.teams.items():
             total = total + self._team_loss(team, members, per_agent, j)
-        first = hp["vd_modules"][0]
-        return {first: total}
+        return {layout.modules[0]: total}
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         raise NotImplementedError("the loss is joint over modules: see compute_losses")
@@ -267,19 +288,18 @@ class ValueDecompLearner(TorchLearner):
         return {"q_taken": q_taken, "q_next": q_next, "rewards": b["rewards"], "alive": b["alive"].bool()}
 
     def _team_loss(self, team: str, members: List[Tuple[str, int]], per_agent, j) -> torch.Tensor:
-        hp = self.hp
+        cfg = self.cfg
 
         def stack(key):
             return torch.stack([per_agent[mid][key][..., i] for mid, i in members], -1)  # [E, T, n]
 
         q_taken, q_next, rewards, alive = stack("q_taken"), stack("q_next"), stack("rewards"), stack("alive")
-        team_r = rewards.mean(-1) if hp["vd_team_reward"] == "mean" else rewards.sum(-1)
+        team_r = rewards.mean(-1) if self.run.family.team_reward == "mean" else rewards.sum(-1)
         filled, term = j["filled"].bool(), j["terminated"].bool()
-        mixer = hp["mixer"]
-        if mixer == "none":
+        if cfg.mixer == "none":
             q_tot, next_tot, r = q_taken, q_next, team_r.unsqueeze(-1).expand_as(q_taken)
             mask = filled.unsqueeze(-1) & alive
-        elif mixer == "vdn":
+        elif cfg.mixer == "vdn":
             q_tot, next_tot, r, mask = q_taken.sum(-1), q_next.sum(-1), team_r, filled
         else:
             mod = self.module[f"mixer_{team}"]
@@ -287,7 +307,7 @@ class ValueDecompLearner(TorchLearner):
             with torch.no_grad():
                 next_tot = mod.unwrapped().target(q_next, j["state"][:, 1:])
             r, mask = team_r, filled
-        loss, y = masked_td_loss(q_tot, next_tot, r, term, filled, mask, float(hp["gamma"]), float(hp["td_lambda"]))
+        loss, y = masked_td_loss(q_tot, next_tot, r, term, filled, mask, cfg.gamma, cfg.td_lambda)
         if not torch.isfinite(loss):
             raise TrainingDiverged(f"td_loss of team '{team}' is {loss.item()} (not finite)")
         n = mask.sum().clamp(min=1)
@@ -337,14 +357,14 @@ class ValueDecomp(Trainer):
 
     # --------------------------------------------------------------- config hooks
     @classmethod
-    def module_config(cls, cfg, mapping, mid: str) -> Dict[str, Any]:
+    def module_config(cls, cfg: ValueDecompConfig, mapping, mid: str) -> Dict[str, Any]:
         g = mapping.group_info(mid)
         return {
             "obs_dim": mapping.obs_dim(mid),
             "n_actions": g.n_actions,
-            "hidden": cfg["hidden"],
-            "recurrent": cfg["recurrent"],
-            "last_action": cfg["last_action"],
+            "hidden": cfg.hidden,
+            "recurrent": cfg.recurrent,
+            "last_action": cfg.last_action,
             **agent_model_config(cfg, mapping, mid),
         }
 
@@ -354,27 +374,24 @@ class ValueDecomp(Trainer):
         ``agent`` needs the env's entity layout.
 
         Raises:
-            MarlError: a continuous group, an unbounded env, an unknown mixer or
+            MarlError: a continuous group, an unbounded env, an unknown
                 agent, or an entity-aware agent on an env without a layout.
         """
-        if cfg["mixer"] not in MIXERS:
-            raise MarlError(f"Unknown mixer '{cfg['mixer']}'. Valid choices: {', '.join(MIXERS)}.")
-        if cfg["reward_redistribution"] not in REDISTRIBUTIONS:
-            raise unknown_choice("reward_redistribution", cfg["reward_redistribution"], REDISTRIBUTIONS)
-        if cfg["reward_redistribution"] != "none" and len(info.teams) > 1:
+        cfg = config_view(cfg)
+        if cfg.reward_redistribution != "none" and len(info.teams) > 1:
             raise MarlError("reward_redistribution shifts one team reward; "
                             f"{info.family}:{info.scenario} has teams {list(info.teams)}.")
         check_agent(cfg, info, family="value_decomp")
         for g in info.groups.values():
             if not g.discrete:
                 raise MarlError(
-                    f"{cfg['algo']} needs discrete actions, but group '{g.name}' of {info.family}:{info.scenario} "
+                    f"{cfg.algo} needs discrete actions, but group '{g.name}' of {info.family}:{info.scenario} "
                     f"has {g.action_space}. Use a discrete version of the env (e.g. continuous_actions=False) "
                     f"or a policy-gradient algorithm (mappo, ippo)."
                 )
         if not info.episode_limit:
-            raise MarlError(f"{cfg['algo']} stores whole episodes and needs a finite episode_limit; {info.family}:{info.scenario} has none.")
-        if cfg["mixer"] == "qmix" and info.state_dim <= 0:
+            raise MarlError(f"{cfg.algo} stores whole episodes and needs a finite episode_limit; {info.family}:{info.scenario} has none.")
+        if cfg.mixer == "qmix" and info.state_dim <= 0:
             raise MarlError(f"qmix mixes on the global state, but {info.family}:{info.scenario} has state_dim=0.")
 
     @classmethod
@@ -389,7 +406,7 @@ class ValueDecomp(Trainer):
             teams = sorted({info.group_of(a).team for a in agents})
             if len(teams) > 1:
                 raise MarlError(
-                    f"{cfg['algo']}: module '{mid}' is shared by agents of teams {teams}; value decomposition "
+                    f"{config_view(cfg).algo}: module '{mid}' is shared by agents of teams {teams}; value decomposition "
                     f"trains one team per side. Use share='group' or share='individual'."
                 )
 
@@ -406,7 +423,7 @@ class ValueDecomp(Trainer):
     @classmethod
     def extra_module_specs(cls, cfg, mapping) -> Dict[str, RLModuleSpec]:
         """QMIX: one learner-only mixer module per team, ``mixer_<team>``."""
-        if cfg["mixer"] != "qmix":
+        if cfg.mixer != "qmix":
             return {}
         dummy = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
         return {
@@ -418,42 +435,42 @@ class ValueDecomp(Trainer):
                 model_config={
                     "n_agents": len(members),
                     "state_dim": mapping.info.state_dim,
-                    "mixing_embed": cfg["mixing_embed"],
-                    "hypernet_layers": cfg["hypernet_layers"],
-                    "hypernet_embed": cfg["hypernet_embed"],
+                    "mixing_embed": cfg.mixing_embed,
+                    "hypernet_layers": cfg.hypernet_layers,
+                    "hypernet_embed": cfg.hypernet_embed,
                 },
             )
             for team, members in cls.team_layout(mapping).items()
         }
 
     @classmethod
-    def learner_extras(cls, cfg, env, mapping) -> Dict[str, Any]:
+    def family_context(cls, cfg, env, mapping) -> ValueDecompLayout:
+        """The :class:`ValueDecompLayout` of ``env`` under ``mapping``."""
         shapes = {
             mid: {"n": mapping.n_agents(mid), "obs_dim": mapping.obs_dim(mid), "n_actions": mapping.group_info(mid).n_actions}
             for mid in mapping.modules
         }
-        return {
-            "vd_layout": cls.team_layout(mapping),
-            "vd_modules": list(mapping.modules),
-            "vd_team_reward": "mean" if env.info.shared_reward else "sum",
-            "vd_shapes": shapes,
-            "vd_episode_limit": int(env.info.episode_limit),
-            "vd_state_dim": int(env.info.state_dim),
-            # the env's declared per-agent columns (off-beat "decision"), kept for reward redistribution
-            "vd_extra_columns": {name: (torch.zeros(0, dtype=col.dtype).numpy().dtype, col.fill)
-                                 for name, col in env.info.extra_columns.items()},
-        }
+        return ValueDecompLayout(
+            teams=cls.team_layout(mapping),
+            modules=list(mapping.modules),
+            team_reward="mean" if env.info.shared_reward else "sum",
+            shapes=shapes,
+            episode_limit=int(env.info.episode_limit),
+            state_dim=int(env.info.state_dim),
+            extra_columns={name: (torch.zeros(0, dtype=col.dtype).numpy().dtype, col.fill)
+                           for name, col in env.info.extra_columns.items()},
+        )
 
     # --------------------------------------------------------------- training
     def setup(self, config):
         super().setup(config)
-        c = self.marl_config
-        runners = max(1, int(c["num_env_runners"]))
+        cfg, layout = self.cfg, self.run.family
+        runners = max(1, cfg.num_env_runners)
         self.buffer = JointEpisodeBuffer(
-            int(c["buffer_size"]), c["vd_episode_limit"], int(c["num_envs"]) * runners, c["vd_shapes"], c["vd_state_dim"],
-            c["vd_extra_columns"],
+            cfg.buffer_size, layout.episode_limit, self.run.num_envs * runners, layout.shapes, layout.state_dim,
+            layout.extra_columns,
         )
-        self.rng = np.random.default_rng(int(c["seed"]))
+        self.rng = np.random.default_rng(cfg.seed)
         self.legem = self._make_legem()
         self.progress.update(pending_episodes=0, last_target_sync=0, updates=0, reward_stats=[0.0, 0.0, 0.0])
 
@@ -469,18 +486,18 @@ class ValueDecomp(Trainer):
         """
         from marl.algos.legem import redistribute_team_reward
 
-        c, d = self.marl_config, self.buffer.data
-        mods = list(c["vd_modules"])
+        d, layout = self.buffer.data, self.run.family
+        mods = list(layout.modules)
         for slot in slots:
             L = int(self.buffer.lengths[slot])
             r = torch.from_numpy(np.concatenate([d[f"{m}/rewards"][slot, :L] for m in mods], 1))
             dec = torch.from_numpy(np.concatenate([self.buffer.column(m, "decision", slot, L) for m in mods], 1))
-            new = redistribute_team_reward(r, dec, c["vd_team_reward"])
-            team = new.mean(1) if c["vd_team_reward"] == "mean" else new.sum(1)
+            new = redistribute_team_reward(r, dec, layout.team_reward)
+            team = new.mean(1) if layout.team_reward == "mean" else new.sum(1)
             col = 0
             for m in mods:
                 n = d[f"{m}/rewards"].shape[2]
-                if c["reward_redistribution"] == "legem":
+                if self.cfg.reward_redistribution == "legem":
                     obs, dm = torch.from_numpy(d[f"{m}/obs"][slot, :L]), dec[:, col:col + n]
                     # potentials from earlier episodes only: with the episode itself in memory its
                     # own return-to-go would leak into Phi and cancel its rewards
@@ -493,41 +510,39 @@ class ValueDecomp(Trainer):
         """One :class:`~marl.algos.legem.LegemMemory` per module (``reward_redistribution="legem"``)."""
         from marl.algos.legem import LegemMemory
 
-        c = self.marl_config
-        if c["reward_redistribution"] != "legem":
+        c = self.cfg
+        if c.reward_redistribution != "legem":
             return {}
-        return {m: LegemMemory(s["n"], s["obs_dim"], float(c["gamma"]), float(c["legem_beta"]),
-                               int(c["legem_key_dim"]), float(c["legem_resolution"]),
-                               int(c["legem_refresh_episodes"]), int(c["legem_max_nodes"]), int(c["seed"]),
-                               bool(c["legem_time_key"]))
-                for m, s in c["vd_shapes"].items()}
+        return {m: LegemMemory(s["n"], s["obs_dim"], c.gamma, c.legem_beta, c.legem_key_dim, c.legem_resolution,
+                               c.legem_refresh_episodes, c.legem_max_nodes, c.seed, c.legem_time_key)
+                for m, s in self.run.family.shapes.items()}
 
     def epsilon(self) -> float:
-        c = self.marl_config
-        return epsilon_at(self.progress["env_steps"], float(c["epsilon_start"]), float(c["epsilon_end"]), float(c["epsilon_anneal_steps"]))
+        c = self.cfg
+        return epsilon_at(self.progress["env_steps"], c.epsilon_start, c.epsilon_end, c.epsilon_anneal_steps)
 
     def training_step(self) -> StepOutput:
-        c, p = self.marl_config, self.progress
+        c, p = self.cfg, self.progress
         eps = self.epsilon()
         rollout = self.sample_rollouts(epsilon=eps)
         new = self.buffer.add_rollout(rollout)
-        if c["reward_redistribution"] != "none":
+        if c.reward_redistribution != "none":
             self.redistribute(self.buffer.just_committed)
-        if c["standardise_rewards"]:
+        if c.standardise_rewards:
             for m in rollout["modules"].values():
                 p["reward_stats"] = merge_moments(p["reward_stats"], m["rewards"])
         episodes = p["episodes"] + len(rollout["metrics"].get("episode_return", []))
         n_updates = 0
-        if len(self.buffer) >= max(int(c["batch_size"]), int(c["learning_starts_episodes"])):
+        if len(self.buffer) >= max(c.batch_size, c.learning_starts_episodes):
             p["pending_episodes"] += new
-            n_updates = int(p["pending_episodes"] // int(c["episodes_per_update"]))
-            p["pending_episodes"] -= n_updates * int(c["episodes_per_update"])
+            n_updates = int(p["pending_episodes"] // c.episodes_per_update)
+            p["pending_episodes"] -= n_updates * c.episodes_per_update
         metrics: Dict[str, float] = {}
         for i in range(n_updates):
             last = i == n_updates - 1
             # pymarl: copy the targets after the gradient step once target_update_interval
             # episodes have passed since the last copy (all steps of an iteration see one count)
-            sync = last and episodes - p["last_target_sync"] >= int(c["target_update_interval"])
+            sync = last and episodes - p["last_target_sync"] >= c.target_update_interval
             if sync:
                 p["last_target_sync"] = episodes
             metrics = self.update_learners(self.joint_batch(), sync_weights=last, sync_target=sync)
@@ -537,19 +552,19 @@ class ValueDecomp(Trainer):
 
     def joint_batch(self) -> MultiAgentBatch:
         """``batch_size`` episodes from the buffer as one policy batch (one module id)."""
-        b = self.buffer.sample(int(self.marl_config["batch_size"]), self.rng)
-        if self.marl_config["standardise_rewards"]:  # EPyMARL: (r - mean) / std over all rewards seen
+        b = self.buffer.sample(self.cfg.batch_size, self.rng)
+        if self.cfg.standardise_rewards:  # EPyMARL: (r - mean) / std over all rewards seen
             n, mean, m2 = self.progress["reward_stats"]
             std = max(float(np.sqrt(m2 / max(n, 1.0))), 1e-6)
             for k in [k for k in b if k.endswith("/rewards")]:
                 b[k] = (b[k] - mean) / std
-        first = self.marl_config["vd_modules"][0]
+        first = self.run.family.modules[0]
         return MultiAgentBatch({first: SampleBatch(b)}, env_steps=int(b["filled"].sum()))
 
     # --------------------------------------------------------------- checkpoints
     def get_state(self, components=None, *, not_components=None, **kwargs):
         state = super().get_state(components, not_components=not_components, **kwargs)
-        if self.marl_config.get("checkpoint_buffer", True):
+        if self.cfg.checkpoint_buffer:
             state["replay_buffer"] = self.buffer.get_state()
         if self.legem:
             state["legem_memory"] = {m: mem.state_dict() for m, mem in self.legem.items()}

@@ -104,7 +104,7 @@ def _train(trainer, iters: int, seconds: Optional[float], warmup: int,
             return hist, walls, cpus
 
 
-def _side_result(name: str, algo: str, env, c: Dict[str, Any], runs: Tuple[List[Dict[str, Any]], List[float],
+def _side_result(name: str, algo: str, env, c, runs: Tuple[List[Dict[str, Any]], List[float],
                  List[float]], warmup: int) -> SideResult:
     """The :class:`SideResult` of iterations ``warmup+1..n`` (``runs``: metrics, wall and CPU seconds)."""
     import torch
@@ -116,12 +116,12 @@ def _side_result(name: str, algo: str, env, c: Dict[str, Any], runs: Tuple[List[
     settings = {
         "env": repr(env),
         "B": env.num_envs,
-        "T": int(c["rollout_length"]),
+        "T": c.rollout_length,
         "algo": algo,
-        "E": c.get("epochs"),
-        "minibatches": c.get("num_minibatches"),
-        "hidden": f"{c.get('layers', 1)}x{int(c['hidden'])}",
-        "lr": float(c["lr"]),
+        "E": getattr(c, "epochs", None),  # PPO keys: value decomposition has none of the three
+        "minibatches": getattr(c, "num_minibatches", None),
+        "hidden": f"{getattr(c, 'layers', 1)}x{c.hidden}",
+        "lr": c.lr,
         "torch_threads": torch.get_num_threads(),
         "training_step_only_steps_per_s": env_steps / inner if inner > 0 else float("nan"),
     }

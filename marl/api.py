@@ -8,7 +8,6 @@ logs and checkpoints and returns a :class:`~marl.results.Result`.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import os
 import uuid
@@ -19,7 +18,7 @@ import yaml
 
 from marl.callbacks import Callback, CallbackList
 from marl.checkpoint import resolve_checkpoint, save_checkpoint
-from marl.config import EngineConfig, list_algos, load_config, trainer_class, validate_stop
+from marl.config import EngineConfig, config_view, list_algos, load_config, trainer_class, validate_stop
 from marl.env import MarlError, MultiAgentEnv, set_fit_entry
 from marl.errors import TrainingDiverged
 from marl.mapping import PolicyMapping
@@ -60,15 +59,16 @@ def init_ray(cfg: Union[EngineConfig, Dict[str, Any]]) -> Union[EngineConfig, Di
 
     start_ray()
     cpus = float(ray.cluster_resources().get("CPU", 1))
-    runners, learners = int(cfg["num_env_runners"]), int(cfg["num_learners"])
+    c = config_view(cfg)  # a plain dict of these keys is accepted too (tests call init_ray with one)
+    runners, learners = c.num_env_runners, c.num_learners
     if runners > cpus:
         raise MarlError(f"num_env_runners={runners} is more than the {cpus:g} CPUs Ray has; use at most {int(cpus)}.")
-    want = runners * float(cfg["num_cpus_per_env_runner"]) + learners * float(cfg["num_cpus_per_learner"])
+    want = runners * c.num_cpus_per_env_runner + learners * c.num_cpus_per_learner
     if want > cpus:
         scale = cpus / want
-        shares = {k: float(cfg[k]) * scale for k in ("num_cpus_per_env_runner", "num_cpus_per_learner")}
-        # a plain dict is still accepted during the move to typed configs (tests call init_ray with one)
-        cfg = dataclasses.replace(cfg, **shares) if dataclasses.is_dataclass(cfg) else {**cfg, **shares}
+        shares = {"num_cpus_per_env_runner": c.num_cpus_per_env_runner * scale,
+                  "num_cpus_per_learner": c.num_cpus_per_learner * scale}
+        cfg = cfg.replace(**shares) if isinstance(cfg, EngineConfig) else {**cfg, **shares}
     return cfg
 
 
@@ -89,11 +89,11 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
     cfg = load_config(algo, env.info.family, overrides)
     algo_cls = trainer_class(algo)
     algo_cls.check_env(cfg, env.info)
-    if cfg.get("num_envs") and int(cfg["num_envs"]) != env.num_envs:
+    if cfg.num_envs and cfg.num_envs != env.num_envs:
         if env.spec is None:
             raise MarlError("num_envs can only be changed for envs built by marl.make_env(name, ...).")
-        env = env.spec.make(num_envs=int(cfg["num_envs"]))
-    mapping = PolicyMapping(env.info, share=cfg["share"], agent_id=cfg["agent_id"])
+        env = env.spec.make(num_envs=cfg.num_envs)
+    mapping = PolicyMapping(env.info, share=cfg.share, agent_id=cfg.agent_id)
     algo_cls.check_mapping(cfg, mapping)
     return cfg, algo_cls, env, mapping
 
@@ -157,13 +157,13 @@ def fit(
     run_dir = _run_dir(cfg, env, resume)
     trainer, env, mapping, cfg = _build(cfg, algo_cls, env, mapping, run_dir, callbacks)
     with open(run_dir / "config.yaml", "w") as f:
-        yaml.safe_dump(_yaml_safe({**cfg, "stop": stop}), f, sort_keys=False)
-    meta = {"algo": algo, "config": _yaml_safe(cfg), "env_spec": env.spec, "env_info": env.info,
+        yaml.safe_dump(_yaml_safe({**cfg.to_dict(), "stop": stop}), f, sort_keys=False)
+    meta = {"algo": algo, "config": _yaml_safe(cfg.to_dict()), "env_spec": env.spec, "env_info": env.info,
             "agent_to_module": dict(mapping.agent_to_module), **type(trainer).checkpoint_meta(cfg)}
     try:
         if resume:
             trainer.restore_from_path(str(resolve_checkpoint(resume).resolve()))
-        if cfg["progress"]:
+        if cfg.progress:
             print(f"[marl] {algo} on {env!r}; {mapping}; logs: {run_dir} (tensorboard --logdir {run_dir / 'tb'})",
                   flush=True)
         trainer.run_callbacks.on_fit_start(trainer)
@@ -173,16 +173,16 @@ def fit(
         trainer.run_callbacks.on_fit_end(trainer, result)
     finally:
         trainer.stop()
-    if int(cfg["eval_episodes"]) > 0:
-        result.eval = result.evaluate(int(cfg["eval_episodes"]), env=env)
+    if cfg.eval_episodes > 0:
+        result.eval = result.evaluate(cfg.eval_episodes, env=env)
         trainer.run_callbacks.on_evaluate(result, result.eval)
-        if cfg["progress"]:
-            print(f"[marl] greedy evaluation over {cfg['eval_episodes']} episodes: return "
+        if cfg.progress:
+            print(f"[marl] greedy evaluation over {cfg.eval_episodes} episodes: return "
                   f"{result.eval.get('episode_return_mean', float('nan')):.2f}; checkpoint: {checkpoint}", flush=True)
     return result
 
 
-def _train(trainer, cfg: Dict[str, Any], stop: Dict[str, float], run_dir: Path,
+def _train(trainer, cfg: EngineConfig, stop: Dict[str, float], run_dir: Path,
            meta: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Dict[str, Any]], str]:
     """The iteration loop of :func:`fit`: train, log, checkpoint every ``checkpoint_every``
     iterations and at the end. Returns ``(last metrics, history, final checkpoint)``.
@@ -192,8 +192,8 @@ def _train(trainer, cfg: Dict[str, Any], stop: Dict[str, float], run_dir: Path,
     """
     from marl.logging import RunLogger
 
-    keep = int(cfg["keep_checkpoints"])
-    logger = RunLogger(run_dir, stop, show=bool(cfg["progress"]), initial_steps=trainer.progress["env_steps"])
+    keep = cfg.keep_checkpoints
+    logger = RunLogger(run_dir, stop, show=cfg.progress, initial_steps=trainer.progress["env_steps"])
     history: List[Dict[str, Any]] = []
     last_ckpt: Optional[Path] = None
     m: Dict[str, Any] = dict(trainer.progress, iteration=trainer.progress["iterations"])
@@ -210,7 +210,7 @@ def _train(trainer, cfg: Dict[str, Any], stop: Dict[str, float], run_dir: Path,
                 raise
             logger.log(m)
             history.append(m)
-            if cfg["checkpoint_every"] and m["iteration"] % int(cfg["checkpoint_every"]) == 0:
+            if cfg.checkpoint_every and m["iteration"] % cfg.checkpoint_every == 0:
                 last_ckpt = _checkpoint(trainer, run_dir, meta, keep)
         last_ckpt = _checkpoint(trainer, run_dir, meta, keep)
     finally:
@@ -238,12 +238,12 @@ def _anneal_to_stop(stop: Dict[str, float], overrides: Dict[str, Any]) -> Dict[s
     return {**overrides, "lr_anneal_steps": int(stop["env_steps"])}
 
 
-def _run_dir(cfg: Dict[str, Any], env: MultiAgentEnv, resume: Optional[str]) -> Path:
+def _run_dir(cfg: EngineConfig, env: MultiAgentEnv, resume: Optional[str]) -> Path:
     if resume:
         return resolve_checkpoint(resume).parent.parent
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    name = f"{env.info.family}-{env.info.scenario}-{cfg['algo']}-{stamp}-{uuid.uuid4().hex[:4]}"
-    d = Path(cfg["log_dir"]) / name
+    name = f"{env.info.family}-{env.info.scenario}-{cfg.algo}-{stamp}-{uuid.uuid4().hex[:4]}"
+    d = Path(cfg.log_dir) / name
     d.mkdir(parents=True, exist_ok=True)
     return d
 

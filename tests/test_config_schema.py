@@ -12,7 +12,7 @@ import pytest
 
 from marl.config import (
     ConfigBase, EngineConfig, algo_chain, algo_defaults, builtin_algos, config_class, config_dir, field_specs, key,
-    list_algos, load_config, read_yaml, register_algo,
+    list_algos, load_config, read_yaml, register_algo, restore_config,
 )
 from marl.config import registry
 from marl.errors import MarlError
@@ -199,6 +199,17 @@ def test_config_is_frozen_mapping_picklable_and_replace_checks():
     with pytest.raises(MarlError, match=r"'gamma' must be in \(0, 1\]"):
         cfg.replace(gamma=2)
     assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+def test_a_saved_config_is_restored_typed_with_new_keys_from_yaml_and_old_keys_dropped():
+    """A checkpoint's meta["config"] (a plain dict) of an older version: values the schema
+    accepts are kept, keys added since and values saved as text take the YAML values."""
+    saved = {**mappo(lr=1e-3, epochs=4).to_dict(), "share": "<function <lambda> at 0x7f>", "retired_key": 1}
+    del saved["huber_delta"]
+    cfg = restore_config("mappo", saved)
+    assert type(cfg).__name__ == "PPOConfig" and cfg.lr == 1e-3 and cfg.epochs == 4 and cfg.critic == "state"
+    assert cfg.huber_delta == algo_defaults("mappo").huber_delta and cfg.share == algo_defaults("mappo").share
+    assert not hasattr(cfg, "retired_key")
 
 
 # ------------------------------------------------------------------ registry

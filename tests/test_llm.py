@@ -13,6 +13,7 @@ from marl.algos.llm.learner import aggregate, k3_kl, policy_loss  # noqa: E402
 from marl.algos.llm.policy import CausalLMModule, Generator, tiny_config, word_tokenizer  # noqa: E402
 from marl.algos.llm.runner import Turn  # noqa: E402
 from marl.algos.llm.selfplay import turn_advantages, turns_to_batch  # noqa: E402
+from marl.config import algo_defaults  # noqa: E402
 
 ONE = torch.ones(1, 3, dtype=torch.bool)
 
@@ -77,10 +78,10 @@ def _turns(rewards):
 
 def test_turn_advantages_aa_uses_co_player_advantage():
     turns = _turns([{"a": [3, 3], "b": [3, 0]}, {"a": [0, 1], "b": [5, 1]}])
-    cfg = dict(estimator="reinforce", reward_scale=1.0, reward_sharing="none", gamma=1.0, role_norm=True,
-               beta=0.5, aa_gamma=1.0, aa_variant="published")
+    cfg = algo_defaults("reinforce").replace(estimator="reinforce", reward_scale=1.0, reward_sharing="none", gamma=1.0,
+                                             role_norm=True, beta=0.5, aa_gamma=1.0, aa_variant="published")
     naive = turn_advantages(turns, cfg, simultaneous=True, group_size=1)
-    aa = turn_advantages(turns, {**cfg, "estimator": "advantage_alignment"}, simultaneous=True, group_size=1)
+    aa = turn_advantages(turns, cfg.replace(estimator="advantage_alignment"), simultaneous=True, group_size=1)
     by = {(t.game, t.seat, t.k): t for t in turns}
     # RLOO per seat over the batch: seat a, game 0, round 0: G = 6 vs the other game's 1 -> A1 = 5
     assert naive[id(by[(0, "a", 0)])] == pytest.approx(5.0)
@@ -91,8 +92,8 @@ def test_turn_advantages_aa_uses_co_player_advantage():
 
 def test_reward_sharing_sums_seats():
     turns = _turns([{"a": [5], "b": [0]}, {"a": [1], "b": [1]}])
-    cfg = dict(estimator="reinforce", reward_scale=1.0, reward_sharing="sum", gamma=1.0, role_norm=True,
-               beta=0.5, aa_gamma=1.0, aa_variant="published")
+    cfg = algo_defaults("reinforce").replace(estimator="reinforce", reward_scale=1.0, reward_sharing="sum", gamma=1.0,
+                                             role_norm=True, beta=0.5, aa_gamma=1.0, aa_variant="published")
     adv = turn_advantages(turns, cfg, simultaneous=True, group_size=1)
     assert all(v == pytest.approx(3.0 if t.game == 0 else -3.0) for t in turns for v in [adv[id(t)]])
 

@@ -296,6 +296,24 @@ def test_competitive_env_gets_one_mixer_per_team():
         assert specs[f"mixer_{team}"].model_config["n_agents"] == len(members)
 
 
+def test_learners_and_runners_get_the_typed_config_and_run_context_and_both_pickle():
+    """RLlib deep-copies learner_config_dict into remote runners and learners: the typed config and
+    the RunContext (with the family's ValueDecompLayout) must survive pickling."""
+    import pickle
+
+    from marl.algos.value_decomp import ValueDecompConfig, ValueDecompLayout
+
+    env = marl.make_env("mpe", "simple_tag", num_envs=2)
+    cfg, algo_cls, env, mapping = api.prepare(env, "qmix", {"batch_size": 8})
+    carried = pickle.loads(pickle.dumps(algo_cls.build_config(cfg, env, mapping).learner_config_dict))
+    assert set(carried) == {"config", "run"} and isinstance(carried["config"], ValueDecompConfig)
+    assert carried["config"] == cfg and carried["config"].batch_size == 8
+    run = carried["run"]
+    assert run.agent_to_module == dict(mapping.agent_to_module) and run.num_envs == 2 and run.env_spec == env.spec
+    assert isinstance(run.family, ValueDecompLayout) and run.family.teams == ValueDecomp.team_layout(mapping)
+    assert run.family.modules == list(mapping.modules) and set(run.module_spaces) == set(mapping.modules)
+
+
 def test_module_spanning_teams_is_an_error():
     env = marl.make_env("matrix", "climbing", num_envs=2)
     cfg, algo_cls, env, mapping = api.prepare(env, "qmix", {})

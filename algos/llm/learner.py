@@ -27,12 +27,13 @@ given to the optimizer.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Iterator, List
+from typing import Dict, Iterator, List
 
 import torch
 import torch.distributed as dist
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
+from marl.engine.context import RunAccess
 from marl.engine.spec import begin_update
 from marl.errors import TrainingDiverged
 
@@ -64,19 +65,14 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Te
     return ((per_token * m).sum(1) / m.sum(1).clamp(min=1)).sum()
 
 
-class LLMLearner(TorchLearner):
+class LLMLearner(RunAccess, TorchLearner):
     """TorchLearner for LLM self-play (module docstring)."""
-
-    @property
-    def hp(self) -> Dict[str, Any]:
-        return self.config.learner_config_dict
 
     def configure_optimizers_for_module(self, module_id, config=None):
         # Only trainable params: frozen (LoRA base) params have grad None, which RLlib's
         # apply_gradients cannot check (RLlib 2.60 TorchLearner.apply_gradients: isfinite on every grad).
         params = [p for p in self._module[module_id].parameters() if p.requires_grad]
-        hp = self.hp
-        opt = torch.optim.AdamW(params, betas=(0.9, float(hp["adam_beta2"])), weight_decay=float(hp["weight_decay"]))
+        opt = torch.optim.AdamW(params, betas=(0.9, self.cfg.adam_beta2), weight_decay=self.cfg.weight_decay)
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
 
     # ---------------------------------------------------------------- update
@@ -84,7 +80,7 @@ class LLMLearner(TorchLearner):
         """``epochs`` x ``num_minibatches`` optimizer steps on each module's rows; returns metrics."""
         data = {mid: self._prepare(mid, b) for mid, b in begin_update(self, batch, training_data, timesteps).items()}
         t0, tokens = time.perf_counter(), 0
-        for _ in range(int(self.hp["epochs"])):
+        for _ in range(self.cfg.epochs):
             for mid, d in data.items():
                 for mb in self._minibatches(d):
                     tokens += self._step(mid, mb)
@@ -102,9 +98,9 @@ class LLMLearner(TorchLearner):
         d["loss_mask"] = b["loss_mask"][:, : L - 1].bool()
         d["advantages"] = b["advantages"].float()
         module = self.module[mid].unwrapped()
-        if int(self.hp["epochs"]) > 1:
+        if self.cfg.epochs > 1:
             d["old_logp"] = self._logp_rows(module, d, reference=False)
-        if float(self.hp["kl_coef"]) > 0:
+        if self.cfg.kl_coef > 0:
             d["ref_logp"] = self._logp_rows(module, d, reference=True)
         return d
 
@@ -115,7 +111,7 @@ class LLMLearner(TorchLearner):
         return out
 
     def _minibatches(self, d: Dict[str, torch.Tensor]) -> Iterator[Dict[str, torch.Tensor]]:
-        K = int(self.hp["num_minibatches"])
+        K = self.cfg.num_minibatches
         n = d["input_ids"].shape[0]
         if K <= 1:
             yield d
@@ -127,17 +123,16 @@ class LLMLearner(TorchLearner):
     def _micro(self, d: Dict[str, torch.Tensor]) -> List[torch.Tensor]:
         """Row index sets of at most ``max_tokens_per_microbatch`` padded tokens each."""
         n, L = d["input_ids"].shape
-        per = max(int(self.hp["max_tokens_per_microbatch"]) // max(L, 1), 1)
+        per = max(self.cfg.max_tokens_per_microbatch // max(L, 1), 1)
         return list(torch.arange(n, device=d["input_ids"].device).split(per))
 
     def _step(self, mid: str, mb: Dict[str, torch.Tensor]) -> int:
         """One optimizer step on a minibatch (accumulated over micro-batches); returns tokens trained."""
-        hp = self.hp
         module = self.module[mid]
         inner = module.unwrapped()
         for opt in self._optimizer_parameters:
             opt.zero_grad(set_to_none=True)
-        agg = hp["loss_agg"]
+        agg = self.cfg.loss_agg
         mask = mb["loss_mask"]
         denom = float(mask.sum()) if agg == "token_mean" else float(mask.shape[0])
         sums = {"policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
@@ -164,22 +159,22 @@ class LLMLearner(TorchLearner):
         return int(mask.sum())
 
     def _loss(self, module, d: Dict[str, torch.Tensor], agg: str) -> Dict[str, torch.Tensor]:
-        hp = self.hp
-        want_ent = float(hp["entropy_coef"]) > 0
+        cfg = self.cfg
+        want_ent = cfg.entropy_coef > 0
         logp, ent = module.token_logp(d["input_ids"], d["attention_mask"], entropy=want_ent)
         mask = d["loss_mask"]
         adv = d["advantages"].unsqueeze(1).expand_as(logp)
         old = d.get("old_logp", logp.detach())
-        pg = policy_loss(logp, old, adv, float(hp["clip"]), float(hp["dual_clip"]))
+        pg = policy_loss(logp, old, adv, cfg.clip, cfg.dual_clip)
         total = pg
         kl = torch.zeros_like(pg)
         if "ref_logp" in d:
             kl = k3_kl(logp, d["ref_logp"])
-            total = total + float(hp["kl_coef"]) * kl
+            total = total + cfg.kl_coef * kl
         if ent is not None:
-            total = total - float(hp["entropy_coef"]) * ent
+            total = total - cfg.entropy_coef * ent
         ratio = torch.exp(logp.detach() - old)
-        clipped = ((ratio - 1).abs() > float(hp["clip"])).float() if float(hp["clip"]) > 0 else torch.zeros_like(ratio)
+        clipped = ((ratio - 1).abs() > cfg.clip).float() if cfg.clip > 0 else torch.zeros_like(ratio)
         return {
             "loss": aggregate(total, mask, agg),
             "policy_loss": aggregate(pg.detach(), mask, agg),

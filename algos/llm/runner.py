@@ -22,7 +22,7 @@ from typing import Any, Dict, List
 import torch
 
 from marl.engine.runner import BatchedEnvRunner
-from marl.env import EnvSpec, unknown_choice
+from marl.env import unknown_choice
 from marl.algos.llm.policy import Generator, VLLMGenerator, load_tokenizer
 
 
@@ -56,19 +56,16 @@ class TextEnvRunner(BatchedEnvRunner):
 
     def new_env(self):
         """One game, rebuilt from the run's env spec (or a copy of a game built by hand)."""
-        spec = self.marl["env_spec"]
-        if spec is not None:
-            return EnvSpec(**spec).make()
-        return copy.deepcopy(self.marl["env_object"])
+        return self.run.make_env()
 
     def make_env(self, env) -> None:
         """Play ``games_per_iteration`` games: ``env`` and fresh copies."""
-        n = int(self.marl["games_per_iteration"])
+        n = self.cfg.games_per_iteration
         self.games = [env] + [self.new_env() for _ in range(n - 1)]
         self.env = env
         self.bot_classes = env.bots()
-        self.rng = random.Random(int(self.marl.get("seed", 0)) + 7919 * int(self.worker_index or 0))
-        self._seed = int(self.marl.get("seed", 0)) * 1_000_003 + 100_000 * int(self.worker_index or 0)
+        self.rng = random.Random(self.cfg.seed + 7919 * int(self.worker_index or 0))
+        self._seed = self.cfg.seed * 1_000_003 + 100_000 * int(self.worker_index or 0)
         self.pool: List[Dict[str, torch.Tensor]] = []
         self._iteration = 0
 
@@ -76,15 +73,15 @@ class TextEnvRunner(BatchedEnvRunner):
         spec = self.config.get_multi_rl_module_spec(inference_only=True)
         self.module = spec.build()
         self.module.foreach_module(lambda mid, m: m.eval())
-        m = self.marl
-        if torch.cuda.is_available() and (float(m["num_gpus_per_env_runner"]) > 0 or (
-                int(m["num_env_runners"]) == 0 and float(m["num_gpus_per_learner"]) > 0)):
+        c = self.cfg
+        if torch.cuda.is_available() and (c.num_gpus_per_env_runner > 0 or (
+                c.num_env_runners == 0 and c.num_gpus_per_learner > 0)):
             self.module.foreach_module(lambda mid, mod: mod.to("cuda"))  # generate on the GPU
-        tok = load_tokenizer(m.get("tokenizer"), m.get("model"))
-        kw = dict(temperature=m["temperature"], top_p=m["top_p"], max_new_tokens=m["max_new_tokens"],
-                  constrain=m["constrain_actions"])
-        if m.get("generator", "hf") == "vllm":
-            self.generator = VLLMGenerator(tok, m["model"], **kw)
+        tok = load_tokenizer(c.tokenizer, c.model)
+        kw = dict(temperature=c.temperature, top_p=c.top_p, max_new_tokens=c.max_new_tokens,
+                  constrain=c.constrain_actions)
+        if c.generator == "vllm":
+            self.generator = VLLMGenerator(tok, c.model, **kw)
         else:
             self.generator = Generator(tok, **kw)
         self._pool_module = None
@@ -106,18 +103,18 @@ class TextEnvRunner(BatchedEnvRunner):
 
     # ------------------------------------------------------------------ opponents
     def _draw_opponent(self) -> str:
-        mix: Dict[str, float] = self.marl["opponents"]
+        mix: Dict[str, float] = self.cfg.opponents
         names, weights = list(mix), [float(w) for w in mix.values()]
         return self.rng.choices(names, weights)[0]
 
     def _snapshot(self) -> None:
         """Keep a copy of the first module's weights in the opponent pool every ``pool_every`` iterations."""
-        every = int(self.marl["pool_every"])
+        every = self.cfg.pool_every
         if every <= 0 or self._iteration % every:
             return
         mid = next(iter(self.module.keys()))
         self.pool.append({k: v.detach().clone() for k, v in self.module[mid].state_dict().items()})
-        self.pool = self.pool[-int(self.marl["pool_size"]):]
+        self.pool = self.pool[-self.cfg.pool_size:]
 
     def _pool_policy(self):
         if not self.pool:
@@ -135,7 +132,7 @@ class TextEnvRunner(BatchedEnvRunner):
         self.ensure_env()
         self._iteration += 1
         self._snapshot()
-        n, gs = len(self.games), max(int(self.marl["group_size"]), 1)
+        n, gs = len(self.games), max(self.cfg.group_size, 1)
         pool = self._pool_policy()
         seats: List[Dict[str, Any]] = []
         for g in range(n):
@@ -146,7 +143,7 @@ class TextEnvRunner(BatchedEnvRunner):
         seeds = [self._seed + self._iteration * n + g // gs for g in range(n)]
         turns, metrics = self.play(self.games, seats, seeds)
         self.num_env_steps_sampled_lifetime += metrics["env_steps"]
-        k = int(self.marl["transcripts"])
+        k = self.cfg.transcripts
         transcripts = [{"opponent": s["opponent"], "returns": dict(env.returns), "chats": dict(env.chats)}
                        for env, s in zip(self.games[:k], seats[:k])]
         return {"turns": turns, "metrics": metrics, "transcripts": transcripts}
@@ -154,7 +151,7 @@ class TextEnvRunner(BatchedEnvRunner):
     def _seating(self, opponent: str, pool) -> Dict[str, Any]:
         """Who plays each seat of one game: a module id (trained), a pool LM or a bot."""
         players = self.env.players
-        table = {a: ("module", self.marl["agent_to_module"][a]) for a in players}
+        table = {a: ("module", self.run.agent_to_module[a]) for a in players}
         if opponent != "self":
             other = self.rng.choice(players)
             if opponent == "pool":
@@ -174,8 +171,8 @@ class TextEnvRunner(BatchedEnvRunner):
         """:func:`evaluate` with this runner's modules at ``eval_temperature``."""
         self.ensure_env()
         lms = {mid: self.module[mid].lm for mid in self.module.keys()}
-        return evaluate(self.new_env, self.marl["agent_to_module"], lms, self.generator, opponent, games,
-                        float(self.marl["eval_temperature"]))
+        return evaluate(self.new_env, self.run.agent_to_module, lms, self.generator, opponent, games,
+                        self.cfg.eval_temperature)
 
 
 def evaluate(make_env, agent_to_module: Dict[str, str], lms: Dict[str, Any], generator, opponent: str,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import os
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -38,14 +39,16 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 import gymnasium as gym
 
 from marl.algos.llm import advantages as est
-from marl.algos.llm.config import AA_VARIANTS, ESTIMATORS, GENERATORS, LOSS_AGG, REWARD_SHARING, LLMConfig
+from marl.algos.llm.config import LLMConfig
 from marl.algos.llm.learner import LLMLearner
 from marl.algos.llm.policy import CausalLMModule, Generator, load_tokenizer
 from marl.algos.llm.runner import TextEnvRunner, Turn, check_opponent_names, evaluate
+from marl.config import config_view
+from marl.engine.context import RunContext, learner_config_dict
 from marl.engine.runner import MappingFn
-from marl.engine.spec import TrainerConfig, engine_entries, lr_schedule
+from marl.engine.spec import TrainerConfig, lr_schedule
 from marl.engine.trainer import StepOutput, Trainer
-from marl.env import EnvSpec, MarlError, unknown_choice
+from marl.env import MarlError
 
 
 # ============================================================ advantages
@@ -92,8 +95,8 @@ def _co_player(keys: List[tuple], a: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def turn_advantages(turns: List[Turn], cfg: Dict[str, Any], simultaneous: bool, group_size: int) -> Dict[int, float]:
-    """Advantage of every turn (``id(turn) -> A``) for the estimator ``cfg["estimator"]`` (module docstring).
+def turn_advantages(turns: List[Turn], cfg: LLMConfig, simultaneous: bool, group_size: int) -> Dict[int, float]:
+    """Advantage of every turn (``id(turn) -> A``) for the estimator ``cfg.estimator`` (module docstring).
 
     Rewards are divided by ``reward_scale`` first. Groups for baselines: games
     sharing a seed when ``group_size`` > 1, else the whole batch; per seat (and
@@ -101,11 +104,11 @@ def turn_advantages(turns: List[Turn], cfg: Dict[str, Any], simultaneous: bool, 
     """
     if not turns:
         return {}
-    name = cfg["estimator"]
+    name = cfg.estimator
     by_step = simultaneous  # simultaneous games align seats by round (AA needs it)
     keys, r, mask, where = _rows(turns, by_step)
-    r = r / float(cfg["reward_scale"])
-    if cfg["reward_sharing"] == "sum":
+    r = r / cfg.reward_scale
+    if cfg.reward_sharing == "sum":
         r = _share_rewards(keys, r)
     seed_of = {(t.game, t.seat): t.group for t in turns}
     trained = {(t.game, t.seat): t.trained for t in turns}
@@ -113,16 +116,15 @@ def turn_advantages(turns: List[Turn], cfg: Dict[str, Any], simultaneous: bool, 
     # baselines never mix the learner's rows with a bot's or a past copy's in the same seat
     seat = [(k[1], trained[k]) for k in keys]
     if name == "mars":
-        R = est.discounted_returns(r, mask, float(cfg["gamma"]))
-        adv = est.normalize_by_key(R, mask, seat if cfg["role_norm"] else [0] * len(keys))
+        R = est.discounted_returns(r, mask, cfg.gamma)
+        adv = est.normalize_by_key(R, mask, seat if cfg.role_norm else [0] * len(keys))
     elif name == "grpo":
         adv = est.trajectory_group_norm(r, mask, group)
     else:
-        G = est.discounted_returns(r, mask, float(cfg["gamma"]))
+        G = est.discounted_returns(r, mask, cfg.gamma)
         adv = est.leave_one_out(G, mask, list(zip(group, seat)))
         if name == "advantage_alignment":
-            adv = est.aa_credit(adv, _co_player(keys, adv), mask, float(cfg["beta"]), float(cfg["aa_gamma"]),
-                                jit=cfg["aa_variant"] == "jit")
+            adv = est.aa_credit(adv, _co_player(keys, adv), mask, cfg.beta, cfg.aa_gamma, jit=cfg.aa_variant == "jit")
     return {tid: float(adv[i, j]) for tid, (i, j) in where.items()}
 
 
@@ -180,6 +182,17 @@ class TextPolicy:
 
 
 # ============================================================ algorithm
+@dataclass(frozen=True)
+class TextGameInfo:
+    """What the trainer needs to know of the game beside the config (``run.family`` of an LLM run).
+
+    Attributes:
+        simultaneous: the seats move at once (ipd, stag_hunt, ...): advantages align seats by round.
+    """
+
+    simultaneous: bool
+
+
 class LLMSelfPlay(Trainer):
     """Self-play training of a causal LM on a text game (module docstring)."""
 
@@ -192,44 +205,47 @@ class LLMSelfPlay(Trainer):
                    "gradient_checkpointing")
 
     @classmethod
-    def module_config(cls, cfg, mapping=None, mid=None) -> Dict[str, Any]:
-        return {k: cfg[k] for k in cls.MODULE_KEYS}
+    def module_config(cls, cfg: LLMConfig, mapping=None, mid=None) -> Dict[str, Any]:
+        return {k: getattr(cfg, k) for k in cls.MODULE_KEYS}
 
     @classmethod
     def check_env(cls, cfg, info) -> None:
         """Raises MarlError: a non-text env, no ``model``, a bad choice, or Advantage Alignment /
         reward sharing on a turn-based game."""
+        cfg = config_view(cfg)
         g = next(iter(info.groups.values()))
         if not isinstance(g.action_space, gym.spaces.Text):
-            raise MarlError(f"{cfg['algo']} trains language models on text games (ipd, stag_hunt, chicken, "
+            raise MarlError(f"{cfg.algo} trains language models on text games (ipd, stag_hunt, chicken, "
                             f"trust_and_split, openspiel); {info.family}:{info.scenario} is not one.")
-        model = cfg.get("model")
+        model = cfg.model
         if model is None:
-            raise MarlError(f"{cfg['algo']} needs model=: a local path or hub id, or a transformers config.")
+            raise MarlError(f"{cfg.algo} needs model=: a local path or hub id, or a transformers config.")
         if isinstance(model, str) and model.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(model)):
             raise MarlError(f"model={model!r}: no such folder (a local model needs its config.json and weights there).")
-        for key, valid in (("estimator", ESTIMATORS), ("reward_sharing", REWARD_SHARING),
-                           ("aa_variant", AA_VARIANTS), ("loss_agg", LOSS_AGG), ("generator", GENERATORS)):
-            if cfg[key] not in valid:
-                raise unknown_choice(key, cfg[key], valid)
-        if cfg["generator"] == "vllm":
+        if cfg.generator == "vllm":
             import importlib.util
 
             if importlib.util.find_spec("vllm") is None:
                 raise MarlError("generator='vllm' needs vllm and a GPU: pip install 'marl[vllm]' (or generator='hf').")
             if not isinstance(model, str):
                 raise MarlError("generator='vllm' loads the model from a path or hub id; a config object cannot be served.")
-        if not isinstance(cfg["opponents"], dict) or not cfg["opponents"]:
-            raise MarlError(f"opponents must be a dict name -> probability, e.g. {{'self': 0.5, 'pool': 0.5}}; got {cfg['opponents']!r}.")
+        if not cfg.opponents:
+            raise MarlError(f"opponents must be a dict name -> probability, e.g. {{'self': 0.5, 'pool': 0.5}}; got {cfg.opponents!r}.")
+
+    @classmethod
+    def family_context(cls, cfg, env, mapping) -> TextGameInfo:
+        """The :class:`TextGameInfo` of the game ``env``."""
+        return TextGameInfo(simultaneous=bool(env.simultaneous))
 
     @classmethod
     def check_text_env(cls, cfg, env) -> None:
         """Checks that need the game object (bots, simultaneous moves)."""
+        cfg = config_view(cfg)
         bots = env.bots()
-        check_opponent_names(list(cfg["opponents"]), bots)
-        check_opponent_names([o for o in (cfg["eval_opponents"] or [])], bots)
-        if not env.simultaneous and (cfg["estimator"] == "advantage_alignment" or cfg["reward_sharing"] == "sum"):
-            raise MarlError(f"{cfg['algo']} with estimator={cfg['estimator']}, reward_sharing={cfg['reward_sharing']} "
+        check_opponent_names(list(cfg.opponents), bots)
+        check_opponent_names(list(cfg.eval_opponents or []), bots)
+        if not env.simultaneous and (cfg.estimator == "advantage_alignment" or cfg.reward_sharing == "sum"):
+            raise MarlError(f"{cfg.algo} with estimator={cfg.estimator}, reward_sharing={cfg.reward_sharing} "
                             f"aligns seats by round and needs a simultaneous-move game (ipd, stag_hunt, chicken, "
                             f"trust_and_split); {env.info.family}:{env.info.scenario} is turn-based.")
 
@@ -237,8 +253,7 @@ class LLMSelfPlay(Trainer):
     def build_config(cls, cfg, env, mapping):
         """RLlib config: TextEnvRunners for sampling, LLMLearners (DDP when ``num_learners`` > 1)."""
         cls.check_text_env(cfg, env)
-        learner_cfg = engine_entries(cfg, env, mapping)
-        learner_cfg["simultaneous"] = bool(env.simultaneous)
+        learner_cfg = learner_config_dict(cfg, RunContext.of(env, mapping, family=cls.family_context(cfg, env, mapping)))
         text = gym.spaces.Text(max_length=1 << 16)  # chats in, replies out (RLlib wants spaces)
         specs = {mid: RLModuleSpec(module_class=CausalLMModule, observation_space=text, action_space=text,
                                    model_config=cls.module_config(cfg)) for mid in mapping.modules}
@@ -246,17 +261,16 @@ class LLMSelfPlay(Trainer):
         config = (
             TrainerConfig(algo_class=cls)
             .environment(observation_space=None, action_space=None, disable_env_checking=True)
-            .env_runners(env_runner_cls=TextEnvRunner, num_env_runners=int(cfg["num_env_runners"]),
-                         num_cpus_per_env_runner=float(cfg["num_cpus_per_env_runner"]),
-                         num_gpus_per_env_runner=float(cfg["num_gpus_per_env_runner"]))
-            .learners(num_learners=int(cfg["num_learners"]), num_gpus_per_learner=float(cfg["num_gpus_per_learner"]),
-                      num_cpus_per_learner=float(cfg["num_cpus_per_learner"]) if cfg["num_learners"] else "auto",
+            .env_runners(env_runner_cls=TextEnvRunner, num_env_runners=cfg.num_env_runners,
+                         num_cpus_per_env_runner=cfg.num_cpus_per_env_runner,
+                         num_gpus_per_env_runner=cfg.num_gpus_per_env_runner)
+            .learners(num_learners=cfg.num_learners, num_gpus_per_learner=cfg.num_gpus_per_learner,
+                      num_cpus_per_learner=cfg.num_cpus_per_learner if cfg.num_learners else "auto",
                       learner_config_dict=learner_cfg)
             .multi_agent(policies=policies, policy_mapping_fn=MappingFn(mapping.agent_to_module))
             .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
-            .training(lr=lr_schedule(cfg), grad_clip=float(cfg["max_grad_norm"]) if cfg.get("max_grad_norm") else None,
-                      grad_clip_by="global_norm")
-            .debugging(seed=int(cfg["seed"]), log_level="ERROR")
+            .training(lr=lr_schedule(cfg), grad_clip=cfg.max_grad_norm, grad_clip_by="global_norm")
+            .debugging(seed=cfg.seed, log_level="ERROR")
         )
         config.torch_ddp_kwargs = {"find_unused_parameters": True}  # LoRA's frozen base / unused heads get no grad
         config.learner_config_dict = learner_cfg
@@ -264,17 +278,17 @@ class LLMSelfPlay(Trainer):
 
     # --------------------------------------------------------------- iteration
     def training_step(self) -> StepOutput:
-        hp = self.marl_config
+        cfg = self.cfg
         parts = self.foreach_runner(lambda r: r.sample())
         turns, metrics = _merge_parts(parts)
         rollout = {"turns": turns, "metrics": metrics}
         self.run_callbacks.on_rollout(self, rollout)
-        adv = turn_advantages(turns, hp, hp["simultaneous"], int(hp["group_size"]))
-        out = self.update_learners(turns_to_batch(turns, adv, hp["agent_to_module"], self._pad_id()))
+        adv = turn_advantages(turns, cfg, self.run.family.simultaneous, cfg.group_size)
+        out = self.update_learners(turns_to_batch(turns, adv, self.run.agent_to_module, self._pad_id()))
         gen_time = sum(p["metrics"]["generate_time_s"] for p in parts)
         out.update(tokens_generated_per_s=metrics.pop("tokens_generated") / max(gen_time, 1e-9),
                    replies_trained=float(sum(t.trained for t in turns)))
-        every = int(hp["eval_every"])
+        every = cfg.eval_every
         if every > 0 and (self.progress["iterations"] + 1) % every == 0:
             out.update(self.evaluate_opponents())
             self.write_transcripts([t for p in parts for t in p["transcripts"]])
@@ -295,16 +309,15 @@ class LLMSelfPlay(Trainer):
 
     def _pad_id(self) -> int:
         if not hasattr(self, "_pad"):
-            tok = load_tokenizer(self.marl_config.get("tokenizer"), self.marl_config.get("model"))
+            tok = load_tokenizer(self.cfg.tokenizer, self.cfg.model)
             self._pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         return int(self._pad)
 
     def evaluate_opponents(self, opponents=None, games: Optional[int] = None) -> Dict[str, float]:
         """Mean ``vs_<bot>_<metric>`` over ``games`` games against each fixed opponent
         (default ``eval_opponents``, or every bot of the game), on the first env runner."""
-        hp = self.marl_config
-        games = int(games or hp["eval_games"])
-        opponents = opponents or hp["eval_opponents"] or list(self.foreach_runner(lambda r: list(r.ensure_env().bots()))[0])
+        games = int(games or self.cfg.eval_games)
+        opponents = opponents or self.cfg.eval_opponents or list(self.foreach_runner(lambda r: list(r.ensure_env().bots()))[0])
         out = {}
         for opp in opponents:
             stats = self.foreach_runner(lambda r, o=opp: r.evaluate(o, games))[0]
@@ -316,14 +329,13 @@ class LLMSelfPlay(Trainer):
     @classmethod
     def checkpoint_meta(cls, cfg) -> Dict[str, Any]:
         """Objects a checkpoint needs to act again (the tokenizer may be an object built in code)."""
-        return {"llm": {k: cfg[k] for k in cls.MODULE_KEYS + cls.GENERATION_KEYS}}
+        return {"llm": {k: getattr(cfg, k) for k in cls.MODULE_KEYS + cls.GENERATION_KEYS}}
 
     def make_policy(self, mapping) -> TextPolicy:
         """A :class:`TextPolicy` with a copy of the learner's weights."""
-        hp = self.marl_config
         state = self.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
-        return self._policy({mid: state[mid] for mid in mapping.modules}, hp, hp["agent_to_module"],
-                            EnvSpec(**hp["env_spec"]) if hp.get("env_spec") else None, hp.get("env_object"))
+        return self._policy({mid: state[mid] for mid in mapping.modules}, self.checkpoint_meta(self.cfg)["llm"],
+                            self.run.agent_to_module, self.run.env_spec, self.run.env_object)
 
     @classmethod
     def policy_from_checkpoint(cls, ckpt, meta: Dict[str, Any], env=None) -> TextPolicy:
@@ -337,17 +349,19 @@ class LLMSelfPlay(Trainer):
         return cls._policy(states, meta["llm"], meta["agent_to_module"], spec, env)
 
     @classmethod
-    def _policy(cls, states, hp, agent_to_module, spec, env_object) -> TextPolicy:
+    def _policy(cls, states, saved: Dict[str, Any], agent_to_module, spec, env_object) -> TextPolicy:
+        """The :class:`TextPolicy` of module states ``states`` with ``saved``, the model and
+        generation keys of :meth:`checkpoint_meta` (a plain dict, as checkpoints hold it)."""
         lms = {}
         for mid, st in states.items():
-            m = CausalLMModule(model_config=cls.module_config(hp))
+            m = CausalLMModule(model_config={k: saved[k] for k in cls.MODULE_KEYS})
             m.set_state(st)
             m.eval()
             lms[mid] = m.lm
-        tok = load_tokenizer(hp.get("tokenizer"), hp.get("model"))
-        gen = Generator(tok, hp["eval_temperature"], hp["top_p"], hp["max_new_tokens"], hp["constrain_actions"])
+        tok = load_tokenizer(saved.get("tokenizer"), saved.get("model"))
+        gen = Generator(tok, saved["eval_temperature"], saved["top_p"], saved["max_new_tokens"], saved["constrain_actions"])
         make = spec.make if spec is not None else (lambda: copy.deepcopy(env_object))
-        return TextPolicy(lms, gen, agent_to_module, make, float(hp["eval_temperature"]))
+        return TextPolicy(lms, gen, agent_to_module, make, float(saved["eval_temperature"]))
 
 
 def _merge_parts(parts: List[Dict[str, Any]]) -> Tuple[List[Turn], Dict[str, Any]]:

@@ -172,23 +172,21 @@ def build_asn(inputs: EntityInputs, c: Dict[str, Any]) -> ASNNet:
 ASN_KEYS = ("asn_hidden", "asn_env_input", "asn_entity_modules")  # config keys it reads
 
 
-def check_asn(cfg: Dict[str, Any], info) -> None:
-    """``asn_*`` options are known and every group's layout has entity-targeted actions
-    (and ``unit_type`` where ``asn_entity_modules="unit_type"``); run before Ray starts.
+def check_asn(cfg: Any, info) -> None:
+    """Every group's layout has entity-targeted actions (and ``unit_type`` where
+    ``asn_entity_modules="unit_type"``); run before Ray starts on the run's config (the
+    schema has checked the ``asn_*`` choices).
 
     Raises:
-        MarlError: an unknown option (lists the choices) or a layout that cannot serve ASN.
+        MarlError: a layout that cannot serve ASN.
     """
-    for key, choices in (("asn_env_input", ENV_INPUTS), ("asn_entity_modules", ENTITY_MODULES)):
-        if cfg.get(key, choices[0]) not in choices:
-            raise MarlError(f"Unknown {key} '{cfg[key]}'. Valid choices: {', '.join(choices)}.")
     for group in info.groups:  # the registry has checked that each one has a layout
         layout = info.entity_layout[group]
         targets = layout.get("action_targets") or {}
         if not targets:
             raise MarlError(f"agent='asn' needs actions that target entities; group '{group}' has no "
                             f"'action_targets' in its layout.")
-        if cfg.get("asn_entity_modules") == "unit_type":
+        if cfg.asn_entity_modules == "unit_type":
             missing = [t for t in targets if not layout["entities"][t].get("unit_type")]
             if missing:
                 raise MarlError(f"asn_entity_modules='unit_type' needs 'unit_type' in the layout of entity types "

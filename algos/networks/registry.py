@@ -10,7 +10,7 @@ the ``__init__`` of a package declared in the ``marl.plugins`` entry points
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from marl.algos.networks.asn import ASN_KEYS, build_asn, check_asn
 from marl.algos.networks.base import AgentNetwork
@@ -18,6 +18,7 @@ from marl.algos.networks.entity import EntityInputs
 from marl.algos.networks.hpn import HPN_KEYS, build_dpn, build_hpn
 from marl.algos.networks.mlp import build_mappo_actor
 from marl.algos.networks.rnn import build_rnn_agent
+from marl.config import ConfigBase, config_view
 from marl.errors import MarlError, closest
 
 
@@ -27,7 +28,7 @@ class AgentNetworkEntry:
 
     builders: Dict[Optional[str], Callable[..., AgentNetwork]] = field(default_factory=dict)
     entity: bool = False
-    check: Optional[Callable[[Dict[str, Any], Any], None]] = None
+    check: Optional[Callable[[Any, Any], None]] = None
     config_keys: Tuple[str, ...] = ()
 
 
@@ -36,7 +37,7 @@ FAMILIES = ("ppo", "value_decomp")  # the built-in algorithm families that build
 
 
 def register_agent_network(name: str, build: Callable[..., AgentNetwork], *, family: Optional[str] = None,
-                           entity: bool = False, check: Optional[Callable[[Dict[str, Any], Any], None]] = None,
+                           entity: bool = False, check: Optional[Callable[[Any, Any], None]] = None,
                            config_keys: Sequence[str] = ()) -> None:
     """Make ``agent=name`` build ``build``'s network (a later registration of a name replaces it).
 
@@ -52,7 +53,8 @@ def register_agent_network(name: str, build: Callable[..., AgentNetwork], *, fam
             algorithm families (``mlp`` does); ``None``: the same network for all.
         entity: the network reads the env's entity layout; :func:`check_agent`
             then requires one for every group, and discrete actions.
-        check: ``check(cfg, env_info)``, run before Ray starts; raises :class:`MarlError`.
+        check: ``check(cfg, env_info)`` (``cfg``: the run's config, keys read as attributes),
+            run before Ray starts; raises :class:`MarlError`.
         config_keys: config keys copied from the run's config into ``model_config``.
     """
     entry = _NETWORKS.setdefault(name, AgentNetworkEntry())
@@ -96,7 +98,7 @@ def build_agent_net(kind: str, c: Dict[str, Any], n_actions: int, family: Option
     return build(inputs, c)
 
 
-def check_agent(cfg: Dict[str, Any], info, family: Optional[str] = None) -> None:
+def check_agent(cfg: Union[ConfigBase, Mapping[str, Any]], info, family: Optional[str] = None) -> None:
     """``agent`` is registered (for ``family``, when given) and, for an entity-aware network,
     every group has a discrete action space and an entity layout; then the network's own
     check (before Ray starts).
@@ -106,7 +108,8 @@ def check_agent(cfg: Dict[str, Any], info, family: Optional[str] = None) -> None
             group without a layout (says how to declare one) or with continuous actions,
             or the network's own check.
     """
-    kind = cfg.get("agent", "mlp")
+    cfg = config_view(cfg)  # a typed config, or a mapping with at least "agent" (tests, plugins)
+    kind = cfg.agent
     choices = agent_networks(family) if family is not None else list(_NETWORKS)
     if kind not in choices:
         raise _unknown(kind, choices)
@@ -130,18 +133,19 @@ def _require_layouts(kind: str, info) -> None:
             raise MarlError(f"agent='{kind}' gives one output per discrete action; group '{name}' has {g.action_space}.")
 
 
-def agent_model_config(cfg: Dict[str, Any], mapping, mid: str, last_action_dim: int = 0) -> Dict[str, Any]:
+def agent_model_config(cfg: ConfigBase, mapping, mid: str, last_action_dim: int = 0) -> Dict[str, Any]:
     """The ``model_config`` entries module ``mid``'s agent network needs: ``agent``, the
     network's ``config_keys`` and, for an entity-aware one, the group's layout and sizes.
 
     Raises:
         MarlError: unknown agent (lists the choices).
     """
-    kind = cfg.get("agent", "mlp")
+    kind = cfg.agent
     if kind not in _NETWORKS:
         raise _unknown(kind, list(_NETWORKS))
     entry = _NETWORKS[kind]
-    out = {"agent": kind, **{k: cfg[k] for k in entry.config_keys if k in cfg}}
+    # config_keys the schema lacks are skipped (a plugin's network cannot add keys to the schema)
+    out = {"agent": kind, **{k: getattr(cfg, k) for k in entry.config_keys if hasattr(cfg, k)}}
     if not entry.entity:
         return out
     g = mapping.group_info(mid)

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
 from marl.config.registry import algo_entry, config_class, defaults_path, list_algos, ownership_hint
-from marl.config.schema import ConfigBase, ConfigValueError, spec_map
+from marl.config.schema import ConfigBase, ConfigValueError, check_range, coerce, spec_map
 from marl.errors import MarlError, closest
 
 META_KEYS = ("base",)
@@ -180,7 +180,7 @@ def load_config(algo: str, family: Optional[str], overrides: Optional[Dict[str, 
 
     Returns:
         An instance of the algorithm's schema (``config_class`` of its trainer):
-        attributes ``cfg.lr``, and for the transition ``cfg["lr"]``.
+        attributes ``cfg.lr`` (and, as a read-only convenience, ``cfg["lr"]``).
     Raises:
         MarlError: unknown algorithm, unknown key (with the closest valid key or the
             family that owns it), or a value of the wrong type or outside its range.
@@ -188,3 +188,29 @@ def load_config(algo: str, family: Optional[str], overrides: Optional[Dict[str, 
     cls = config_class(algo)
     sources = layer_sources(cls) + algo_sources(algo) + env_sources(family, algo)
     return build(cls, algo, sources + [(USER, dict(overrides or {}))])
+
+
+def restore_config(algo: str, saved: Mapping[str, Any]) -> ConfigBase:
+    """The typed config of a run saved as a plain dict (a checkpoint's ``meta["config"]``).
+
+    Saved values the current schema accepts are kept. Keys the schema gained since the
+    run, and values saved as text (a callable ``share`` or an object ``model`` is saved
+    as its repr), take ``algo``'s YAML values; keys the schema no longer has are
+    ignored, so checkpoints of older versions load.
+
+    Raises:
+        MarlError: unknown algorithm, or bad YAML values.
+    """
+    specs = spec_map(config_class(algo))
+    kept: Dict[str, Any] = {}
+    for name, value in saved.items():
+        spec = specs.get(name)
+        if spec is None or spec.internal:
+            continue
+        try:
+            typed = coerce(name, value, spec.type)
+            check_range(spec, typed, value)
+        except ConfigValueError:
+            continue
+        kept[name] = typed
+    return algo_defaults(algo).replace(**kept)

@@ -20,6 +20,7 @@ import collections.abc
 import dataclasses
 import functools
 import os
+import types
 import typing
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -257,8 +258,8 @@ def check_range(spec: FieldSpec, value: Any, given: Any = None) -> None:
 class ConfigBase(collections.abc.Mapping):
     """Base of the config schemas: a frozen dataclass whose fields are the config keys.
 
-    Read keys as attributes (``cfg.lr``). For the transition from the untyped dict,
-    a config is also a read-only mapping (``cfg["lr"]``, ``cfg.get``, ``"lr" in cfg``,
+    Read keys as attributes (``cfg.lr``); marl's own code does. As a convenience for
+    users, a config is also a read-only mapping (``cfg["lr"]``, ``cfg.get``, ``"lr" in cfg``,
     ``dict(cfg)``, ``{**cfg}``). ``cfg.replace(lr=1e-3)`` (or ``dataclasses.replace``)
     returns a checked copy.
 
@@ -276,7 +277,7 @@ class ConfigBase(collections.abc.Mapping):
             check_range(spec, value, given)
             object.__setattr__(self, spec.name, value)
 
-    # Mapping protocol (transition: the learners still read cfg["key"])
+    # read-only Mapping protocol: a convenience for users (marl's code reads attributes)
     def __getitem__(self, name: str) -> Any:
         if name in self.__dataclass_fields__:
             return getattr(self, name)
@@ -300,3 +301,12 @@ class ConfigBase(collections.abc.Mapping):
     def keys_of(cls) -> List[str]:
         """The user-settable keys of this schema."""
         return [s.name for s in field_specs(cls) if not s.internal]
+
+
+def config_view(cfg: Any) -> Any:
+    """``cfg`` with its keys readable as attributes: a :class:`ConfigBase` as it is, a plain
+    mapping (public checks such as ``check_agent({"agent": "hpn"}, info)`` accept one) as a
+    ``types.SimpleNamespace`` of its items."""
+    if isinstance(cfg, ConfigBase):
+        return cfg
+    return types.SimpleNamespace(**cfg)

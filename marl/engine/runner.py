@@ -7,7 +7,6 @@ with one batched forward per module per step and returns time-major tensors.
 """
 from __future__ import annotations
 
-import copy
 from collections import defaultdict
 from typing import Any, Dict, List, Optional
 
@@ -18,7 +17,8 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
-from marl.env import EnvSpec, EpisodeStats, MultiAgentEnv, Step
+from marl.engine.context import RunAccess
+from marl.env import EpisodeStats, MultiAgentEnv, Step
 from marl.mapping import PolicyMapping
 
 class MappingFn:
@@ -31,14 +31,7 @@ class MappingFn:
         return self.table[agent_id]
 
 
-def build_env(marl_cfg: Dict[str, Any]) -> MultiAgentEnv:
-    """A runner's own env: rebuilt from the run's env spec, or a copy of an env built by hand."""
-    if marl_cfg.get("env_spec") is None:  # an env built by hand: ship a copy of the object itself
-        return copy.deepcopy(marl_cfg["env_object"])
-    return EnvSpec(**marl_cfg["env_spec"]).make(num_envs=marl_cfg["num_envs"])
-
-
-class BatchedEnvRunner(EnvRunner, Checkpointable):
+class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
     """Samples ``rollout_length`` steps of all ``B`` env copies per :meth:`sample` call.
 
     The rollout (see :meth:`sample`) is a dict of time-major tensors; episode
@@ -47,8 +40,7 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
 
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
-        self.marl = self.config.learner_config_dict
-        torch.set_num_threads(int(self.marl.get("torch_threads", 1)))
+        torch.set_num_threads(self.cfg.torch_threads)
         self._weights_seq_no = 0
         self.env: Optional[MultiAgentEnv] = None
         self._owns_env = True  # close the env at stop() unless it was handed in (attach_env)
@@ -70,17 +62,18 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         return self.env
 
     def new_env(self) -> MultiAgentEnv:
-        """An env of this runner's own (:func:`build_env`)."""
-        return build_env(self.marl)
+        """An env of this runner's own: rebuilt from the run's env spec with the run's ``num_envs``,
+        or a copy of an env built by hand (:meth:`~marl.engine.context.RunContext.make_env`)."""
+        return self.run.make_env(num_envs=self.run.num_envs)
 
     def make_env(self, env: MultiAgentEnv) -> None:
         """Use ``env`` for sampling and build the policy mapping for it."""
         self.env = env
         self.mapping = PolicyMapping(
-            self.env.info, share=MappingFn(self.marl["agent_to_module"]), agent_id=self.marl["agent_id"]
+            self.env.info, share=MappingFn(self.run.agent_to_module), agent_id=self.cfg.agent_id
         )
         self._last: Optional[Step] = None
-        self._seed = int(self.marl.get("seed", 0)) + 10_000 * int(self.worker_index or 0)
+        self._seed = self.cfg.seed + 10_000 * int(self.worker_index or 0)
 
     def make_module(self):
         spec = self.config.get_multi_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
@@ -88,7 +81,7 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         self.module.foreach_module(lambda mid, m: m.eval())
 
     def get_spaces(self):
-        return {mid: (s.observation_space, s.action_space) for mid, s in self.marl["module_spaces"].items()}
+        return {mid: (s.observation_space, s.action_space) for mid, s in self.run.module_spaces.items()}
 
     def assert_healthy(self):
         assert self.module is not None
@@ -122,7 +115,7 @@ class BatchedEnvRunner(EnvRunner, Checkpointable):
         (``EnvInfo.extra_columns``, e.g. an off-beat env's ``decision``); and ``state [T+1, B, S]``, ``final_state
         [T, B, S]``, ``terminated``, ``truncated``, ``starts`` ``[T, B]``, ``metrics``.
         """
-        T = int(num_steps or self.marl["rollout_length"])
+        T = int(num_steps or self.cfg.rollout_length)
         self.ensure_env()
         if self._last is None:
             self._last = self._reset()

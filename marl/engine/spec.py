@@ -16,6 +16,8 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.policy import PolicySpec
 
+from marl.config import ConfigBase
+from marl.engine.context import RunContext, learner_config_dict
 from marl.engine.runner import BatchedEnvRunner, MappingFn
 from marl.env import MultiAgentEnv
 from marl.mapping import PolicyMapping
@@ -41,7 +43,7 @@ def module_spaces(mapping: PolicyMapping) -> Dict[str, PolicySpec]:
     return out
 
 
-def agent_module_specs(algo_cls, cfg: Dict[str, Any], mapping: PolicyMapping, **kwargs) -> Dict[str, RLModuleSpec]:
+def agent_module_specs(algo_cls, cfg: ConfigBase, mapping: PolicyMapping, **kwargs) -> Dict[str, RLModuleSpec]:
     """One ``RLModuleSpec`` per policy-mapping module (``kwargs``: e.g. ``inference_only=True``)."""
     spaces = module_spaces(mapping)
     return {
@@ -56,60 +58,43 @@ def agent_module_specs(algo_cls, cfg: Dict[str, Any], mapping: PolicyMapping, **
     }
 
 
-def build_algorithm_config(algo_cls, cfg: Dict[str, Any], env: MultiAgentEnv, mapping: PolicyMapping):
+def build_algorithm_config(algo_cls, cfg: ConfigBase, env: MultiAgentEnv, mapping: PolicyMapping):
     """Translate a validated marl config into an RLlib ``AlgorithmConfig`` for ``algo_cls``
     (batched env runners, the family's learner and modules; the default ``Trainer.build_config``)."""
     spaces = module_spaces(mapping)
     specs = agent_module_specs(algo_cls, cfg, mapping)
     specs.update(algo_cls.extra_module_specs(cfg, mapping))  # learner-only modules (e.g. QMIX mixers)
-    learner_cfg = engine_entries(cfg, env, mapping)
-    learner_cfg.update(
-        module_spaces=spaces,
-        num_envs=env.num_envs,
-    )
-    learner_cfg.update(algo_cls.learner_extras(cfg, env, mapping))
+    run = RunContext.of(env, mapping, spaces, family=algo_cls.family_context(cfg, env, mapping))
+    learner_cfg = learner_config_dict(cfg, run)
     config = (
         TrainerConfig(algo_class=algo_cls)
         .environment(observation_space=None, action_space=None, disable_env_checking=True)
         .env_runners(
             env_runner_cls=BatchedEnvRunner,
-            num_env_runners=int(cfg["num_env_runners"]),
+            num_env_runners=cfg.num_env_runners,
             num_envs_per_env_runner=env.num_envs,
-            num_cpus_per_env_runner=float(cfg["num_cpus_per_env_runner"]),
-            rollout_fragment_length=int(cfg["rollout_length"]),
+            num_cpus_per_env_runner=cfg.num_cpus_per_env_runner,
+            rollout_fragment_length=cfg.rollout_length,
         )
         .learners(
-            num_learners=int(cfg["num_learners"]),
-            num_gpus_per_learner=float(cfg["num_gpus_per_learner"]),
-            num_cpus_per_learner=float(cfg["num_cpus_per_learner"]) if cfg["num_learners"] else "auto",
+            num_learners=cfg.num_learners,
+            num_gpus_per_learner=cfg.num_gpus_per_learner,
+            num_cpus_per_learner=cfg.num_cpus_per_learner if cfg.num_learners else "auto",
             learner_config_dict=learner_cfg,
         )
         .multi_agent(policies=spaces, policy_mapping_fn=MappingFn(mapping.agent_to_module))
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
         .training(
             lr=lr_schedule(cfg),
-            grad_clip=float(cfg["max_grad_norm"]) if cfg.get("max_grad_norm") else None,
+            grad_clip=cfg.max_grad_norm,
             grad_clip_by="global_norm",
-            train_batch_size_per_learner=int(cfg["rollout_length"]) * env.num_envs,
+            train_batch_size_per_learner=cfg.rollout_length * env.num_envs,
         )
-        .debugging(seed=int(cfg["seed"]), log_level="ERROR")
+        .debugging(seed=cfg.seed, log_level="ERROR")
         .reporting(metrics_num_episodes_for_smoothing=1)
     )
     config.learner_config_dict = learner_cfg
     return config
-
-
-def engine_entries(cfg: Dict[str, Any], env, mapping: PolicyMapping) -> Dict[str, Any]:
-    """``cfg`` plus what every remote runner and learner needs to rebuild the env and the mapping
-    (the learner config dict of any marl algorithm). The driver's env object travels only for
-    envs built by hand (no spec): remote runners then get a copy of it."""
-    out = dict(cfg)
-    out.update(
-        env_spec=vars(env.spec) if env.spec is not None else None,
-        env_object=env if env.spec is None else None,
-        agent_to_module=dict(mapping.agent_to_module),
-    )
-    return out
 
 
 def begin_update(learner, batch, training_data, timesteps) -> Dict[str, Dict[str, Any]]:
@@ -125,11 +110,10 @@ def begin_update(learner, batch, training_data, timesteps) -> Dict[str, Dict[str
     return {mid: dict(b) for mid, b in batch.policy_batches.items()}
 
 
-def lr_schedule(cfg: Dict[str, Any]):
+def lr_schedule(cfg: ConfigBase):
     """``lr`` for RLlib: a constant, or ``[[0, lr], [env_steps, 0]]`` (piecewise linear in
     sampled env steps) when ``lr_schedule`` is ``"linear"``; ``fit`` puts the stop's
-    ``env_steps`` in ``cfg["lr_anneal_steps"]``."""
-    lr = float(cfg["lr"])
-    if cfg.get("lr_schedule", "constant") == "constant":
-        return lr
-    return [[0, lr], [int(cfg["lr_anneal_steps"]), 0.0]]
+    ``env_steps`` in ``cfg.lr_anneal_steps``."""
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
+    return [[0, cfg.lr], [cfg.lr_anneal_steps, 0.0]]

@@ -29,6 +29,8 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from marl.callbacks import CallbackList
 from marl.checkpoint import load_module, module_states, resolve_checkpoint
+from marl.config import ConfigBase, restore_config
+from marl.engine.context import RunAccess
 from marl.engine.runner import MappingFn
 from marl.engine.spec import TrainerConfig, agent_module_specs, build_algorithm_config
 from marl.env import MultiAgentEnv
@@ -54,7 +56,7 @@ class StepOutput:
     metrics: Dict[str, float] = field(default_factory=dict)
 
 
-class Trainer(Algorithm):
+class Trainer(RunAccess, Algorithm):
     """Base of marl's algorithms (an RLlib ``Algorithm``).
 
     Args:
@@ -65,7 +67,12 @@ class Trainer(Algorithm):
         callbacks: run callbacks (:class:`~marl.callbacks.CallbackList`).
 
     Attributes:
-        marl_config: the validated marl config (``learner_config_dict``).
+        cfg: the run's config, an instance of the family's ``config_class`` (e.g.
+            ``PPOConfig``): read keys as attributes, ``self.cfg.gamma``. Env runners
+            and learners read it the same way (:class:`~marl.engine.context.RunAccess`).
+        run: the run's :class:`~marl.engine.context.RunContext`: env spec, agent -> module
+            table, module spaces, env copies ``num_envs`` and, in ``run.family``, the
+            family's static extras (:meth:`family_context`).
         progress: ``env_steps``, ``iterations``, ``episodes``, ``time_s`` (saved in
             checkpoints, so a resumed run continues its counts).
         last_metrics: the flat metrics of the last iteration.
@@ -95,49 +102,50 @@ class Trainer(Algorithm):
 
     def setup(self, config):
         super().setup(config)
-        self.marl_config: Dict[str, Any] = self.config.learner_config_dict
         self.progress = {"env_steps": 0, "iterations": 0, "episodes": 0, "time_s": 0.0}
         self.last_metrics: Dict[str, Any] = {}
         local = self.env_runner_group.local_env_runner
         if local is not None and self.local_env is not None:
             local.attach_env(self.local_env)
-        if self.marl_config.get("init_from"):
-            self.init_weights_from(self.marl_config["init_from"])
+        init_from = getattr(self.cfg, "init_from", None)  # a key of the families with agent networks only
+        if init_from:
+            self.init_weights_from(init_from)
 
     # =============================================================== hooks a family implements
     @classmethod
-    def check_env(cls, cfg: Dict[str, Any], info) -> None:
+    def check_env(cls, cfg: ConfigBase, info) -> None:
         """Raise :class:`~marl.errors.MarlError` if this algorithm cannot train on an env
         described by ``info`` (an ``EnvInfo``); called before Ray starts."""
 
     @classmethod
-    def check_mapping(cls, cfg: Dict[str, Any], mapping: PolicyMapping) -> None:
+    def check_mapping(cls, cfg: ConfigBase, mapping: PolicyMapping) -> None:
         """Raise :class:`~marl.errors.MarlError` if this algorithm cannot train with ``mapping``."""
 
     @classmethod
-    def module_config(cls, cfg: Dict[str, Any], mapping: PolicyMapping, mid: str) -> Dict[str, Any]:
+    def module_config(cls, cfg: ConfigBase, mapping: PolicyMapping, mid: str) -> Dict[str, Any]:
         """The ``model_config`` of the RLModule of policy-mapping module ``mid``."""
         raise NotImplementedError(f"{cls.__name__} must implement module_config")
 
     @classmethod
-    def extra_module_specs(cls, cfg: Dict[str, Any], mapping: PolicyMapping) -> Dict[str, RLModuleSpec]:
+    def extra_module_specs(cls, cfg: ConfigBase, mapping: PolicyMapping) -> Dict[str, RLModuleSpec]:
         """Learner-only modules beside the agents' modules (e.g. QMIX mixers); none by default."""
         return {}
 
     @classmethod
-    def learner_extras(cls, cfg: Dict[str, Any], env: MultiAgentEnv, mapping: PolicyMapping) -> Dict[str, Any]:
-        """Static entries the learners and :meth:`training_step` need beside the config
-        (e.g. team layouts); none by default."""
-        return {}
+    def family_context(cls, cfg: ConfigBase, env: MultiAgentEnv, mapping: PolicyMapping) -> Any:
+        """Static facts the learners and :meth:`training_step` need beside the config (e.g. team
+        layouts), as a picklable object of the family's own (a dataclass); it becomes
+        ``run.family``. ``None`` by default."""
+        return None
 
     @classmethod
-    def build_config(cls, cfg: Dict[str, Any], env: MultiAgentEnv, mapping: PolicyMapping) -> AlgorithmConfig:
+    def build_config(cls, cfg: ConfigBase, env: MultiAgentEnv, mapping: PolicyMapping) -> AlgorithmConfig:
         """The RLlib ``AlgorithmConfig`` of a run: by default batched env runners, ``learner_class``
         and one ``module_class`` module per mapping module (:func:`~marl.engine.spec.build_algorithm_config`)."""
         return build_algorithm_config(cls, cfg, env, mapping)
 
     @classmethod
-    def checkpoint_meta(cls, cfg: Dict[str, Any]) -> Dict[str, Any]:
+    def checkpoint_meta(cls, cfg: ConfigBase) -> Dict[str, Any]:
         """Extra entries for the checkpoint's metadata that :meth:`policy_from_checkpoint`
         needs (e.g. an LLM's tokenizer object); none by default."""
         return {}
@@ -153,10 +161,12 @@ class Trainer(Algorithm):
         Raises:
             MarlError: with ``env``, a network whose parameter shapes depend on the scenario.
         """
-        cfg = meta["config"]
+        cfg = restore_config(meta["algo"], meta["config"])
         if env is not None:
-            share = cfg["share"] if cfg.get("share") in SHARE_MODES else MappingFn(meta["agent_to_module"])
-            mapping = PolicyMapping(env.info, share=share, agent_id=cfg["agent_id"])
+            # a share mode is kept; a callable was saved as its repr: the saved table stands in for it
+            saved_share = meta["config"].get("share")
+            share = saved_share if saved_share in SHARE_MODES else MappingFn(meta["agent_to_module"])
+            mapping = PolicyMapping(env.info, share=share, agent_id=cfg.agent_id)
             cls.check_env(cfg, env.info)
             specs = agent_module_specs(cls, cfg, mapping, inference_only=True)
             states = module_states(ckpt, specs)
@@ -166,7 +176,7 @@ class Trainer(Algorithm):
                 module.eval()
             return Policy(mapping, modules)
         info = meta["env_spec"].make(num_envs=1).info if meta.get("env_spec") else meta["env_info"]
-        mapping = PolicyMapping(info, share=MappingFn(meta["agent_to_module"]), agent_id=cfg["agent_id"])
+        mapping = PolicyMapping(info, share=MappingFn(meta["agent_to_module"]), agent_id=cfg.agent_id)
         return Policy(mapping, {mid: load_module(ckpt, mid) for mid in mapping.modules})
 
     def make_policy(self, mapping: PolicyMapping) -> Policy:
@@ -230,7 +240,7 @@ class Trainer(Algorithm):
             MarlError: no checkpoint at ``path``, a module id it lacks, or an agent
                 network whose shapes differ.
         """
-        mids = dict.fromkeys(self.marl_config["agent_to_module"].values())  # module ids, in order, once each
+        mids = dict.fromkeys(self.run.agent_to_module.values())  # module ids, in order, once each
         states = module_states(resolve_checkpoint(path), mids)
         fresh = self.learner_group.foreach_learner(
             lambda learner: {mid: load_weights(learner.module[mid], st, mid) for mid, st in states.items()}
