@@ -29,13 +29,13 @@ register_env(
 register_env(
     "smax",
     "marl.envs.smax:make",
-    "SMAX (JaxMARL): StarCraft-like micromanagement in JAX, batched with jax.vmap; needs marl[smax]",
+    "SMAX (JaxMARL): StarCraft-like micromanagement in JAX, batched with jax.vmap; needs marl-rllib[smax]",
     scenarios="marl.envs.smax:scenarios",
 )
 register_env(
     "smacv2",
     "marl.envs.smacv2:make",
-    "SMACv2 on StarCraft II (needs marl[smacv2], the game binary and SC2PATH)",
+    "SMACv2 on StarCraft II (needs marl-rllib[smacv2], the game binary and SC2PATH)",
     scenarios="marl.envs.smacv2:scenarios",
 )
 register_env(

@@ -72,7 +72,7 @@ from marl.envs.common import ally_team_info, check_kwargs, check_num_envs
 DEFAULT_NUM_ENVS = 1  # every copy is a whole StarCraft II process
 
 INSTALL_STEPS = """To use the 'smacv2' env family:
-  1. pip install "marl[smacv2]"   (this is: pip install git+https://github.com/oxwhirl/smacv2.git)
+  1. pip install "marl-rllib[smacv2]"   (this is: pip install git+https://github.com/oxwhirl/smacv2.git)
   2. Download the StarCraft II Linux package, version 4.10 (SC2.4.10.zip), from Blizzard's
      s2client-proto page: https://github.com/Blizzard/s2client-proto#downloads
      (direct link: https://blzdistsc2-a.akamaihd.net/Linux/SC2.4.10.zip).

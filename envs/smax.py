@@ -88,7 +88,7 @@ from marl.env import MarlError, MultiAgentEnv, Observation, Step, unknown_choice
 from marl.envs.common import ally_team_info, check_kwargs, check_num_envs
 
 DEFAULT_NUM_ENVS = 64
-INSTALL_HINT = 'pip install "marl[smax]"  (i.e. pip install jaxmarl==0.2.0)'
+INSTALL_HINT = 'pip install "marl-rllib[smax]"  (i.e. pip install jaxmarl==0.2.0)'
 
 # JaxMARL 0.2.0 MAP_NAME_TO_SCENARIO keys, listed statically so that listing
 # scenarios never imports jax (tests/test_smax.py checks them against jaxmarl)
@@ -224,7 +224,7 @@ class SMAXEnv(MultiAgentEnv):
     ``reward["ally"]`` / ``alive["ally"]`` ``[B, n]``).
 
     Raises:
-        MarlError: jaxmarl missing (names ``pip install "marl[smax]"``), unknown
+        MarlError: jaxmarl missing (names ``pip install "marl-rllib[smax]"``), unknown
             scenario or kwarg, bad ``num_envs`` / ``max_steps`` / ``attack_mode``,
             bad actions, ``step`` before ``reset``.
     """
@@ -429,7 +429,7 @@ def make(
 
     Raises:
         MarlError: no / unknown scenario (the message lists the valid ones), bad
-            kwargs, or jaxmarl not installed (the message says ``pip install "marl[smax]"``).
+            kwargs, or jaxmarl not installed (the message says ``pip install "marl-rllib[smax]"``).
     """
     if scenario is None:
         raise MarlError(f"make_env('smax', scenario) needs a scenario. Valid choices: {', '.join(SCENARIOS)}.")

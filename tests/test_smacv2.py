@@ -189,7 +189,7 @@ def fake_game(monkeypatch, tmp_path):
 
 
 INSTALL_WORDS = [
-    'pip install "marl[smacv2]"', "pip install git+https://github.com/oxwhirl/smacv2.git",
+    'pip install "marl-rllib[smacv2]"', "pip install git+https://github.com/oxwhirl/smacv2.git",
     "4.10", "s2client-proto", '"iagreetotheeula"', "~/StarCraftII", "SC2PATH", "Maps/SMAC_Maps",
 ]
 

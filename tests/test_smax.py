@@ -295,7 +295,7 @@ def test_missing_jaxmarl_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "jaxmarl", None)
     with pytest.raises(MarlError) as e:
         make_env("smax", "3m")
-    assert 'pip install "marl[smax]"' in str(e.value) and "jaxmarl==0.2.0" in str(e.value)
+    assert 'pip install "marl-rllib[smax]"' in str(e.value) and "jaxmarl==0.2.0" in str(e.value)
 
 
 def test_offbeat_attacks_by_name_and_busy_units_stop():

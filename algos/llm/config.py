@@ -36,7 +36,7 @@ class LLMConfig(EngineConfig):
     num_gpus_per_env_runner: float = key("GPUs per remote env runner (generation); a local runner uses the "
                                          "learner's", ge=0)
     # generation
-    generator: str = key("hf (transformers generate) or vllm (GPU, marl[vllm])", choices=GENERATORS)
+    generator: str = key("hf (transformers generate) or vllm (GPU, marl-rllib[vllm])", choices=GENERATORS)
     temperature: float = key("sampling temperature of training games; 0 = greedy", ge=0)
     top_p: float = key("nucleus sampling mass", gt=0, le=1)
     max_new_tokens: int = key("reply budget in tokens", ge=1)

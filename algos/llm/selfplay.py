@@ -226,7 +226,7 @@ class LLMSelfPlay(Trainer):
             import importlib.util
 
             if importlib.util.find_spec("vllm") is None:
-                raise MarlError("generator='vllm' needs vllm and a GPU: pip install 'marl[vllm]' (or generator='hf').")
+                raise MarlError("generator='vllm' needs vllm and a GPU: pip install 'marl-rllib[vllm]' (or generator='hf').")
             if not isinstance(model, str):
                 raise MarlError("generator='vllm' loads the model from a path or hub id; a config object cannot be served.")
         if not cfg.opponents:

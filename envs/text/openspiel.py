@@ -39,7 +39,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from marl.env import MarlError, closest
 from marl.text import Bot, RandomBot, TextEnv
 
-INSTALL_HINT = "pip install open_spiel (or pip install marl[llm])"
+INSTALL_HINT = "pip install open_spiel (or pip install marl-rllib[llm])"
 MINI_HANABI = {"players": 2, "colors": 2, "ranks": 2, "hand_size": 3, "max_information_tokens": 3,
                "max_life_tokens": 3}
 # scenario -> (pyspiel game name, parameters)
