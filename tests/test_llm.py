@@ -206,7 +206,7 @@ def test_vllm_path_is_guarded_by_an_import_check(tiny):
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here")
-    with pytest.raises(marl.MarlError, match="marl\\[vllm\\]"):
+    with pytest.raises(marl.MarlError, match="marl-rllib\\[vllm\\]"):
         marl.make_env("ipd").fit("reinforce", model="gpt2", generator="vllm")
 
 
