@@ -129,11 +129,10 @@ def mean(xs: List[float]) -> float:
 
 @contextlib.contextmanager
 def ray_for_bench() -> Iterator[bool]:
-    """Start Ray for a benchmark (no auth, the machine's CPUs; :func:`marl.api.start_ray`)
+    """Start Ray for a benchmark (the machine's CPUs, loopback only, token authentication on; :func:`marl.api.start_ray`)
     and stop it afterwards if this call started it. Yields whether it did."""
     from marl.api import start_ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started = start_ray()
     try:
         yield started

@@ -191,7 +191,6 @@ def run(
     Returns:
         A :class:`ThroughputResult`.
     """
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     load_start = os.getloadavg()
     t0 = time.perf_counter()
     interleave = not (sequential or skip_ours or skip_rllib)

@@ -29,18 +29,32 @@ __all__ = ["fit", "build_trainer", "prepare", "load", "list_algos", "init_ray", 
 DEFAULT_STOP = {"env_steps": 1_000_000}
 
 
-def start_ray() -> bool:
-    """Start a local Ray with this machine's CPUs and no dashboard, unless one is running.
+def start_ray(num_cpus: Optional[int] = None, **init_kwargs: Any) -> bool:
+    """Start a local Ray with ``num_cpus`` (default: this machine's) and no dashboard, unless one
+    is running; ``init_kwargs`` go to ``ray.init`` (e.g. ``runtime_env``).
+
+    The cluster marl starts is reachable from this machine only (every Ray server
+    binds to the loopback address) and keeps Ray's token authentication on. To use
+    a cluster, call ``ray.init(address=...)`` before ``fit``: marl then starts nothing.
 
     Returns True if this call started it.
     """
     import ray
+    from ray._private import ray_constants
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if ray.is_initialized():
         return False
-    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # Ray 2.60 resolves a loopback node address to the machine's external IP (and its
+    # servers then listen on every interface) unless its single-machine mode is on;
+    # that mode is read from this constant when the node starts.
+    multi_node = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, _node_ip_address="127.0.0.1", **init_kwargs)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = multi_node
     return True
 
 
