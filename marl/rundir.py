@@ -189,9 +189,12 @@ class RunLock:
         except OSError as e:  # e.g. ENOSYS: a file system without flock
             raise MarlError(f"Cannot lock run folder {self.run_dir} ({e}): its file system offers no lock that is "
                             "released when a process dies. Put log_dir on a local disk.") from e
-        write_json(self.holder_path, {"pid": os.getpid(), "host": socket.gethostname(),
-                                      "started": _dt.datetime.now().isoformat(timespec="seconds"),
-                                      "command": shlex.join(sys.argv) or sys.executable})
+        try:
+            write_json(self.holder_path, {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(),
+                                          "command": shlex.join(sys.argv) or sys.executable})
+        except BaseException:
+            self._lock.release()
+            raise
         return self
 
     def release(self) -> None:
@@ -377,7 +380,7 @@ class StopOnSignal:
 
     def _restore(self) -> None:
         for s, handler in self._previous.items():
-            signal.signal(s, handler)
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
         self._previous = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -386,6 +389,8 @@ class StopOnSignal:
             self._restore()
             raise KeyboardInterrupt(f"a second {name}")
         self.received = name
-        # os.write, not print: a handler may run while the main thread is inside print
-        os.write(2, f"\n[marl] {name}: finishing this iteration, then saving a checkpoint "
-                    "(Ctrl-C again to abort at once)\n".encode())
+        try:  # os.write, not print: a handler may run while the main thread is inside print
+            os.write(2, f"\n[marl] {name}: finishing this iteration, then saving a checkpoint "
+                        "(Ctrl-C again to abort at once)\n".encode())
+        except OSError:  # no stderr: the stop goes on silently
+            pass

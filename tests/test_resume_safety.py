@@ -4,7 +4,6 @@ are named, failed runs keep their files, and no step is logged twice."""
 import csv
 import json
 import os
-import pickle
 import shutil
 from pathlib import Path
 
