@@ -3,6 +3,7 @@ call or command that resumes, the trainer stops, Ray goes down if marl started i
 at once. Each test runs a real training process and signals it after its first iteration."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -74,6 +75,7 @@ def _finish(proc, ray_tmp):
     while ray_processes(ray_tmp) and time.time() < deadline:
         time.sleep(0.5)
     assert ray_processes(ray_tmp) == [], "Ray processes of the run are left"
+    shutil.rmtree(ray_tmp, ignore_errors=True)
     return out, err
 
 
