@@ -27,6 +27,7 @@ setup(
         "gymnasium>=1.0",
         "tensorboard",
         "pyyaml",
+        "filelock>=3.12",  # one writer per run folder (marl/rundir.py); the OS releases it when its process dies
         "tqdm",
         "matplotlib",
     ],

@@ -8,21 +8,18 @@ logs and checkpoints and returns a :class:`~marl.results.Result`.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import os
-import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-import yaml
-
 from marl.callbacks import Callback, CallbackList
-from marl.checkpoint import resolve_checkpoint, save_checkpoint
+from marl.checkpoint import save_checkpoint
 from marl.config import EngineConfig, config_view, list_algos, load_config, trainer_class, validate_stop
 from marl.env import MarlError, MultiAgentEnv, set_fit_entry
-from marl.errors import TrainingDiverged
+from marl.errors import RunInterrupted, TrainingDiverged
 from marl.mapping import PolicyMapping
 from marl.results import Result, load
+from marl.rundir import RunFolder, StopOnSignal, open_resume, open_run, restore, write_yaml
 
 __all__ = ["fit", "build_trainer", "prepare", "load", "list_algos", "init_ray", "start_ray"]
 
@@ -154,35 +151,62 @@ def fit(
         stop: any of ``env_steps``, ``iterations``, ``time_s``,
             ``episode_return_mean`` (the first reached ends the run);
             default ``{"env_steps": 1_000_000}``.
-        resume: a checkpoint or run folder; training continues from it (weights,
-            optimiser state and step count) and logs into the same run folder.
+        resume: a checkpoint or run folder (its latest checkpoint); training continues
+            from it (weights, optimiser state and step count). It must match this call
+            (algorithm, env, agents, groups and spaces, policy mapping). The run continues
+            in the checkpoint's own run folder when it is that folder's latest checkpoint;
+            otherwise in a new run folder whose ``parent.json`` names the source, which is
+            only read (docs/index.md, "Run folders").
         callbacks: :class:`~marl.callbacks.Callback` instances, called after the env's own.
         **overrides: config keys (``lr=3e-4``, ``share="group"``,
             ``num_env_runners=2``, ...); unknown keys are errors listing the valid ones.
 
     Raises:
-        MarlError: bad configuration or input (before Ray starts).
+        MarlError: bad configuration or input (before Ray starts); a ``resume``
+            checkpoint that is damaged or does not match (before anything is written);
+            a run folder another process is writing.
         TrainingDiverged: a loss became NaN/inf; the last good checkpoint is
             kept and named in the message.
+        marl.errors.RunInterrupted: Ctrl-C / SIGTERM (a ``KeyboardInterrupt``): the current
+            iteration finished and a checkpoint was saved (a second signal aborts at once);
+            the message names the checkpoint and the call that resumes; Ray is shut down if
+            this call started it.
     """
     stop = validate_stop(stop if stop is not None else DEFAULT_STOP)
+    given = dict(overrides)  # as the user wrote them, for the resume hint
     overrides = _anneal_to_stop(stop, overrides)
     cfg, algo_cls, env, mapping = prepare(env, algo, overrides)  # checked before a run folder exists
-    run_dir = _run_dir(cfg, env, resume)
-    trainer, env, mapping, cfg = _build(cfg, algo_cls, env, mapping, run_dir, callbacks)
-    with open(run_dir / "config.yaml", "w") as f:
-        yaml.safe_dump(_yaml_safe({**cfg.to_dict(), "stop": stop}), f, sort_keys=False)
-    meta = {"algo": algo, "config": _yaml_safe(cfg.to_dict()), "env_spec": env.spec, "env_info": env.info,
+    source = open_resume(resume, algo, env.info, dict(mapping.agent_to_module)) if resume else None
+    with open_run(cfg.log_dir, env.info, cfg.algo, source) as run:  # locked until the end of the block
+        ray_started = start_ray()
+        try:
+            return _fit_run(run, cfg, algo_cls, env, mapping, stop, callbacks)
+        except KeyboardInterrupt as e:  # RunInterrupted, or Ctrl-C while the trainer is built
+            if isinstance(e, RunInterrupted):
+                e.resume_call = _resume_call(algo, stop, given, e.checkpoint, bool(callbacks))
+            if ray_started:
+                import ray
+
+                ray.shutdown()
+            raise
+
+
+def _fit_run(run: RunFolder, cfg, algo_cls, env, mapping, stop: Dict[str, float],
+             callbacks: Sequence[Callback]) -> Result:
+    """Build the trainer into ``run``, restore the resumed checkpoint, train, stop the trainer, evaluate."""
+    trainer, env, mapping, cfg = _build(cfg, algo_cls, env, mapping, run.path, callbacks)
+    meta = {"algo": cfg.algo, "config": _yaml_safe(cfg.to_dict()), "env_spec": env.spec, "env_info": env.info,
             "agent_to_module": dict(mapping.agent_to_module), **type(trainer).checkpoint_meta(cfg)}
     try:
-        if resume:
-            trainer.restore_from_path(str(resolve_checkpoint(resume).resolve()))
+        if run.source is not None:
+            restore(trainer, run, meta["config"])  # before the run's first file is written
+        write_yaml(run.path / "config.yaml", _yaml_safe({**cfg.to_dict(), "stop": stop}))
         if cfg.progress:
-            print(f"[marl] {algo} on {env!r}; {mapping}; logs: {run_dir} (tensorboard --logdir {run_dir / 'tb'})",
+            print(f"[marl] {cfg.algo} on {env!r}; {mapping}; {run.describe()} (tensorboard --logdir {run.path / 'tb'})",
                   flush=True)
         trainer.run_callbacks.on_fit_start(trainer)
-        metrics, history, checkpoint = _train(trainer, cfg, stop, run_dir, meta)
-        result = Result(metrics=metrics, history=history, checkpoint=checkpoint, log_dir=str(run_dir),
+        metrics, history, checkpoint = _train(trainer, cfg, stop, run, meta)
+        result = Result(metrics=metrics, history=history, checkpoint=checkpoint, log_dir=str(run.path),
                         policy=trainer.make_policy(mapping), env_spec=env.spec, config=cfg)
         trainer.run_callbacks.on_fit_end(trainer, result)
     finally:
@@ -196,46 +220,92 @@ def fit(
     return result
 
 
-def _train(trainer, cfg: EngineConfig, stop: Dict[str, float], run_dir: Path,
+def _train(trainer, cfg: EngineConfig, stop: Dict[str, float], run: RunFolder,
            meta: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Dict[str, Any]], str]:
     """The iteration loop of :func:`fit`: train, log, checkpoint every ``checkpoint_every``
     iterations and at the end. Returns ``(last metrics, history, final checkpoint)``.
 
+    A first SIGINT / SIGTERM ends the loop after the current iteration (a second aborts it).
+
     Raises:
         TrainingDiverged: a loss became NaN/inf (the message names the last good checkpoint).
+        RunInterrupted: a signal stopped the run (after saving a checkpoint, unless aborted).
     """
     from marl.logging import RunLogger
 
-    keep = cfg.keep_checkpoints
-    logger = RunLogger(run_dir, stop, show=cfg.progress, initial_steps=trainer.progress["env_steps"])
+    logger = RunLogger(run.path, stop, show=cfg.progress, initial_steps=trainer.progress["env_steps"])
     history: List[Dict[str, Any]] = []
-    last_ckpt: Optional[Path] = None
+    saved = _Saved(trainer, run, meta, cfg.keep_checkpoints)
     m: Dict[str, Any] = dict(trainer.progress, iteration=trainer.progress["iterations"])
+    signals = StopOnSignal()
     try:
-        while not _stop_reached(stop, m):
-            try:
-                m = trainer.train()["marl"]
-            except Exception as e:  # noqa: BLE001 - NaN errors come wrapped by Ray
-                if _diverged(e):
-                    raise TrainingDiverged(
-                        f"{_diverged(e)}. Training stopped at {trainer.progress['env_steps']} env steps; "
-                        f"last good checkpoint: {last_ckpt or 'none yet'}; logs kept in {run_dir}."
-                    ) from e
-                raise
-            logger.log(m)
-            history.append(m)
-            if cfg.checkpoint_every and m["iteration"] % cfg.checkpoint_every == 0:
-                last_ckpt = _checkpoint(trainer, run_dir, meta, keep)
-        last_ckpt = _checkpoint(trainer, run_dir, meta, keep)
+        with signals:
+            while not _stop_reached(stop, m) and not signals.received:
+                m = _iteration(trainer, run.path, saved.last)
+                logger.log(m)
+                history.append(m)
+                if cfg.checkpoint_every and m["iteration"] % cfg.checkpoint_every == 0:
+                    saved.save()
+            saved.save()
+    except KeyboardInterrupt as e:  # a second signal: abort now, keep what was saved
+        raise _interrupted(trainer, run, saved.last, signals.received or "SIGINT", aborted=True) from e
     finally:
         logger.close()
-    return m, history, str(last_ckpt)
+    if signals.received and not _stop_reached(stop, m):
+        print(f"[marl] {signals.received}: checkpoint saved: {saved.last}", flush=True)
+        raise _interrupted(trainer, run, saved.last, signals.received, aborted=False)
+    return m, history, str(saved.last)
 
 
-def _checkpoint(trainer, run_dir: Path, meta: Dict[str, Any], keep: int) -> Path:
-    path = save_checkpoint(trainer, run_dir, meta, keep)
-    trainer.run_callbacks.on_checkpoint_save(trainer, path)
-    return path
+def _iteration(trainer, run_dir: Path, last_ckpt: Optional[Path]) -> Dict[str, Any]:
+    """One ``trainer.train()``; a NaN/inf loss (wrapped by Ray) becomes a TrainingDiverged naming the checkpoint."""
+    try:
+        return trainer.train()["marl"]
+    except Exception as e:  # noqa: BLE001 - NaN errors come wrapped by Ray
+        if _diverged(e):
+            raise TrainingDiverged(
+                f"{_diverged(e)}. Training stopped at {trainer.progress['env_steps']} env steps; "
+                f"last good checkpoint: {last_ckpt or 'none yet'}; logs kept in {run_dir}."
+            ) from e
+        raise
+
+
+class _Saved:
+    """The checkpoints of one fit: at most one per iteration; ``last`` is the newest (at first
+    the checkpoint the run continues in place from, else ``None``)."""
+
+    def __init__(self, trainer, run: RunFolder, meta: Dict[str, Any], keep: int):
+        self.trainer, self.run, self.meta, self.keep = trainer, run, meta, keep
+        self.last: Optional[Path] = run.protect
+        self._at = trainer.progress["iterations"] if run.protect is not None else None
+
+    def save(self) -> Path:
+        it = self.trainer.progress["iterations"]
+        if self._at != it:
+            self.last = save_checkpoint(self.trainer, self.run.path, self.meta, self.keep, protect=self.run.protect)
+            self._at = it
+            self.trainer.run_callbacks.on_checkpoint_save(self.trainer, self.last)
+        return self.last
+
+
+def _interrupted(trainer, run: RunFolder, last: Optional[Path], sig: str, aborted: bool) -> RunInterrupted:
+    p = trainer.progress
+    if aborted:
+        msg = (f"Training aborted by a second {sig} during iteration {p['iterations'] + 1}; nothing of that "
+               f"iteration was saved. Last checkpoint: {last or 'none'}; run folder: {run.path}.")
+    else:
+        msg = (f"Training stopped by {sig} after iteration {p['iterations']} ({p['env_steps']} env steps); "
+               f"checkpoint saved: {last}; run folder: {run.path}.")
+    return RunInterrupted(msg, checkpoint=str(last) if last else None, run_dir=str(run.path), signal=sig,
+                          aborted=aborted)
+
+
+def _resume_call(algo: str, stop: Dict[str, float], overrides: Dict[str, Any], checkpoint: Optional[str],
+                 with_callbacks: bool) -> str:
+    """The Python call that continues an interrupted run (with the same env object as ``env``)."""
+    extra = "".join(f", {k}={v!r}" for k, v in overrides.items())
+    cbs = ", callbacks=[...]" if with_callbacks else ""
+    return f"marl.fit(env, {algo!r}, stop={stop!r}, resume={checkpoint!r}{cbs}{extra})"
 
 
 def _anneal_to_stop(stop: Dict[str, float], overrides: Dict[str, Any]) -> Dict[str, Any]:
@@ -250,16 +320,6 @@ def _anneal_to_stop(stop: Dict[str, float], overrides: Dict[str, Any]) -> Dict[s
         raise MarlError("lr_schedule='linear' decays the learning rate to 0 at the stop's env_steps; "
                         "give stop={'env_steps': N}.")
     return {**overrides, "lr_anneal_steps": int(stop["env_steps"])}
-
-
-def _run_dir(cfg: EngineConfig, env: MultiAgentEnv, resume: Optional[str]) -> Path:
-    if resume:
-        return resolve_checkpoint(resume).parent.parent
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    name = f"{env.info.family}-{env.info.scenario}-{cfg.algo}-{stamp}-{uuid.uuid4().hex[:4]}"
-    d = Path(cfg.log_dir) / name
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def _stop_reached(stop: Dict[str, float], m: Dict[str, Any]) -> bool:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import shlex
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from marl.errors import MarlError
+from marl.errors import MarlError, RunInterrupted
 from marl.plugins import load_plugins
 
 
@@ -38,7 +39,14 @@ def _train(items: List[str]) -> int:
     env = marl.make_env(family, scenario or None, **env_kwargs)
     stop = kv.pop("stop", None)
     resume = kv.pop("resume", None)
-    result = marl.fit(env, algo, stop=stop, resume=resume, **kv)
+    try:
+        result = marl.fit(env, algo, stop=stop, resume=resume, **kv)
+    except RunInterrupted as e:
+        print(f"marl train: {e.message}", file=sys.stderr)
+        if e.checkpoint:
+            again = [i for i in items if not i.startswith("resume=")] + [f"resume={e.checkpoint}"]
+            print(f"resume with: marl train {shlex.join(again)}", file=sys.stderr)
+        return 130
     print(json.dumps({"env_steps": result.metrics.get("env_steps"),
                       "episode_return_mean": result.metrics.get("episode_return_mean"),
                       "eval": result.eval, "checkpoint": result.checkpoint, "log_dir": result.log_dir}, indent=2))
@@ -167,6 +175,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except MarlError as e:
         print(f"marl {ns.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside training (which answers with RunInterrupted): no traceback
+        print(f"marl {ns.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

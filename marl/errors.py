@@ -5,7 +5,7 @@ Every module of marl may import this one; it imports nothing of marl.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 
 class MarlError(ValueError):
@@ -14,6 +14,32 @@ class MarlError(ValueError):
 
 class TrainingDiverged(FloatingPointError):
     """A loss became NaN or infinite; the message names the loss and the module."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """``fit`` was stopped by Ctrl-C (SIGINT) or SIGTERM (docs/index.md, "Run folders").
+
+    A first signal lets the current iteration finish and saves a checkpoint; a
+    second aborts at once (``aborted``: nothing of the running iteration is saved).
+
+    Attributes:
+        checkpoint: the checkpoint to resume from (saved at the stop, or the last one
+            before an abort; ``None`` if there is none).
+        run_dir: the run folder.
+        signal: ``"SIGINT"`` or ``"SIGTERM"``.
+        aborted: a second signal cut the iteration short.
+        resume_call: the Python call that continues the run (set by ``fit``).
+    """
+
+    def __init__(self, message: str, *, checkpoint: Optional[str], run_dir: str, signal: str, aborted: bool):
+        super().__init__(message)
+        self.message, self.checkpoint, self.run_dir = message, checkpoint, run_dir
+        self.signal, self.aborted = signal, aborted
+        self.resume_call: Optional[str] = None
+
+    def __str__(self) -> str:
+        hint = f" Resume with: {self.resume_call}" if self.resume_call and self.checkpoint else ""
+        return self.message + hint
 
 
 def closest(name: Any, choices: Sequence[Any]) -> str:

@@ -1,8 +1,17 @@
-"""Run logging: a progress bar (tqdm), TensorBoard scalars and a CSV of the same metrics."""
+"""Run logging: a progress bar (tqdm), TensorBoard scalars and a CSV of the same metrics.
+
+Both files stay consistent through crashes and resumes: every CSV row reaches the
+file as one whole line in one write (no torn lines), a header that grows is
+written to a temporary file that replaces the old one (``os.replace``), and a run
+continued in place from a checkpoint drops the CSV rows and TensorBoard points
+logged after that checkpoint's env steps, so no step appears twice.
+"""
 from __future__ import annotations
 
 import csv
+import io
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -29,6 +38,14 @@ def _tag(key: str) -> str:
     return "train/" + key
 
 
+def _steps(row: Dict[str, str]) -> float:
+    """The env steps of a CSV row read back (a row without them counts as step 0)."""
+    try:
+        return float(row.get("env_steps") or 0)
+    except ValueError:
+        return 0.0
+
+
 class RunLogger:
     """Writes every iteration's metrics to TensorBoard (``<run>/tb``), ``<run>/progress.csv``
     and a progress bar showing env steps, steps/s, mean return and time left.
@@ -37,17 +54,19 @@ class RunLogger:
         run_dir: folder of the run.
         total: the ``stop`` criteria (used for the bar's length and time left).
         show: draw the progress bar (a plain line per iteration when not a TTY).
+        initial_steps: env steps of the checkpoint the run resumed from (0: a new run);
+            rows and TensorBoard points of later steps, left by the run before, are dropped.
     """
 
     def __init__(self, run_dir: Path, stop: Dict[str, float], show: bool = True, initial_steps: int = 0):
         self.run_dir = Path(run_dir)
         self.tb_dir = self.run_dir / "tb"
-        self.writer = SummaryWriter(str(self.tb_dir))
+        # purge_step: TensorBoard discards the events of earlier sessions from this step on
+        self.writer = SummaryWriter(str(self.tb_dir), purge_step=initial_steps + 1 if initial_steps > 0 else None)
         self.csv_path = self.run_dir / "progress.csv"
-        self._csv_file = None
-        self._csv = None
+        self._fd: Optional[int] = None
         self._fields: list = []
-        self._rows: list = self._read_existing()
+        self._rows: list = self._read_existing(initial_steps)
         self.stop = stop
         self.show = show
         self._tty = sys.stderr.isatty()
@@ -57,14 +76,19 @@ class RunLogger:
             self.bar = tqdm(total=total, initial=initial_steps, unit="step", unit_scale=True, dynamic_ncols=True)
         self._last_steps = initial_steps
 
-    def _read_existing(self) -> list:
-        """Rows of a resumed run's CSV, so the file keeps the whole history."""
+    def _read_existing(self, initial_steps: int) -> list:
+        """Rows of a resumed run's CSV up to ``initial_steps``, so the file keeps the whole
+        history once; later rows (logged after the checkpoint) are dropped from the file."""
         if not self.csv_path.exists():
             return []
         with open(self.csv_path, newline="") as f:
-            rows = list(csv.DictReader(f))
-        self._fields = list(rows[0].keys()) if rows else []
-        return rows
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            self._fields = list(reader.fieldnames or [])
+        kept = [r for r in rows if _steps(r) <= initial_steps]
+        if len(kept) < len(rows):
+            self._rewrite(kept)
+        return kept
 
     def log(self, m: Dict[str, Any]) -> None:
         step = int(m["env_steps"])
@@ -80,17 +104,33 @@ class RunLogger:
         row = {k: v for k, v in m.items() if isinstance(v, (int, float, str))}
         self._rows.append(row)
         new_keys = [k for k in row if k not in self._fields]
-        if new_keys or self._csv is None:
+        if new_keys or not self.csv_path.exists():
             self._fields += new_keys
-            if self._csv_file:
-                self._csv_file.close()
-            self._csv_file = open(self.csv_path, "w", newline="")
-            self._csv = csv.DictWriter(self._csv_file, fieldnames=self._fields)
-            self._csv.writeheader()
-            self._csv.writerows(self._rows)
-        else:
-            self._csv.writerow(row)
-        self._csv_file.flush()
+            self._rewrite(self._rows)
+            return
+        if self._fd is None:
+            self._fd = os.open(self.csv_path, os.O_WRONLY | os.O_APPEND)
+        os.write(self._fd, self._lines([row], header=False))  # one whole line in one write
+
+    def _lines(self, rows: list, header: bool) -> bytes:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=self._fields, restval="", extrasaction="ignore")
+        if header:
+            w.writeheader()
+        w.writerows(rows)
+        return buf.getvalue().encode()
+
+    def _rewrite(self, rows: list) -> None:
+        """Write the whole CSV to a temporary file and swap it in: readers see the old or the new file."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        tmp = self.csv_path.with_name(self.csv_path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(self._lines(rows, header=True))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.csv_path)
 
     def _time_left(self, m: Dict[str, Any]) -> Optional[float]:
         rate = m["env_steps"] / max(m["time_s"], 1e-9)
@@ -129,7 +169,8 @@ class RunLogger:
     def close(self) -> None:
         self.writer.flush()
         self.writer.close()
-        if self._csv_file:
-            self._csv_file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         if self.bar is not None:
             self.bar.close()

@@ -58,9 +58,14 @@ def load(path: str, env: Optional[MultiAgentEnv] = None) -> Result:
             weights copied in, which works for ``agent="hpn"`` / ``"dpn"``
             (see :mod:`marl.transfer`); ``result.evaluate()`` then plays ``env``'s scenario.
 
+    Checkpoints are pickles: load only those from a source you trust. Every file is
+    first checked against the checksums marl wrote beside it
+    (:func:`marl.checkpoint.verify_checkpoint`).
+
     Raises:
-        MarlError: no marl checkpoint at ``path``; or, with ``env``, a network
-            whose parameter shapes depend on the scenario.
+        MarlError: no marl checkpoint at ``path``; a damaged checkpoint (a missing,
+            truncated or changed file, named in the message); or, with ``env``, a
+            network whose parameter shapes depend on the scenario.
     """
     ckpt = resolve_checkpoint(path)
     meta = read_meta(ckpt)
