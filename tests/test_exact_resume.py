@@ -247,7 +247,6 @@ def test_env_without_state_restarts_its_episodes_and_says_so(ray_session, run_di
     assert "resume is not exact" in out and "does not save its state" in out and "episodes restart" in out
 
 
-@pytest.mark.slow
 def test_llm_self_play_resume_is_exact(ray_session, run_dir):
     pytest.importorskip("transformers")
     from marl.algos.llm.policy import tiny_config, word_tokenizer
