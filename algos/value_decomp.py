@@ -564,6 +564,9 @@ class ValueDecomp(Trainer):
     # --------------------------------------------------------------- checkpoints
     def get_state(self, components=None, *, not_components=None, **kwargs):
         state = super().get_state(components, not_components=not_components, **kwargs)
+        if not self._check_component("replay_buffer", components, not_components):
+            return state  # a component's state only (RLlib's save_to_path asks per component)
+        state["replay_rng"] = self.rng.bit_generator.state  # the buffer's sampling draws (exact resume)
         if self.cfg.checkpoint_buffer:
             state["replay_buffer"] = self.buffer.get_state()
         if self.legem:
@@ -574,5 +577,7 @@ class ValueDecomp(Trainer):
         super().set_state(state)
         if "replay_buffer" in state:
             self.buffer.set_state(state["replay_buffer"])
+        if "replay_rng" in state:
+            self.rng.bit_generator.state = state["replay_rng"]
         for m, mem_state in state.get("legem_memory", {}).items():
             self.legem[m].load_state_dict(mem_state)

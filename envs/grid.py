@@ -7,7 +7,8 @@ are in its module docstring (docs/offbeat.md).
 """
 from __future__ import annotations
 
-from typing import Dict, List
+import copy
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 import torch
@@ -38,6 +39,26 @@ def check_probs(*specs) -> None:
     for name, p in specs:
         if not 0.0 <= float(p) <= 1.0:
             raise MarlError(f"{name} must lie in [0, 1], got {p!r}.")
+
+
+def grid_state(env: Any, names: Sequence[str]) -> Dict[str, Any]:
+    """``get_state`` of a grid game: copies of ``env``'s attributes ``names`` (entity tensors,
+    clocks, counts) and the state of its generator ``env._gen`` (docs/envs.md, exact resume)."""
+    return {"attrs": {n: copy.deepcopy(getattr(env, n)) for n in names}, "gen": env._gen.get_state()}
+
+
+def load_grid_state(env: Any, names: Sequence[str], state: Dict[str, Any]) -> None:
+    """``set_state`` of a grid game: restore what :func:`grid_state` saved.
+
+    Raises:
+        MarlError: the state lacks one of ``names`` (saved by another game).
+    """
+    missing = [n for n in names if n not in state.get("attrs", {})]
+    if missing:
+        raise MarlError(f"{type(env).__name__}.set_state: the saved state lacks {missing} (saved by another env?).")
+    for n in names:
+        setattr(env, n, copy.deepcopy(state["attrs"][n]))
+    env._gen.set_state(state["gen"])
 
 
 def other_index(n: int, device) -> torch.Tensor:

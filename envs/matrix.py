@@ -244,6 +244,14 @@ class MatrixGame(MultiAgentEnv):
         self._s = torch.where(rows.to(self.device), torch.zeros_like(self._s), self._s)
         return self._observation(self._s)
 
+    def get_state(self) -> Optional[Dict[str, Any]]:
+        """The copies' game states ``[B]`` (the games are deterministic: nothing else to save)."""
+        return {"s": None if self._s is None else self._s.clone()}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` dict."""
+        self._s = None if state["s"] is None else state["s"].clone().to(self.device)
+
     # ------------------------------------------------------------------ internals
 
     @property

@@ -30,6 +30,7 @@ paths (own velocity / position, ``"landmark"`` and ``"agent"`` entities; see
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import re
@@ -315,6 +316,40 @@ class MPEEnv(MultiAgentEnv):
     def close(self) -> None:
         for env in self._envs:
             env.close()
+
+    def get_state(self) -> Dict[str, Any]:
+        """Per copy: mpe2's ``World`` and ``Scenario`` (entity states and actions, the fields
+        scenarios keep between steps such as simple_line's expected positions; deep-copied
+        together, so references between them survive), the copy's RNG state, step counter,
+        last actions and rewards; and the observation buffer (exact resume). The mpe2
+        ``raw_env`` itself is not copied: it is EzPickle, so a copy would be rebuilt from its
+        arguments, losing all of that."""
+        copies = [
+            {"world": env.world, "scenario": env.scenario, "rng": env.np_random.bit_generator.state,
+             "steps": env.steps, "current_actions": env.current_actions, "rewards": getattr(env, "rewards", None),
+             "cam_range": getattr(env, "original_cam_range", None)}
+            for env in self._envs
+        ]
+        return copy.deepcopy({"copies": copies, "obs_buffer": self._state, "started": self._started})
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` dict of an env of the same scenario, options and ``num_envs``.
+
+        Raises:
+            MarlError: the state holds another number of copies.
+        """
+        if len(state["copies"]) != self.num_envs:
+            raise MarlError(
+                f"MPE state of {len(state['copies'])} copies cannot be loaded into num_envs={self.num_envs}."
+            )
+        state = copy.deepcopy(state)
+        for env, saved in zip(self._envs, state["copies"]):
+            env.world, env.scenario, env.original_cam_range = saved["world"], saved["scenario"], saved["cam_range"]
+            env.np_random.bit_generator.state = saved["rng"]
+            env.steps, env.current_actions = saved["steps"], saved["current_actions"]
+            if saved["rewards"] is not None:
+                env.rewards = saved["rewards"]
+        self._state, self._started = state["obs_buffer"], state["started"]
 
     # ------------------------------------------------------------------ internals
 

@@ -93,7 +93,7 @@ n_miners``, negative rewards, a depot off the grid, unknown kwargs (via
 from __future__ import annotations
 
 import inspect
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -103,8 +103,8 @@ import torch.nn.functional as F
 from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Observation, Step
 from marl.envs.common import check_kwargs
 from marl.envs.grid import (
-    MOVE_ACTIONS, MOVES, WORK, check_ints, first_near, other_index, relative_others, scenarios, team_observation,
-    team_step,
+    MOVE_ACTIONS, MOVES, WORK, check_ints, first_near, grid_state, load_grid_state, other_index, relative_others,
+    scenarios, team_observation, team_step,
 )
 
 __all__ = ["Quarry", "Afforestation", "QUARRY_ACTIONS", "AFFORESTATION_ACTIONS", "WORK", "scenarios",
@@ -131,6 +131,7 @@ class _GridResourceGame(MultiAgentEnv):
     family: str = ""
     group: str = ""
     metrics: Tuple[str, ...] = ()
+    world_fields: Tuple[str, ...] = ()  # the game's own state tensors (saved by get_state)
     action_names: Dict[str, List[str]] = {}
 
     def _setup(self, scenario, num_envs, size, n_agents: Tuple[str, int], episode_limit, seed, device) -> None:
@@ -194,6 +195,17 @@ class _GridResourceGame(MultiAgentEnv):
         self._respawn(rows.to(self.device))
         obs, state = self._observe()
         return team_observation(self.group, len(self.action_names[self.group]), obs, state)
+
+    def get_state(self) -> Dict[str, Any]:
+        """Positions, clocks, metrics, the game's world tensors and the generator state (exact resume)."""
+        return grid_state(self, self._state_names())
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` dict."""
+        load_grid_state(self, self._state_names(), state)
+
+    def _state_names(self) -> Tuple[str, ...]:
+        return ("pos", "t", "_started", *self.metrics, *self.world_fields)
 
     def observe(self) -> Step:
         """The current observation as a :class:`Step` with zero reward (after ``set_positions``)."""
@@ -270,6 +282,7 @@ class Quarry(_GridResourceGame):
 
     family, group = "quarry", "miner"
     metrics = ("ore_delivered", "stones_mined", "boulders_mined")
+    world_fields = ("carry", "stones", "boulders")
     action_names = {"miner": list(QUARRY_ACTIONS)}
 
     def __init__(
@@ -397,6 +410,7 @@ class Afforestation(_GridResourceGame):
 
     family, group = "afforestation", "planter"
     metrics = ("trees_grown", "saplings_planted")
+    world_fields = ("sapling", "tree", "age")
     action_names = {"planter": list(AFFORESTATION_ACTIONS)}
 
     def __init__(

@@ -322,6 +322,16 @@ class SMAXEnv(MultiAgentEnv):
     def close(self) -> None:
         self._states = self._keys = self._current = None
 
+    def get_state(self) -> Dict[str, Any]:
+        """The copies' PRNG keys, JaxMARL state pytrees and last observations as numpy (exact resume)."""
+        host = self._jax.device_get((self._keys, self._states, self._current))
+        return {"arrays": self._jax.tree.map(np.array, host)}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` dict of an env of the same scenario, options and ``num_envs``."""
+        jnp = self._jax.numpy
+        self._keys, self._states, self._current = self._jax.tree.map(jnp.asarray, state["arrays"])
+
 
 def _check_env_kwargs(kw: Dict[str, Any]) -> None:
     """Validate the jaxmarl options we pass through (jaxmarl itself checks nothing)."""

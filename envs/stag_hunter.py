@@ -50,7 +50,7 @@ seed given to :meth:`StagHunter.reset`), shared by all copies.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -59,8 +59,8 @@ import torch
 from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Observation, Step
 from marl.envs.common import check_kwargs
 from marl.envs.grid import (
-    DIRS, MOVE_ACTIONS, MOVES, WORK, check_ints, check_probs, first_near, other_index, relative_others, scenarios,
-    team_observation, team_step,
+    DIRS, MOVE_ACTIONS, MOVES, WORK, check_ints, check_probs, first_near, grid_state, load_grid_state, other_index,
+    relative_others, scenarios, team_observation, team_step,
 )
 
 __all__ = ["StagHunter", "ACTIONS", "STAY", "CATCH", "scenarios", "make"]
@@ -93,6 +93,7 @@ class StagHunter(MultiAgentEnv):
     """
 
     action_names = {"hunter": list(ACTIONS)}
+    _STATE = ("hunters", "stag", "hares", "t", "stag_captures", "hare_captures", "_started")  # saved by get_state
 
     def __init__(
         self,
@@ -198,6 +199,14 @@ class StagHunter(MultiAgentEnv):
         self._respawn(rows.to(self.device))
         obs, state = self._observe()
         return team_observation("hunter", len(ACTIONS), obs, state)
+
+    def get_state(self) -> Dict[str, Any]:
+        """Entity positions, clocks, capture counts and the generator state (exact resume)."""
+        return grid_state(self, self._STATE)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` dict."""
+        load_grid_state(self, self._STATE, state)
 
     def set_positions(self, hunters=None, stag=None, hares=None) -> None:
         """Place entities by hand (tests, demos): ``[B, N, 2]`` / ``[B, 2]`` / ``[B, M, 2]`` or broadcastable ``(x, y)``."""

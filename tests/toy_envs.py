@@ -53,6 +53,15 @@ class MatchEnv(MultiAgentEnv):
         return self._step(reward, torch.zeros(B, dtype=torch.bool), trunc, {"agent": old}, old.reshape(B, -1))
 
 
+    def get_state(self):
+        """Cues, clocks and the generator state (exact resume)."""
+        return {"cue": self.cue.clone(), "t": self.t.clone(), "g": self.g.get_state()}
+
+    def set_state(self, state):
+        self.cue, self.t = state["cue"].clone(), state["t"].clone()
+        self.g.set_state(state["g"])
+
+
 class NaNAfterEnv(MatchEnv):
     """MatchEnv whose rewards become NaN after ``after`` steps (to test divergence handling)."""
 
@@ -66,6 +75,13 @@ class NaNAfterEnv(MatchEnv):
         if self.n > self.after:
             out.reward["agent"] = torch.full_like(out.reward["agent"], float("nan"))
         return out
+
+    def get_state(self):
+        return {**super().get_state(), "n": self.n}
+
+    def set_state(self, state):
+        super().set_state(state)
+        self.n = state["n"]
 
 
 class MultiDiscreteEnv(MatchEnv):

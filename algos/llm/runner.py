@@ -21,6 +21,7 @@ from typing import Any, Dict, List
 
 import torch
 
+from marl.engine.resume import rng_state, set_rng_state
 from marl.engine.runner import BatchedEnvRunner
 from marl.env import unknown_choice
 from marl.algos.llm.policy import Generator, VLLMGenerator, load_tokenizer
@@ -100,6 +101,29 @@ class TextEnvRunner(BatchedEnvRunner):
         if hasattr(lm, "merge_and_unload"):  # LoRA: vLLM takes plain weights
             lm = copy.deepcopy(lm).merge_and_unload()
         return lm.state_dict()
+
+    # ------------------------------------------------------------------ exact resume
+    def get_sampling_state(self) -> Dict[str, Any]:
+        """Opponent draws and the iteration count (it sets the game seeds), plus the process's
+        generators on a remote runner. Games are played whole inside :meth:`sample`, so none is
+        in progress. The opponent pool of past weights is not saved (one model copy per entry):
+        after a resume it refills from the next snapshot (docs/index.md, Resume)."""
+        state = {"worker_index": int(self.worker_index or 0),
+                 "text": {"rng": self.rng.getstate(), "iteration": self._iteration, "pool": len(self.pool)}}
+        if self.worker_index:
+            state["rng"] = rng_state()
+        return state
+
+    def set_sampling_state(self, state) -> str:
+        """Continue from :meth:`get_sampling_state`; returns ``""`` or why sampling differs."""
+        if state is None or "text" not in state:
+            return f"no saved state for env runner {int(self.worker_index or 0)}"
+        self.ensure_env()
+        self.rng.setstate(state["text"]["rng"])
+        self._iteration = int(state["text"]["iteration"])
+        if state.get("rng") is not None and self.worker_index:
+            set_rng_state(state["rng"])
+        return "the opponent pool of past weights restarts empty" if state["text"]["pool"] else ""
 
     # ------------------------------------------------------------------ opponents
     def _draw_opponent(self) -> str:

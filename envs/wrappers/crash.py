@@ -432,6 +432,19 @@ class CrashWrapper(Wrapper):
             s.info = info
         return s
 
+    def wrapper_state(self) -> Dict[str, Any]:
+        """Rate, generator state, the running episodes' flags, crash steps, clocks and forced
+        actions, and the crash totals (exact resume)."""
+        return copy.deepcopy({"rate": self._rate, "gen": self.gen.get_state(), "flags": self._flags, "tc": self._tc,
+                              "t": self._t, "forced": self._forced, "stats": self._stats})
+
+    def load_wrapper_state(self, state: Dict[str, Any]) -> None:
+        """Restore a :meth:`wrapper_state` dict."""
+        state = copy.deepcopy(state)
+        self._rate, self._flags, self._tc, self._t = state["rate"], state["flags"], state["tc"], state["t"]
+        self._forced, self._stats = state["forced"], state["stats"]
+        self.gen.set_state(state["gen"])
+
     def pop_stats(self) -> Dict[str, float]:
         """Crash totals over the episodes finished since the last call, and reset them.
 

@@ -227,6 +227,23 @@ class OffBeatWrapper(Wrapper):
         self._alive: Dict[str, torch.Tensor] = {}
         self._inner_avail: Dict[str, Optional[torch.Tensor]] = {}
 
+    # the attributes wrapper_state saves: busy state of every agent, clocks, the last step's
+    # masks, and the action-record log (records of the running and last finished episodes)
+    _STATE = ("current", "remaining", "start", "t", "last_decision", "last_executed", "free", "_alive",
+              "_inner_avail", "_dev", "_log", "_off", "_last_span", "_begin")
+
+    def wrapper_state(self) -> Dict[str, Any]:
+        """The busy state, clocks and record log (exact resume); the wrapper draws nothing at random."""
+        return copy.deepcopy({k: getattr(self, k) for k in self._STATE})
+
+    def load_wrapper_state(self, state: Dict[str, Any]) -> None:
+        """Restore a :meth:`wrapper_state` dict."""
+        state = copy.deepcopy(state)
+        for k in self._STATE:
+            setattr(self, k, state[k])
+        if self._dev is not None:
+            self.durations = {k: v.to(self._dev) for k, v in self.durations.items()}
+
     def _to(self, dev) -> None:
         if self._dev != dev:
             self._dev = dev

@@ -95,6 +95,7 @@ class JointEpisodeBuffer:
         self._slot = np.full(self.num_envs, -1, np.int64)  # open slot per env copy (-1: none)
         self._pos = np.zeros(self.num_envs, np.int64)  # next step index in the open slot
         self.episodes_added = 0
+        self._opened = 0  # slots handed out so far (slots [0, min(_opened, C)) have been used)
         self.just_committed: List[int] = []  # slots committed by the last add_rollout (reward redistribution)
 
     # ---------------------------------------------------------------- filling
@@ -106,6 +107,7 @@ class JointEpisodeBuffer:
         """Hand out fresh slots to env copies ``cols`` (a new episode starts there)."""
         slots = (self._ptr + np.arange(len(cols))) % self.capacity
         self._ptr = int((self._ptr + len(cols)) % self.capacity)
+        self._opened += len(cols)
         self.committed[slots] = False
         self.data["filled"][slots] = False
         self.data["terminated"][slots] = False
@@ -214,20 +216,30 @@ class JointEpisodeBuffer:
 
     # ---------------------------------------------------------------- checkpoints
     def get_state(self) -> Dict[str, Any]:
-        """Committed episodes only (compacted, oldest first); open slots are dropped
-        because their env copies restart their episodes after a restore."""
-        order = np.argsort((np.arange(self.capacity) - self._ptr) % self.capacity)  # oldest first
-        keep = order[self.committed[order]]
+        """The used slots as they are (committed episodes, the open slots of running episodes,
+        the ring pointer and every copy's write position), so that a buffer of the same capacity
+        and ``num_envs`` restored from it samples and fills exactly as this one would (exact
+        resume, docs/index.md); slots never used are not saved."""
+        n = min(self._opened, self.capacity)
         return {
             "capacity": self.capacity,
             "episode_limit": self.limit,
             "episodes_added": self.episodes_added,
-            "lengths": self.lengths[keep].copy(),
-            "data": {k: v[keep].copy() for k, v in self.data.items()},
+            "used": n,
+            "ptr": self._ptr,
+            "opened": self._opened,
+            "slot": self._slot.copy(),
+            "pos": self._pos.copy(),
+            "committed": self.committed[:n].copy(),
+            "lengths": self.lengths[:n].copy(),
+            "data": {k: v[:n].copy() for k, v in self.data.items()},
         }
 
     def set_state(self, state: Dict[str, Any]) -> None:
-        """Restore from :meth:`get_state` (a smaller capacity keeps the newest episodes).
+        """Restore from :meth:`get_state`: exactly (open slots included) into a buffer of the same
+        capacity and ``num_envs``; otherwise the committed episodes only (a smaller capacity keeps
+        the newest ones) and the env copies start new episodes. Checkpoints of older versions
+        hold committed episodes only (oldest first) and load the second way.
 
         Raises:
             MarlError: the stored episodes have other shapes (another env or mapping).
@@ -235,15 +247,45 @@ class JointEpisodeBuffer:
         optional = {k for k in self.data if self._is_extra(k)}  # absent in older checkpoints
         if int(state["episode_limit"]) != self.limit or not (set(self.data) - optional <= set(state["data"]) <= set(self.data)):
             raise MarlError("the checkpoint's replay buffer was made for another env or policy mapping")
-        n = min(len(state["lengths"]), self.capacity)
+        for k, v in state["data"].items():
+            if v.shape[1:] != self.data[k].shape[1:]:
+                raise MarlError(f"replay buffer field '{k}' has shape {v.shape[1:]}, expected {self.data[k].shape[1:]}")
+        if "slot" in state and int(state["capacity"]) == self.capacity and len(state["slot"]) == self.num_envs:
+            self._load_exact(state)
+        else:
+            self._load_committed(*_committed_oldest_first(state))
+        self.episodes_added = int(state["episodes_added"])
+
+    def _load_exact(self, state: Dict[str, Any]) -> None:
+        n = int(state["used"])
+        for k, v in self.data.items():
+            v[...] = self.extra_columns[k.rpartition("/")[2]][1] if self._is_extra(k) else 0  # as built
+            if k in state["data"]:
+                v[:n] = state["data"][k]
+        self.committed[:] = False
+        self.lengths[:] = 0
+        self.committed[:n], self.lengths[:n] = state["committed"], state["lengths"]
+        self._slot[:], self._pos[:] = state["slot"], state["pos"]
+        self._ptr, self._opened = int(state["ptr"]), int(state["opened"])
+
+    def _load_committed(self, lengths: np.ndarray, data: Dict[str, np.ndarray]) -> None:
+        """Committed episodes ``lengths`` / ``data`` (oldest first) into slots ``0..n-1``; no open slots."""
+        n = min(len(lengths), self.capacity)
         self.committed[:] = False
         self._slot[:] = -1
-        for k, v in state["data"].items():
-            src = v[len(v) - n:]
-            if src.shape[1:] != self.data[k].shape[1:]:
-                raise MarlError(f"replay buffer field '{k}' has shape {src.shape[1:]}, expected {self.data[k].shape[1:]}")
-            self.data[k][:n] = src
-        self.lengths[:n] = state["lengths"][len(state["lengths"]) - n:]
+        for k, v in data.items():
+            self.data[k][:n] = v[len(v) - n:]
+        self.lengths[:n] = lengths[len(lengths) - n:]
         self.committed[:n] = True
         self._ptr = n % self.capacity
-        self.episodes_added = int(state["episodes_added"])
+        self._opened = n
+
+
+def _committed_oldest_first(state: Dict[str, Any]) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+    """``(lengths, data)`` of the committed episodes of a saved buffer, oldest first."""
+    if "slot" not in state:  # the older format holds exactly these
+        return state["lengths"], state["data"]
+    n, ptr = int(state["used"]), int(state["ptr"])
+    order = np.arange(n) if int(state["opened"]) <= n else np.argsort((np.arange(n) - ptr) % n)
+    keep = order[state["committed"][order]]
+    return state["lengths"][keep], {k: v[keep] for k, v in state["data"].items()}

@@ -7,6 +7,7 @@ with one batched forward per module per step and returns time-major tensors.
 """
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from typing import Any, Dict, List, Optional
 
@@ -18,6 +19,7 @@ from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from marl.engine.context import RunAccess
+from marl.engine.resume import rng_state, set_rng_state
 from marl.env import EpisodeStats, MultiAgentEnv, Step
 from marl.mapping import PolicyMapping
 
@@ -211,6 +213,61 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
                 self._weights_seq_no = seq
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
             self.num_env_steps_sampled_lifetime = state[NUM_ENV_STEPS_SAMPLED_LIFETIME]
+
+    def get_sampling_state(self) -> Dict[str, Any]:
+        """What the next :meth:`sample` depends on beyond the weights, for exact resume
+        (:mod:`marl.engine.resume`; taken only when a checkpoint is written).
+
+        ``env``: the env's :meth:`~marl.env.MultiAgentEnv.get_state` (``None`` before the first
+        sample or when the env cannot save it); with it, ``sampler``: the last :class:`Step` the
+        runner acts on, recurrent states, episode starts and running episode statistics. A
+        remote runner adds its process's generator states (``rng``); the local runner's are the
+        driver's, which the trainer saves.
+        """
+        sampled = getattr(self, "_last", None) is not None  # False before the first sample (or env)
+        env_state = self.env.get_state() if sampled else None
+        state: Dict[str, Any] = {"worker_index": int(self.worker_index or 0), "env": env_state, "sampled": sampled,
+                                 "seed": getattr(self, "_seed", None),
+                                 "env_steps": int(self.num_env_steps_sampled_lifetime),
+                                 "num_envs": self.env.num_envs if self.env is not None else None,
+                                 "env_name": repr(self.env)}
+        if env_state is not None:
+            state["sampler"] = copy.deepcopy({"last": self._last, "h": self._h, "starts": self._starts,
+                                              "stats": self._stats})
+        if self.worker_index:
+            state["rng"] = rng_state()
+        return state
+
+    def set_sampling_state(self, state: Optional[Dict[str, Any]]) -> str:
+        """Continue from a :meth:`get_sampling_state` dict.
+
+        Returns:
+            ``""`` when sampling continues exactly, else why the episodes restart (no saved
+            state for this runner, an env that saves none, another ``num_envs``). A restart
+            after a run that had sampled resets with a seed moved on by the env steps taken,
+            so the resumed run does not replay its first episodes.
+        """
+        if state is None:
+            return f"no saved state for env runner {int(self.worker_index or 0)}"
+        self.ensure_env()
+        reason = self._continue_sampling(state)
+        if state.get("rng") is not None and self.worker_index:
+            set_rng_state(state["rng"])  # last: nothing drawn while restoring shifts the generators
+        return reason
+
+    def _continue_sampling(self, state: Dict[str, Any]) -> str:
+        if state["env"] is not None and state["num_envs"] == self.env.num_envs:
+            self.env.set_state(state["env"])
+            s = copy.deepcopy(state["sampler"])
+            self._last, self._h, self._starts, self._stats = s["last"], s["h"], s["starts"], s["stats"]
+            return ""
+        self._last = None
+        if state["sampled"]:
+            self._seed = int(state["seed"]) + int(state["env_steps"])
+        if state["env"] is None:
+            return (f"{state['env_name']} does not save its state (get_state() is None), its episodes restart"
+                    if state["sampled"] else "")
+        return f"num_envs changed from {state['num_envs']} to {self.env.num_envs}, the episodes restart"
 
     def get_ctor_args_and_kwargs(self):
         return ((), {"config": self.config})

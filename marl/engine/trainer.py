@@ -31,6 +31,7 @@ from marl.callbacks import CallbackList
 from marl.checkpoint import load_module, module_states, resolve_checkpoint
 from marl.config import ConfigBase, restore_config
 from marl.engine.context import RunAccess
+from marl.engine.resume import SAMPLING_KEY, restore_sampling, sampling_state
 from marl.engine.runner import MappingFn
 from marl.engine.spec import TrainerConfig, agent_module_specs, build_algorithm_config
 from marl.env import MultiAgentEnv
@@ -291,6 +292,8 @@ class Trainer(RunAccess, Algorithm):
         state = super().get_state(components, not_components=not_components, **kwargs)
         state["marl_progress"] = dict(self.progress)
         state["marl_callbacks"] = self.run_callbacks.state_dict()
+        if self._check_component(SAMPLING_KEY, components, not_components):  # exact resume (docs/index.md)
+            state[SAMPLING_KEY] = sampling_state(self)
         return state
 
     def set_state(self, state):
@@ -300,6 +303,8 @@ class Trainer(RunAccess, Algorithm):
         if "marl_callbacks" in state:
             self.run_callbacks.load_state_dict(state["marl_callbacks"])
             self.run_callbacks.on_checkpoint_restore(self)
+        if SAMPLING_KEY in state:  # last: it restores the driver's random generators
+            restore_sampling(self, state[SAMPLING_KEY])
 
 
 def _concat_rollouts(parts: List[Dict[str, Any]]) -> Dict[str, Any]:

@@ -8,6 +8,7 @@ the row where it applies, and what was expected.
 """
 from __future__ import annotations
 
+import pickle
 from typing import Any, Dict, Optional
 
 import gymnasium as gym
@@ -23,7 +24,10 @@ def check_env(env: MultiAgentEnv, steps: int = 100, seed: Optional[int] = 0) -> 
     Checks, besides :func:`check_step` on the reset and on every step: the
     :class:`EnvInfo` itself (1-D ``Box`` observation spaces, ``Discrete`` or
     1-D ``Box`` action spaces, positive ``num_envs`` / ``state_dim``) and that
-    no episode runs longer than ``info.episode_limit`` steps (when it is > 0).
+    no episode runs longer than ``info.episode_limit`` steps (when it is > 0); for an
+    env that saves its state (:meth:`MultiAgentEnv.get_state` not ``None``), that the
+    state pickles and that after ``set_state`` the env takes the same
+    :data:`STATE_STEPS` steps again.
 
     Args:
         env: the env to check (it is reset and stepped).
@@ -49,6 +53,48 @@ def check_env(env: MultiAgentEnv, steps: int = 100, seed: Optional[int] = 0) -> 
                 f"expected it to end by info.episode_limit = {info.episode_limit}."
             )
         length[step.done.cpu()] = 0
+    _check_state(env, step, gen, min(int(steps), STATE_STEPS))
+
+
+STATE_STEPS = 10  # steps check_env replays after set_state(get_state())
+_STEP_FIELDS = ("obs", "state", "avail_actions", "alive", "reward", "terminated", "truncated", "final_obs",
+                "final_state", "final_avail_actions", "extras")
+
+
+def _check_state(env: MultiAgentEnv, step: Step, gen: torch.Generator, steps: int) -> None:
+    """An env that saves its state (:meth:`MultiAgentEnv.get_state` not ``None``): the state must
+    pickle, and after ``set_state`` the env must take the same ``steps`` steps again."""
+    saved = env.get_state()
+    if saved is None or steps <= 0:
+        return
+    try:
+        saved = pickle.loads(pickle.dumps(saved))
+    except Exception as e:  # noqa: BLE001 - any pickling failure is the env's to fix
+        raise MarlError(f"check_env: get_state() must return a picklable dict (checkpoints are pickles): {e}") from e
+    actions, taken = [], []
+    for _ in range(steps):
+        actions.append(env.random_actions(step, gen))
+        step = env.step(actions[-1])
+        taken.append(step)
+    env.set_state(saved)
+    for t, (a, want) in enumerate(zip(actions, taken), 1):
+        got = env.step(a)
+        for name in _STEP_FIELDS:
+            if not _same(getattr(got, name), getattr(want, name)):
+                raise MarlError(
+                    f"check_env: after set_state(get_state()), step {t} gives another '{name}' than the saved "
+                    f"env did; get_state must capture everything the steps depend on (docs/envs.md, "
+                    f"'Saving the env state')."
+                )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal tensors (bit for bit) in equal nested dicts; ``None`` only equals ``None``."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    return a is None and b is None
 
 
 def check_step(env: MultiAgentEnv, step: Step, reset: bool = False, where: str = "step") -> None:

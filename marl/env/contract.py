@@ -512,6 +512,26 @@ class MultiAgentEnv(abc.ABC):
     def close(self) -> None:
         """Release simulator resources."""
 
+    def get_state(self) -> Optional[Dict[str, Any]]:
+        """Everything the next steps depend on (episode states of all ``B`` copies, step
+        counters, random generator states), for exact resume from a checkpoint; ``None``
+        (the default) when the env cannot save its state: a resumed run then restarts its
+        episodes (docs/envs.md, "Saving the env state").
+
+        Called after :meth:`reset`, only when a checkpoint is written (never per step). The
+        dict must pickle and must not share mutable objects with the env (copy them).
+        """
+        return None
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` dict of an env built with the same arguments: the
+        next :meth:`step` then equals the one the saved env would have taken.
+
+        Raises:
+            MarlError: the env cannot restore a state (its :meth:`get_state` is ``None``).
+        """
+        raise MarlError(f"{type(self).__name__} cannot restore a saved state (its get_state() returns None).")
+
     def callbacks(self) -> List[Any]:
         """Run callbacks (:class:`marl.callbacks.Callback`) this env contributes to every ``fit`` on it,
         e.g. the crash wrapper's coach; none by default (a :class:`Wrapper` passes the inner env's on)."""

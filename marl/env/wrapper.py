@@ -58,6 +58,25 @@ class Wrapper(MultiAgentEnv):
     def close(self) -> None:
         self.env.close()
 
+    def get_state(self) -> Optional[Dict[str, Any]]:
+        """The inner env's state with this wrapper's own (:meth:`wrapper_state`); ``None`` when the
+        inner env cannot save its state."""
+        inner = self.env.get_state()
+        return None if inner is None else {"env": inner, "wrapper": self.wrapper_state()}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` dict (inner env first, then the wrapper's own state)."""
+        self.env.set_state(state["env"])
+        self.load_wrapper_state(state["wrapper"])
+
+    def wrapper_state(self) -> Dict[str, Any]:
+        """This wrapper's own state (counters, flags, generator states), copied; ``{}`` by default.
+        A wrapper that keeps state between steps overrides it and :meth:`load_wrapper_state`."""
+        return {}
+
+    def load_wrapper_state(self, state: Dict[str, Any]) -> None:
+        """Restore what :meth:`wrapper_state` returned."""
+
     def callbacks(self) -> List[Any]:
         """The inner env's run callbacks; a wrapper that brings its own adds them to these."""
         return self.env.callbacks()
