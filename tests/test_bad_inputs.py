@@ -12,6 +12,7 @@ import torch
 import marl
 from marl.cli import main
 from marl.env import MarlError
+from marl.results import Result
 from toy_envs import MatchEnv, MultiDiscreteEnv
 
 NAN, INF = float("nan"), float("inf")
@@ -284,6 +285,8 @@ POLICIES = [
     ("evaluate: other agent count", lambda: policy().evaluate_episodes(2, env=spread(N=4)), POL,
      "This policy acts for group 'agent' with 3 agents, obs [18], actions Discrete(5); env mpe:simple_spread has 4 agents"),
     ("evaluate: no env", lambda: policy().evaluate_episodes(2), POL, "This policy has no env spec to rebuild its scenario"),
+    ("Result.evaluate: episodes=-3", lambda: Result({}, [], None, None, policy()).evaluate(-3, env=spread()), POL,
+     "episodes must be a positive whole number, got -3."),
 ]
 
 CHECKPOINTS = [
@@ -351,6 +354,13 @@ def test_env_names_never_run_a_command(tmp_path, capsys):
     # the Python API keeps accepting callables (checked when called)
     with pytest.raises(MarlError, match="did not return a PettingZoo env"):
         marl.make_env(lambda: 42)
+
+
+def test_num_envs_given_to_fit_rebuilds_an_env_made_by_name():
+    from marl.api import prepare
+
+    cfg, _, env, mapping = prepare(spread(), "mappo", {"num_envs": 4})
+    assert env.num_envs == 4 and mapping.info.num_envs == 4 and env.info.scenario == "simple_spread"
 
 
 def test_at_least_sixty_distinct_bad_inputs():

@@ -186,6 +186,8 @@ def test_fit_stops_at_the_env_naming_it_local_and_remote(ray_session, run_dir):
     with pytest.raises(MarlError, match=r"Env toy:match \(env runner 1\) returned inf in reward of agent 'agent_1'"):
         Poisoned("reward", INF, at=5, num_envs=4).fit("ippo", stop={"iterations": 3}, log_dir=run_dir,
                                                        num_env_runners=1, **QUICK)
+    with pytest.raises(MarlError, match=r"changed the shape of obs of group 'agent' at step 15: expected \(4, 2, 3\)"):
+        Poisoned(grow=True, at=15, num_envs=4).fit("mappo", stop={"iterations": 3}, log_dir=run_dir, **QUICK)
 
 
 def test_fit_masks_and_counts(ray_session, run_dir):
