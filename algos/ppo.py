@@ -415,6 +415,26 @@ class PPO(Trainer):
                 )
         check_agent(cfg, info, family="ppo")
 
+    @classmethod
+    def check_mapping(cls, cfg, mapping) -> None:
+        """Every minibatch gets rows: ``num_minibatches`` at most the rows a learner gets per update (steps
+        ``T x B x runners x N_m / learners`` of the smallest module; chunks of ``chunk_length`` steps
+        for a GRU), else the extra gradient steps would run on empty minibatches.
+
+        Raises:
+            MarlError: ``num_minibatches`` above the rows (names both and the keys that set them).
+        """
+        c = config_view(cfg)
+        T = c.rollout_length  # rows per (env copy, agent): steps, or chunks of a GRU (one if chunk_length does not divide T)
+        if c.recurrent:
+            T = T // c.chunk_length if T % c.chunk_length == 0 else 1
+        envs = mapping.info.num_envs * max(1, c.num_env_runners)
+        rows = min(envs * mapping.n_agents(m) for m in mapping.modules) * T // max(1, c.num_learners)
+        if c.num_minibatches > rows:
+            raise MarlError(f"num_minibatches={c.num_minibatches} is more than the {rows} rows a learner gets per "
+                            f"update (rollout_length x env copies x agents of a module / learners); use at most "
+                            f"{rows}, or more env copies (num_envs) or a longer rollout_length.")
+
     @staticmethod
     def redistribute(rollout: Dict[str, Any]) -> None:
         """Off-beat envs: per-agent causal shift of the rewards inside the rollout chunk

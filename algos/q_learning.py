@@ -10,9 +10,11 @@ Used by :mod:`marl.algos.value_decomp`; ``docs/algorithms/value_decomposition.md
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
+
+from marl.errors import TrainingDiverged
 
 NEG_INF = -1e10  # Q of an unavailable action in argmaxes (pymarl uses -9999999)
 
@@ -91,6 +93,28 @@ def masked_td_loss(
         y = td_lambda_targets(rewards, terminated, filled, torch.where(mask, next_q, 0.0), gamma, lam)
     td = torch.where(mask, q_tot - y, torch.zeros_like(q_tot))
     return (td**2).sum() / mask.sum().clamp(min=1), y
+
+
+def check_q_bound(team: str, bound: float, values: Dict[str, Tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Stop a diverging learner: ``|Q|`` of a trained entry beyond ``bound`` (``0``: no bound).
+
+    A learner whose TD targets chase their own growth shows it in its Q values long
+    before its loss overflows to inf / NaN.
+
+    Args:
+        team: named in the message.
+        bound: the config key ``q_abs_max``.
+        values: name (e.g. ``"Q_tot"``) -> ``(Q, mask)``, a tensor and the bool mask of
+            its trained entries (same shape).
+    Raises:
+        TrainingDiverged: naming the value, the team, the peak ``|Q|`` and the bound.
+    """
+    for name, (q, mask) in values.items() if bound > 0 else ():
+        peak = float(torch.where(mask, q.detach().abs(), torch.zeros_like(q)).max())
+        if peak > bound:
+            raise TrainingDiverged(
+                f"{name} of team '{team}' reached |Q| = {peak:.4g}, beyond q_abs_max={bound:g}: the TD targets are "
+                f"diverging (try a lower lr or td_lambda); raise q_abs_max if returns this large are real.")
 
 
 def double_q_next(q_online: torch.Tensor, q_target: torch.Tensor, avail: Optional[torch.Tensor]) -> torch.Tensor:

@@ -43,10 +43,10 @@ from marl.algos.networks.base import AgentNetwork
 from marl.algos.networks.config import AgentNetConfig
 from marl.algos.networks.mixers import QMixer
 from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
-from marl.algos.q_learning import double_q_next, epsilon_at, epsilon_greedy, masked_td_loss, merge_moments
+from marl.algos.q_learning import check_q_bound, double_q_next, epsilon_at, epsilon_greedy, masked_td_loss, merge_moments
 from marl.config import EngineConfig, config_view, key
 from marl.engine.context import RunAccess
-from marl.engine.replay import JointEpisodeBuffer
+from marl.engine.replay import JointEpisodeBuffer, check_buffer_size
 from marl.engine.spec import begin_update
 from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
@@ -95,6 +95,8 @@ class ValueDecompConfig(AgentNetConfig, EngineConfig):
     hypernet_layers: int = key("QMIX: layers of the hypernetworks", choices=(1, 2))
     hypernet_embed: int = key("QMIX: hidden width of two-layer hypernetworks", ge=1)
     checkpoint_buffer: bool = key("save the replay buffer in checkpoints (a resumed run keeps learning off-policy)")
+    q_abs_max: float = key("TrainingDiverged when an agent's Q or Q_tot of a trained step exceeds this in absolute "
+                           "value (diverging TD targets); 0 = no bound", gt=0, off=0)
 
 
 @dataclass(frozen=True)
@@ -310,6 +312,7 @@ class ValueDecompLearner(RunAccess, TorchLearner):
         loss, y = masked_td_loss(q_tot, next_tot, r, term, filled, mask, cfg.gamma, cfg.td_lambda)
         if not torch.isfinite(loss):
             raise TrainingDiverged(f"td_loss of team '{team}' is {loss.item()} (not finite)")
+        check_q_bound(team, cfg.q_abs_max, {"agent Q": (q_taken, filled.unsqueeze(-1) & alive), "Q_tot": (q_tot, mask)})
         n = mask.sum().clamp(min=1)
         self.metrics.log_value((team, "td_loss"), loss.item(), window=1)
         self.metrics.log_value((team, "q_taken_mean"), float(torch.where(mask, q_tot.detach(), 0).sum() / n), window=1)
@@ -396,12 +399,16 @@ class ValueDecomp(Trainer):
 
     @classmethod
     def check_mapping(cls, cfg, mapping) -> None:
-        """A module's agents must play for one team (each team gets its own mixer).
+        """A module's agents must play for one team (each team gets its own mixer); the replay buffer
+        fits the env copies and the batch (:func:`~marl.engine.replay.check_buffer_size`).
 
         Raises:
-            MarlError: a module spans teams (names the module, its teams and the fix).
+            MarlError: a module spans teams (names the module, its teams and the fix), or a
+                buffer_size too small for the env copies, batch_size or learning_starts_episodes.
         """
-        info = mapping.info
+        info, c = mapping.info, config_view(cfg)
+        check_buffer_size(c.buffer_size, info.num_envs * max(1, c.num_env_runners), c.batch_size,
+                          c.learning_starts_episodes)
         for mid, agents in mapping.modules.items():
             teams = sorted({info.group_of(a).team for a in agents})
             if len(teams) > 1:

@@ -5,15 +5,18 @@ flat observation spaces (:func:`flat_box`, :func:`to_gymnasium`), the layout
 of per-agent observations in a flat state buffer (:class:`AgentLayout`),
 keyword checks (:func:`check_kwargs`, :func:`check_num_envs`), the
 :class:`~marl.env.EnvInfo` of StarCraft-style tasks (:func:`ally_team_info`)
-and the mpe2 scenario scan (:func:`mpe2_modules`). Only gymnasium, numpy,
-torch and marl core are imported here (mpe2 inside :func:`mpe2_modules`).
+the mpe2 scenario scan (:func:`mpe2_modules`) and env constructors named by a
+string (:func:`named_env_constructor`). Only gymnasium, numpy, torch and marl
+core are imported here (mpe2 inside :func:`mpe2_modules`).
 """
 from __future__ import annotations
 
 import functools
+import importlib
+import inspect
 import pkgutil
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -257,3 +260,54 @@ def mpe2_modules() -> Dict[str, str]:
         if hit and not m.ispkg:
             out[hit.group(1)] = m.name
     return dict(sorted(out.items()))
+
+
+ENV_FUNCTIONS = ("parallel_env", "env", "raw_env")  # PettingZoo's module convention for env constructors
+
+
+def named_env_constructor(name: str, env_classes: Tuple[type, ...], kind: str,
+                          known: Callable[[], List[str]]) -> Callable[..., Any]:
+    """The env constructor that ``"pkg.module"`` or ``"pkg.module:attr"`` names, for names given as strings.
+
+    A string (the command line, a config file) must never run an arbitrary callable such as
+    ``os:system``. It resolves only to a subclass of one of ``env_classes``, or to a Python
+    function named ``parallel_env`` / ``env`` / ``raw_env`` (``"pkg.module"`` alone: the first
+    of these it has) defined in the named module's top-level package or in ``kind``'s own
+    package (e.g. PettingZoo's ``parallel_wrapper_fn``). The caller checks what it returns.
+
+    Args:
+        name: ``"pkg.module"`` or ``"pkg.module:attr"``.
+        env_classes: the env base classes a named class must derive from.
+        kind: the env library, e.g. ``"PettingZoo"`` (messages; its package name in lower case).
+        known: the known names, listed when the module does not exist.
+    Raises:
+        MarlError: an unknown module (with ``known``), a missing attribute, or an attribute
+            that is none of the above (a builtin, ``subprocess:run``, ``builtins:eval``, ...).
+    """
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        if e.name and module_name.startswith(e.name) or e.name == module_name:
+            raise unknown_choice(f"{kind} env module", name, known()) from e
+        raise MarlError(f"Importing {kind} env '{name}' failed: {e}") from e
+    if not attr:
+        attr = next((n for n in ENV_FUNCTIONS if getattr(module, n, None) is not None), "")
+        if not attr:
+            raise MarlError(f"Module '{module_name}' has none of {', '.join(ENV_FUNCTIONS)}; name an env class "
+                            f"as '{module_name}:EnvClass'.")
+    elif not hasattr(module, attr):
+        raise unknown_choice(f"callable in {module_name}", attr, [k for k in dir(module) if not k.startswith("_")])
+    obj = getattr(module, attr)
+    if isinstance(obj, type) and issubclass(obj, env_classes):
+        return obj
+    home = str(getattr(obj, "__module__", None) or "")
+    if attr in ENV_FUNCTIONS and inspect.isfunction(obj) and home.split(".")[0] in (module_name.split(".")[0],
+                                                                                    kind.lower()):
+        return obj
+    raise MarlError(
+        f"'{name}' is {type(obj).__name__} {getattr(obj, '__qualname__', '')!r} of module '{home or module_name}', "
+        f"not a {kind} env constructor: a name resolves only to a {' / '.join(c.__name__ for c in env_classes)} "
+        f"class or a function {' / '.join(ENV_FUNCTIONS)} of that package, so nothing else is called from a name. "
+        f"Pass other constructors as objects: marl.make_env(my_constructor)."
+    )

@@ -38,7 +38,6 @@ the other in Python and their outputs stacked into the tensors described in
 from __future__ import annotations
 
 import copy
-import importlib
 import inspect
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -48,7 +47,7 @@ import torch
 
 from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, check_entity_layout, unknown_choice
 from marl.envs.common import (
-    AgentLayout, build_groups, check_kwargs, check_num_envs, default_teams, flat_box, mpe2_modules,
+    AgentLayout, build_groups, check_kwargs, check_num_envs, default_teams, flat_box, mpe2_modules, named_env_constructor,
 )
 
 DEFAULT_NUM_ENVS = 8
@@ -268,14 +267,18 @@ class PettingZooEnv(MultiAgentEnv):
 
     @classmethod
     def from_name(cls, name: str, num_envs: int = DEFAULT_NUM_ENVS, adapter_kwargs: Optional[dict] = None, **env_kwargs):
-        """Build from ``"pkg.module"`` / ``"pkg.module:callable"`` or a PettingZoo registry id.
+        """Build from ``"pkg.module"`` / ``"pkg.module:EnvClass"`` or a PettingZoo registry id.
 
         A module path imports the module and calls its ``parallel_env(**env_kwargs)``
-        (``env(...)`` for AEC-only modules). An id such as ``"classic/tictactoe-v3"``
-        goes through ``pettingzoo.make`` (parallel registry first, then AEC).
+        (``env(...)``, ``raw_env(...)`` for AEC-only modules); ``"pkg.module:attr"`` names a
+        PettingZoo env class, or one of those functions. An id such as ``"classic/tictactoe-v3"``
+        goes through ``pettingzoo.make`` (parallel registry first, then AEC). Nothing else
+        is called from a name (``"os:system"`` is an error): other constructors are passed
+        as objects (:meth:`from_object`).
 
         Raises:
-            MarlError: the module / id does not exist (the message lists close matches).
+            MarlError: the module / id does not exist (the message lists close matches), the
+                attribute is not an env constructor, or the constructor returns no PettingZoo env.
         """
         num_envs = check_num_envs(num_envs)
         ctor = _resolve_ctor(name)
@@ -283,6 +286,8 @@ class PettingZooEnv(MultiAgentEnv):
             copies = [ctor(**env_kwargs) for _ in range(num_envs)]
         except TypeError as e:
             raise MarlError(f"Bad keyword arguments for PettingZoo env '{name}': {e}") from e
+        if not _is_instance(copies[0]):
+            raise MarlError(f"PettingZoo env '{name}' returned {type(copies[0]).__name__}, not a PettingZoo env.")
         return cls(copies, scenario=name, **(adapter_kwargs or {}))
 
     # ------------------------------------------------------------------ stepping
@@ -481,7 +486,15 @@ def _registry_ids() -> List[str]:
 
 
 def _resolve_ctor(name: str) -> Callable[..., Any]:
-    """Turn a module path / registry id into a constructor taking env kwargs."""
+    """Turn a module path / registry id into a constructor taking env kwargs (``from_name``).
+
+    A module path resolves only to a PettingZoo env class or a ``parallel_env`` / ``env`` /
+    ``raw_env`` function (:func:`~marl.envs.common.named_env_constructor`), never to an
+    arbitrary callable such as ``os:system``.
+
+    Raises:
+        MarlError: unknown module / id / attribute, or an attribute that is no env constructor.
+    """
     if not isinstance(name, str) or not name:
         raise MarlError(f"PettingZoo env name must be a non-empty string, got {name!r}.")
     if "/" in name:  # registry id, e.g. "classic/tictactoe-v3"
@@ -492,21 +505,9 @@ def _resolve_ctor(name: str) -> Callable[..., Any]:
         if kind is None:
             raise unknown_choice("PettingZoo env id", name, _registry_ids())
         return lambda **kw: pettingzoo.make(kind, name, **kw)
-    module_name, _, attr = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        if e.name and module_name.startswith(e.name) or e.name == module_name:
-            raise unknown_choice("PettingZoo env module", name, scenarios()) from e
-        raise MarlError(f"Importing PettingZoo env '{name}' failed: {e}") from e
-    if attr:
-        if not hasattr(module, attr):
-            raise unknown_choice(f"callable in {module_name}", attr, [k for k in dir(module) if not k.startswith("_")])
-        return getattr(module, attr)
-    ctor = getattr(module, "parallel_env", None) or getattr(module, "env", None)
-    if ctor is None:
-        raise MarlError(f"Module '{module_name}' has neither parallel_env nor env; name a callable as '{module_name}:fn'.")
-    return ctor
+    from pettingzoo import AECEnv, ParallelEnv
+
+    return named_env_constructor(name, (ParallelEnv, AECEnv), "PettingZoo", scenarios)
 
 
 _ADAPTER_KWARGS = ("kind", "teams", "shared_reward", "episode_limit", "seed", "entity_layout")
@@ -534,8 +535,8 @@ def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, **kwa
     """Registry factory of the ``"pettingzoo"`` family: ``make_env("pettingzoo", name, **kw)``.
 
     Args:
-        scenario: a module path (``"mpe2.simple_tag_v3"``, ``"pkg.mod:fn"``) or a
-            PettingZoo registry id (``"classic/tictactoe-v3"``).
+        scenario: a module path (``"mpe2.simple_tag_v3"``, ``"pkg.mod:EnvClass"``) or a
+            PettingZoo registry id (``"classic/tictactoe-v3"``); see :meth:`PettingZooEnv.from_name`.
         num_envs: ``B`` (default 8).
         **kwargs: adapter options ``kind``, ``teams``, ``shared_reward``,
             ``episode_limit``, ``seed``, ``entity_layout``; everything else goes to the env constructor.

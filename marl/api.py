@@ -9,11 +9,12 @@ logs and checkpoints and returns a :class:`~marl.results.Result`.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from marl.callbacks import Callback, CallbackList
-from marl.checkpoint import save_checkpoint
+from marl.checkpoint import resolve_checkpoint, save_checkpoint
 from marl.config import EngineConfig, config_view, list_algos, load_config, trainer_class, validate_stop
 from marl.env import MarlError, MultiAgentEnv, set_fit_entry
 from marl.errors import RunInterrupted, TrainingDiverged
@@ -100,13 +101,47 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
     cfg = load_config(algo, env.info.family, overrides)
     algo_cls = trainer_class(algo)
     algo_cls.check_env(cfg, env.info)
-    if cfg.num_envs and cfg.num_envs != env.num_envs:
-        if env.spec is None:
-            raise MarlError("num_envs can only be changed for envs built by marl.make_env(name, ...).")
-        env = env.spec.make(num_envs=cfg.num_envs)
+    _check_before_ray(cfg)
+    env = _with_num_envs(env, cfg.num_envs, isinstance(env, TextEnv))
     mapping = PolicyMapping(env.info, share=cfg.share, agent_id=cfg.agent_id)
     algo_cls.check_mapping(cfg, mapping)
+    algo_cls.check_run(cfg, env, mapping)
     return cfg, algo_cls, env, mapping
+
+
+def _with_num_envs(env: MultiAgentEnv, num_envs: Optional[int], text: bool) -> MultiAgentEnv:
+    """``env``, rebuilt from its spec when ``fit`` was given another ``num_envs`` than it has.
+
+    Raises:
+        MarlError: a text game (one game per env), or an env built by hand (no spec to rebuild it).
+    """
+    if not num_envs or num_envs == env.num_envs:
+        return env
+    if text:
+        raise MarlError(f"num_envs={num_envs}: a text game is one game per env; play more games per iteration "
+                        f"with games_per_iteration=N instead.")
+    if env.spec is None:
+        raise MarlError(f"num_envs={num_envs} was given, but {env!r} has {env.num_envs} copies and was built by hand "
+                        f"(not by marl.make_env(name, ...)), so marl cannot rebuild it: build it with {num_envs} "
+                        f"copies yourself, or leave num_envs out.")
+    return env.spec.make(num_envs=num_envs)
+
+
+def _check_before_ray(cfg: EngineConfig) -> None:
+    """What the trainer would find out only after Ray started: more env runners than the CPUs of the
+    Ray :func:`start_ray` would start (a running Ray is checked by :func:`init_ray`), an ``init_from``
+    without a checkpoint.
+
+    Raises:
+        MarlError: ``num_env_runners`` above ``os.cpu_count()``; no checkpoint at ``init_from``.
+    """
+    if getattr(cfg, "init_from", None):  # a key of the families with agent networks only
+        resolve_checkpoint(cfg.init_from)
+    ray = sys.modules.get("ray")
+    cpus = os.cpu_count() or 1
+    if not (ray is not None and ray.is_initialized()) and cfg.num_env_runners > cpus:
+        raise MarlError(f"num_env_runners={cfg.num_env_runners} is more than the {cpus} CPUs of this machine; "
+                        f"use at most {cpus}.")
 
 
 def build_trainer(env: MultiAgentEnv, algo: str, *, run_dir: Optional[Path] = None,
@@ -149,7 +184,8 @@ def fit(
         env: a batched env from :func:`marl.make_env`.
         algo: algorithm name (see :func:`list_algos`: ``"mappo"``, ``"ippo"``, ...).
         stop: any of ``env_steps``, ``iterations``, ``time_s``,
-            ``episode_return_mean`` (the first reached ends the run);
+            ``episode_return_mean`` (the first reached ends the run), at least one
+            of the first three (:func:`~marl.config.validate_stop`);
             default ``{"env_steps": 1_000_000}``.
         resume: a checkpoint or run folder (its latest checkpoint); training continues
             from it (weights, optimiser state and step count). It must match this call

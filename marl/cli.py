@@ -35,8 +35,7 @@ def _train(items: List[str]) -> int:
     if not env_name or not algo:
         raise MarlError("marl train needs env=<family>:<scenario> and algo=<name>, e.g. "
                         "'marl train env=mpe:simple_spread algo=mappo'.")
-    family, _, scenario = str(env_name).partition(":")
-    env = marl.make_env(family, scenario or None, **env_kwargs)
+    env = _make_env(env_name, env_kwargs)
     stop = kv.pop("stop", None)
     resume = kv.pop("resume", None)
     try:
@@ -96,11 +95,10 @@ def _eval(items: List[str]) -> int:
         extra = "".join(f", {name}=... ({target[1]})" for name, target in sorted(_EVAL_OPTIONS.items()))
         raise MarlError(f"marl eval: unknown option(s) {unknown}. Valid: episodes=N, env=family:scenario, "
                         f"env.<kwarg>=value, opponent=<bot> (text games){extra}.")
-    episodes = int(rest.get("episodes", 100))
+    episodes = _positive_int("episodes", rest.get("episodes", 100))
     env = None
     if "env" in rest:
-        family, _, scenario = str(rest["env"]).partition(":")
-        env = marl.make_env(family, scenario or None, num_envs=min(episodes, 32), **env_kwargs)
+        env = _make_env(rest["env"], {"num_envs": min(episodes, 32), **env_kwargs})
     result = marl.load(path, env=env)
     if protocols:
         for name, value in protocols.items():
@@ -110,6 +108,33 @@ def _eval(items: List[str]) -> int:
     stats = result.evaluate(episodes=episodes, env=env, **extra)
     print(json.dumps({"checkpoint": result.checkpoint, **stats}, indent=2))
     return 0
+
+
+def _positive_int(name: str, value: object) -> int:
+    """A command-line count: a whole number >= 1 (``episodes=100``).
+
+    Raises:
+        MarlError: anything else (``episodes=abc``, ``episodes=0``, ``episodes=2.5``).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 1 or value % 1:
+        raise MarlError(f"{name} expects a whole number >= 1, e.g. {name}=100; got {value!r}.")
+    return int(value)
+
+
+def _make_env(name: object, kwargs: Dict[str, object]):
+    """``env=family:scenario`` with its ``env.<kwarg>=value`` items. A value of the wrong type that an
+    env library rejects with a TypeError / ValueError of its own becomes a :class:`MarlError` naming it."""
+    import marl
+
+    family, _, scenario = str(name).partition(":")
+    try:
+        return marl.make_env(family, scenario or None, **kwargs)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, MarlError):
+            raise
+        given = " ".join(f"env.{k}={v!r}" for k, v in kwargs.items())
+        raise MarlError(f"Cannot build env={name} with {given or 'no env.<kwarg> values'}: "
+                        f"{type(e).__name__}: {e}") from e
 
 
 def _list(_: List[str]) -> int:

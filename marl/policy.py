@@ -1,13 +1,14 @@
 """The greedy policy of a trained run and the episode loop that evaluates it (no Ray needed)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import numbers
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 import torch
 
-from marl.env import EnvSpec, EpisodeStats, MultiAgentEnv, Step
-from marl.errors import MarlError
+from marl.env import EnvInfo, EnvSpec, EpisodeStats, MultiAgentEnv, Step, spaces_equal
+from marl.errors import MarlError, closest
 from marl.mapping import PolicyMapping
 
 
@@ -37,12 +38,16 @@ class Policy:
             obs: a :class:`Step`, group -> ``[B, N_g, D]`` tensors, or ``agent_id -> array``.
             avail_actions: group -> ``[B, N_g, A]`` bool (taken from the Step if given one).
             done: ``[B]`` bool, episodes that ended at the previous step (resets hidden state).
+        Raises:
+            MarlError: groups, agent ids or shapes other than the policy's env has (the message
+                lists the expected ``[B, N_g, D_g]`` per group).
         """
         if isinstance(obs, Step):
             obs, avail_actions, done = obs.obs, obs.avail_actions, obs.done
-        if obs and next(iter(obs)) in self.mapping.info.agents:
+        if isinstance(obs, Mapping) and obs and next(iter(obs)) in self.mapping.info.agents:
             return self._act_single(obs)
         avail_actions = avail_actions or {}
+        check_inputs(self.mapping.info, obs, avail_actions, done)
         out = {}
         m = self.mapping
         for mid, module in self.modules.items():
@@ -62,6 +67,7 @@ class Policy:
 
     def _act_single(self, obs: Dict[str, Any]) -> Dict[str, Any]:
         info = self.mapping.info
+        check_single(info, obs)
         batched = {}
         for name, g in info.groups.items():
             rows = [np.asarray(obs[a], dtype=np.float32).reshape(-1) if a in obs else np.zeros(g.obs_dim, np.float32) for a in g.agents]
@@ -82,12 +88,17 @@ class Policy:
         ``min(episodes, 32)``).
 
         Raises:
-            MarlError: neither ``env`` nor ``env_spec`` is given.
+            MarlError: ``episodes`` is not a positive whole number, neither ``env`` nor
+                ``env_spec`` is given, or ``env`` has other groups, agent counts or spaces
+                than the policy acts for.
         """
+        if isinstance(episodes, bool) or not isinstance(episodes, numbers.Integral) or episodes < 1:
+            raise MarlError(f"episodes must be a positive whole number, got {episodes!r}.")
         if env is None:
             if env_spec is None:
                 raise MarlError("This policy has no env spec to rebuild its scenario; pass env=marl.make_env(...).")
             env = env_spec.make(num_envs=num_envs or min(episodes, 32))
+        check_env_fits(self.mapping.info, env)
         stats = run_episodes(env, self, episodes)
         return {f"{k}_mean": float(np.mean(v)) for k, v in stats.items() if v}
 
@@ -110,3 +121,62 @@ def run_episodes(env: MultiAgentEnv, policy: Policy, num_episodes: int, seed: in
             break
     out = stats.pop()
     return {k: v[:num_episodes] for k, v in out.items()}
+
+
+# ------------------------------------------------------------------ input checks
+def expected_obs(info: EnvInfo) -> str:
+    """``"'agent': [B, 3, 18], 'adversary': [B, 1, 8]"``: the observation shapes a policy of ``info`` takes."""
+    return ", ".join(f"'{name}': [B, {g.n_agents}, {g.obs_dim}]" for name, g in info.groups.items())
+
+
+def check_inputs(info: EnvInfo, obs: Any, avail_actions: Mapping[str, Any], done: Any) -> None:
+    """Raise a :class:`MarlError` unless ``obs`` is group -> ``[B, N_g, obs_dim_g]`` over the groups of
+    ``info`` (one ``B``), ``avail_actions[g]`` is ``[B, N_g, n_actions_g]`` and ``done`` is ``[B]``."""
+    want = expected_obs(info)
+    if not isinstance(obs, Mapping) or set(obs) != set(info.groups):
+        got = sorted(obs) if isinstance(obs, Mapping) else type(obs).__name__
+        odd = [k for k in obs if k not in info.groups] if isinstance(obs, Mapping) else []
+        hint = closest(odd[0], [*info.groups, *info.agents]) if odd else ""
+        raise MarlError(f"Policy.act takes a Step, a dict group -> observations {{{want}}}, or agent id -> "
+                        f"observation for one env (agents {info.agents}); got {got}.{hint}")
+    B = None
+    for name, g in info.groups.items():
+        shape = tuple(np.shape(obs[name]))
+        if len(shape) != 3 or shape[1:] != (g.n_agents, g.obs_dim) or shape[0] != (B or shape[0]):
+            raise MarlError(f"Policy.act: observations of group '{name}' have shape {shape}; expected "
+                            f"[B, {g.n_agents}, {g.obs_dim}] ({g.n_agents} agents {g.agents}, one B for all "
+                            f"groups). All groups: {{{want}}}.")
+        B = shape[0]
+        av = avail_actions.get(name)
+        if g.discrete and av is not None and tuple(np.shape(av)) != (B, g.n_agents, g.n_actions):
+            raise MarlError(f"Policy.act: avail_actions of group '{name}' have shape {tuple(np.shape(av))}; "
+                            f"expected [B, N_g, n_actions] = {(B, g.n_agents, g.n_actions)}.")
+    if done is not None and tuple(np.shape(done)) != (B,):
+        raise MarlError(f"Policy.act: done has shape {tuple(np.shape(done))}; expected [B] = ({B},).")
+
+
+def check_single(info: EnvInfo, obs: Mapping[str, Any]) -> None:
+    """Raise a :class:`MarlError` unless ``obs`` maps agent ids of ``info`` to ``obs_dim``-sized observations."""
+    for a, o in obs.items():
+        if a not in info.agents:
+            raise MarlError(f"Policy.act: unknown agent '{a}'.{closest(a, info.agents)} Agents: {info.agents}.")
+        g, size = info.group_of(a), int(np.prod(np.shape(o)))
+        if size != g.obs_dim:
+            raise MarlError(f"Policy.act: the observation of agent '{a}' has {size} values "
+                            f"(shape {tuple(np.shape(o))}); expected {g.obs_dim} (group '{g.name}').")
+
+
+def check_env_fits(info: EnvInfo, env: Any) -> None:
+    """Raise a :class:`MarlError` unless ``env`` has the groups, agent counts, observation sizes and
+    action spaces of ``info`` (the env the policy was built for)."""
+    theirs = getattr(getattr(env, "info", None), "groups", None)
+    if theirs is None:
+        raise MarlError(f"Policy: expected an env from marl.make_env, got {type(env).__name__}.")
+    for name, g in info.groups.items():
+        h = theirs.get(name)
+        if h is None or (h.n_agents, h.obs_dim) != (g.n_agents, g.obs_dim) or not spaces_equal(h.action_space, g.action_space):
+            got = "no such group" if h is None else f"{h.n_agents} agents, obs [{h.obs_dim}], actions {h.action_space}"
+            raise MarlError(
+                f"This policy acts for group '{name}' with {g.n_agents} agents, obs [{g.obs_dim}], actions "
+                f"{g.action_space}; env {env.info.family}:{env.info.scenario} has {got} (groups {list(theirs)}). "
+                f"To act in another scenario load the run for it: marl.load(run, env=env) (HPN / DPN agents).")

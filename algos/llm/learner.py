@@ -26,6 +26,7 @@ given to the optimizer.
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Dict, Iterator, List
 
@@ -148,9 +149,9 @@ class LLMLearner(RunAccess, TorchLearner):
                 (terms["loss"] / max(denom, 1.0)).backward()
             for k in sums:
                 sums[k] += float(terms[k])
-        loss = sums["policy_loss"] / max(denom, 1.0)
-        if not torch.isfinite(torch.tensor(loss)):
-            raise TrainingDiverged(f"policy_loss of module '{mid}' is {loss} (not finite)")
+        for name in ("policy_loss", "kl", "entropy"):  # a NaN KL or entropy term poisons the update as well
+            if not math.isfinite(sums[name]):
+                raise TrainingDiverged(f"{name} of module '{mid}' is {sums[name] / max(denom, 1.0)} (not finite)")
         self._allreduce_grads()
         grads = {pid: (p.grad if p.grad is not None else torch.zeros_like(p)) for pid, p in self._params.items()}
         self.apply_gradients(self.postprocess_gradients(grads))

@@ -14,6 +14,7 @@ official code's rule: Yuan, Xu et al. 2025, arXiv 2510.15414).
 from __future__ import annotations
 
 import copy
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ import torch
 
 from marl.engine.resume import rng_state, set_rng_state
 from marl.engine.runner import BatchedEnvRunner
-from marl.env import unknown_choice
+from marl.env import MarlError, unknown_choice
 from marl.algos.llm.policy import Generator, VLLMGenerator, load_tokenizer
 
 
@@ -188,7 +189,7 @@ class TextEnvRunner(BatchedEnvRunner):
     def play(self, games, seats: List[Dict[str, Any]], seeds: List[int]):
         """Play ``games`` to the end with the given seating; returns ``(turns, metrics)``."""
         lms = {mid: self.module[mid].lm for mid in self.module.keys()}
-        return play(games, seats, seeds, lms, self.generator)
+        return play(games, seats, seeds, lms, self.generator, self.cfg.non_finite)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, opponent: str, games: int) -> Dict[str, List[float]]:
@@ -258,7 +259,8 @@ def check_opponent_names(names, bots) -> None:
             raise unknown_choice("opponent", n, valid)
 
 
-def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, Any], generator):
+def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, Any], generator,
+         non_finite: str = "raise"):
     """Play ``games`` to the end; returns ``(turns, metrics)``.
 
     Every decision round, the replies of all games waiting for a model are generated in
@@ -269,9 +271,11 @@ def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, An
             ``"module"`` (``who`` = module id, looked up in ``lms``), ``"pool"`` (a frozen
             module) or ``"bot"``; seeds: per game reset seed (also its RLOO group id).
         lms: module id -> causal LM; generator: a :class:`Generator`.
+        non_finite: a NaN / infinite reward raises (``"raise"``), becomes 0 (``"mask"``) or passes (``"off"``).
     """
     t0 = time.perf_counter()
     match = _Match(games, seats, seeds)
+    match.non_finite = non_finite
     obs = match.reset()
     while obs:
         requests, replies = match.requests(obs)
@@ -303,6 +307,7 @@ class _Match:
         self.counts: Dict[tuple, int] = {}
         self.steps: Dict[int, int] = {}
         self.gen_tokens, self.gen_time, self.env_steps = 0, 0.0, 0
+        self.non_finite = "raise"
 
     def reset(self) -> Dict[int, Any]:
         obs = {}
@@ -349,10 +354,21 @@ class _Match:
             self.steps[g] += 1
             for a, r in rew.items():
                 if (g, a) in self.last:
-                    self.last[(g, a)].reward += float(r)
+                    self.last[(g, a)].reward += self.finite(g, a, float(r))
             for a, i in info.items():
                 if a in reply and (g, a) in self.last:
                     self.last[(g, a)].invalid = bool(i.get("invalid"))
             if not done["__all__"]:
                 nxt[g] = o
         return nxt
+
+    def finite(self, g: int, seat: str, r: float) -> float:
+        """``r``, checked: a NaN / infinite reward raises a :class:`MarlError` naming the game, the seat
+        and the round (``non_finite="raise"``) or becomes 0 (``"mask"``)."""
+        if math.isfinite(r) or self.non_finite == "off":
+            return r
+        if self.non_finite == "mask":
+            return 0.0
+        info = self.games[g].info
+        raise MarlError(f"Text game {info.family}:{info.scenario} (game {g}) gave seat '{seat}' the reward {r} in "
+                        f"decision round {self.steps[g]}. Fix the game, or set non_finite='mask' to replace it by 0.")

@@ -229,13 +229,19 @@ class LLMSelfPlay(Trainer):
                 raise MarlError("generator='vllm' needs vllm and a GPU: pip install 'marl-rllib[vllm]' (or generator='hf').")
             if not isinstance(model, str):
                 raise MarlError("generator='vllm' loads the model from a path or hub id; a config object cannot be served.")
-        if not cfg.opponents:
-            raise MarlError(f"opponents must be a dict name -> probability, e.g. {{'self': 0.5, 'pool': 0.5}}; got {cfg.opponents!r}.")
+        if not cfg.opponents or min(cfg.opponents.values()) < 0 or sum(cfg.opponents.values()) <= 0:
+            raise MarlError(f"opponents must be a dict name -> probability (>= 0, not all 0), e.g. "
+                            f"{{'self': 0.5, 'pool': 0.5}}; got {cfg.opponents!r}.")
 
     @classmethod
     def family_context(cls, cfg, env, mapping) -> TextGameInfo:
         """The :class:`TextGameInfo` of the game ``env``."""
         return TextGameInfo(simultaneous=bool(env.simultaneous))
+
+    @classmethod
+    def check_run(cls, cfg, env, mapping) -> None:
+        """:meth:`check_text_env`, before Ray starts."""
+        cls.check_text_env(cfg, env)
 
     @classmethod
     def check_text_env(cls, cfg, env) -> None:

@@ -8,6 +8,7 @@ from marl.config.schema import ConfigBase, key
 
 LR_SCHEDULES = ("constant", "linear")
 SHARE_MODES = ("auto", "all", "group", "individual")  # policy mapping modes (marl.mapping.PolicyMapping)
+NON_FINITE = ("raise", "mask", "off")  # what env runners do with NaN/inf from the env (marl.engine.guards)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +27,9 @@ class EngineConfig(ConfigBase):
     num_gpus_per_learner: float = key("GPUs per learner", ge=0)
     num_cpus_per_learner: float = key("CPUs per learner actor (scaled down automatically to fit Ray's CPUs)", gt=0)
     torch_threads: int = key("torch threads in the driver and the samplers", ge=1)
+    non_finite: str = key("NaN/inf in an env's observations, states or rewards: raise (an error naming env, agent, "
+                          "field, step), mask (replaced by 0, counted in non_finite_masked) or off (unchecked)",
+                          choices=NON_FINITE)
     seed: int = key("seed of the networks, the env copies and the replay sampling", ge=0)
     share: Union[str, Callable] = key(
         "policy mapping (docs/mapping.md); in Python also a callable agent id -> module id", choices=SHARE_MODES)

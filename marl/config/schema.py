@@ -10,7 +10,8 @@ docs and errors for the keys it declares) and ``DEFAULTS`` (a YAML file under
 
 Type rules (checked, with casting, when an instance is built): an ``int`` key
 accepts ``3`` and ``3.0`` but not ``3.5``; a ``float`` key accepts any number;
-numbers are never read from strings; a ``bool`` key accepts only true/false;
+numbers are never read from strings, and NaN or infinity is no valid value of
+any number key; a ``bool`` key accepts only true/false;
 a ``str`` key also takes a path (``os.PathLike``, kept as its string); ``None``
 only where the annotation is ``Optional``.
 """
@@ -19,6 +20,8 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import functools
+import math
+import numbers
 import os
 import types
 import typing
@@ -223,12 +226,14 @@ def _container(name: str, value: Any, origin: Any, args: Tuple[Any, ...]) -> Any
 
 
 def _number(name: str, value: Any, tp: type, bad) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A finite real number (numpy scalars included) cast to ``tp``; an int key takes whole numbers only."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise bad("a number")
-    if tp is int and isinstance(value, float):
-        if not value.is_integer():
+    if not math.isfinite(value):  # a NaN bound passes every comparison; an infinite one never ends
+        raise bad("a finite number")
+    if tp is int and not isinstance(value, numbers.Integral):
+        if not float(value).is_integer():
             raise bad("a whole number")
-        return int(value)
     return tp(value)
 
 

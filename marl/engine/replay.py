@@ -62,11 +62,7 @@ class JointEpisodeBuffer:
 
     def __init__(self, capacity: int, episode_limit: int, num_envs: int, module_shapes: Dict[str, Dict[str, Any]],
                  state_dim: int, extra_columns: Optional[Dict[str, Tuple[Any, Any]]] = None):
-        if capacity <= 2 * num_envs:
-            raise MarlError(
-                f"buffer_size={capacity} episodes is too small for {num_envs} env copies writing at once; "
-                f"use buffer_size > {2 * num_envs}."
-            )
+        check_buffer_size(capacity, num_envs)
         if episode_limit <= 0:
             raise MarlError("the joint episode buffer needs an env with a finite episode_limit (got 0 = unbounded).")
         self.capacity, self.limit, self.num_envs = int(capacity), int(episode_limit), int(num_envs)
@@ -119,8 +115,8 @@ class JointEpisodeBuffer:
         tensors; see its ``sample``) into the open slots; return the episodes committed.
 
         Raises:
-            MarlError: the rollout's ``B`` differs from ``num_envs``, or an episode is
-                longer than ``episode_limit``.
+            MarlError: the rollout's ``B`` differs from ``num_envs``, an episode is
+                longer than ``episode_limit``, or a reward is NaN / infinite (never stored).
         """
         starts = rollout["starts"].numpy()
         T, B = starts.shape
@@ -129,6 +125,7 @@ class JointEpisodeBuffer:
         done = (rollout["terminated"] | rollout["truncated"]).numpy()
         term = rollout["terminated"].numpy()
         mods = {m: {k: v.numpy() for k, v in cols.items()} for m, cols in rollout["modules"].items()}
+        _check_finite_rewards(mods)
         state, final_state = rollout["state"].numpy(), rollout["final_state"].numpy()
         committed = 0
         self.just_committed = []
@@ -289,3 +286,28 @@ def _committed_oldest_first(state: Dict[str, Any]) -> Tuple[np.ndarray, Dict[str
     order = np.arange(n) if int(state["opened"]) <= n else np.argsort((np.arange(n) - ptr) % n)
     keep = order[state["committed"][order]]
     return state["lengths"][keep], {k: v[keep] for k, v in state["data"].items()}
+
+
+def _check_finite_rewards(mods: Dict[str, Dict[str, np.ndarray]]) -> None:
+    """Raise a :class:`MarlError` naming the module, rollout step, env copy and agent of the first
+    NaN / infinite reward (one would poison every TD target it reaches; ``non_finite='off'``)."""
+    for m, x in mods.items():
+        r = x["rewards"]  # [T, B, N_m]
+        if not np.isfinite(r).all():
+            t, b, i = (int(v) for v in np.argwhere(~np.isfinite(r))[0])
+            raise MarlError(f"Replay buffer: module '{m}' has reward {r[t, b, i]} at rollout step {t} (env copy {b}, "
+                            f"agent {i} of the module); non-finite rewards are never stored. Fix the env, or set "
+                            f"non_finite='mask' to replace them by 0.")
+
+
+def check_buffer_size(capacity: int, num_envs: int, batch_size: int = 1, learning_starts: int = 0) -> None:
+    """Raise a :class:`MarlError` for a buffer of ``capacity`` episodes that cannot work with ``num_envs``
+    copies writing at once (their open slots would be evicted before they complete), or that can never
+    hold the ``batch_size`` / ``learning_starts`` episodes training waits for (a run that never learns)."""
+    if capacity <= 2 * num_envs:
+        raise MarlError(f"buffer_size={capacity} episodes is too small for {num_envs} env copies writing at once; "
+                        f"use buffer_size > {2 * num_envs}.")
+    for name, need in (("batch_size", batch_size), ("learning_starts_episodes", learning_starts)):
+        if need > capacity:
+            raise MarlError(f"{name}={need} episodes can never be in a buffer of buffer_size={capacity} episodes, "
+                            f"so training would never start; use {name} <= buffer_size.")

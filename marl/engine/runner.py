@@ -20,6 +20,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_
 
 from marl.engine.context import RunAccess
 from marl.engine.resume import rng_state, set_rng_state
+from marl.engine.guards import StepGuard
 from marl.env import EpisodeStats, MultiAgentEnv, Step
 from marl.mapping import PolicyMapping
 
@@ -75,6 +76,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
             self.env.info, share=MappingFn(self.run.agent_to_module), agent_id=self.cfg.agent_id
         )
         self._last: Optional[Step] = None
+        self._guard = StepGuard(env.info, self.cfg.non_finite, f"env runner {int(self.worker_index or 0)}")
         self._seed = self.cfg.seed + 10_000 * int(self.worker_index or 0)
 
     def make_module(self):
@@ -90,7 +92,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
 
     # ------------------------------------------------------------------ sampling
     def _reset(self) -> Step:
-        step = self.env.reset(seed=self._seed)
+        step = self._guard(self.env.reset(seed=self._seed), reset=True)
         B = self.env.num_envs
         self._h = {mid: self.module[mid].initial_state((B, self.mapping.n_agents(mid))) for mid in self.mapping.modules}
         self._starts = torch.ones(B, dtype=torch.bool)
@@ -142,7 +144,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
                 self._h[mid] = h_next
             glob["state"].append(step.state)
             glob["starts"].append(self._starts)
-            nxt = self.env.step(self.mapping.scatter(actions))
+            nxt = self._guard(self.env.step(self.mapping.scatter(actions)))  # shapes, NaN/inf (non_finite)
             self._record_step(nxt, buf, glob)
             step = nxt
         self._last = step
@@ -153,7 +155,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         self.num_env_steps_sampled_lifetime += n
         out = {k: torch.stack(v) for k, v in glob.items()}
         out["modules"] = {mid: {k: torch.stack(v) for k, v in b.items()} for mid, b in buf.items()}
-        out["metrics"] = {"env_steps": n, **self._stats.pop()}
+        out["metrics"] = {"env_steps": n, **self._stats.pop(), **self._guard.pop_metrics()}
         return out
 
     def _record_step(self, nxt: Step, buf, glob) -> None:

@@ -31,6 +31,7 @@ from marl.callbacks import CallbackList
 from marl.checkpoint import load_module, module_states, resolve_checkpoint
 from marl.config import ConfigBase, restore_config
 from marl.engine.context import RunAccess
+from marl.engine.guards import raise_returned, returning_errors
 from marl.engine.resume import SAMPLING_KEY, restore_sampling, sampling_state
 from marl.engine.runner import MappingFn
 from marl.engine.spec import TrainerConfig, agent_module_specs, build_algorithm_config
@@ -121,6 +122,11 @@ class Trainer(RunAccess, Algorithm):
     @classmethod
     def check_mapping(cls, cfg: ConfigBase, mapping: PolicyMapping) -> None:
         """Raise :class:`~marl.errors.MarlError` if this algorithm cannot train with ``mapping``."""
+
+    @classmethod
+    def check_run(cls, cfg: ConfigBase, env: Any, mapping: PolicyMapping) -> None:
+        """Raise :class:`~marl.errors.MarlError` for what only the env object itself tells (e.g. a text
+        game's bots against the ``opponents`` key); called before Ray starts, after :meth:`check_mapping`."""
 
     @classmethod
     def module_config(cls, cfg: ConfigBase, mapping: PolicyMapping, mid: str) -> Dict[str, Any]:
@@ -226,7 +232,8 @@ class Trainer(RunAccess, Algorithm):
         group = self.env_runner_group
         if group.num_remote_env_runners() == 0:
             return [fn(group.local_env_runner)]
-        return group.foreach_env_runner(fn, local_env_runner=False)
+        # a bad input raised in a remote runner is raised here, not taken for a lost runner (marl.engine.guards)
+        return raise_returned(group.foreach_env_runner(returning_errors(fn), local_env_runner=False))
 
     def foreach_env(self, fn: Callable[[MultiAgentEnv], Any]) -> List[Any]:
         """``fn(env)`` on the env of every sampling runner (e.g. a callback setting a crash rate)."""

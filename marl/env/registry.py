@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -169,9 +170,13 @@ def make_env(name: Any, scenario: Optional[str] = None, **kwargs) -> MultiAgentE
 
     Raises:
         MarlError: unknown family or scenario (the message lists the valid
-            choices), an object no family accepts, or an invalid ``entity_layout``.
+            choices), an object no family accepts, an invalid ``entity_layout``,
+            or a ``seed`` that is not a whole number >= 0.
     """
     fams = _builtin_families()
+    seed = kwargs.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+        raise MarlError(f"seed must be a whole number >= 0 or None, got {seed!r}.")
     wrappers = [(w, entry, kwargs.pop(w)) for w, entry in _wrapper_order() if w in kwargs]
     layout = kwargs.pop("entity_layout", None)
     if not isinstance(name, str):

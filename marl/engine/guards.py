@@ -1,0 +1,170 @@
+"""Checks of what an env hands the env runner: shapes against its ``EnvInfo``, finite numbers.
+
+A user env that returns a NaN or an infinite observation, state or reward would
+otherwise poison the losses many steps later, far from its cause; an env whose
+observation grows mid-run would fail in a matmul. :class:`StepGuard` checks
+every :class:`~marl.env.Step` where it enters the sampler
+(:class:`~marl.engine.runner.BatchedEnvRunner`), as Stable-Baselines3's
+``VecCheckNan`` wrapper does for single-agent envs (Raffin et al. 2021,
+"Stable-Baselines3: Reliable Reinforcement Learning Implementations", JMLR
+22(268)); the full contract check of an env is :func:`marl.env.check_env`.
+
+Cost per step: one shape comparison and one ``sum`` per checked tensor (a NaN or
+an infinity makes the sum non-finite); only then is the tensor searched for the
+place to name. The engine config key ``non_finite`` picks what happens:
+``raise`` (default) a :class:`~marl.errors.MarlError` naming the env, the
+agent (or state index), the field, the env copy and the step; ``mask`` replaces
+the values by 0 and counts them in the rollout metric ``non_finite_masked``;
+``off`` checks shapes only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+from marl.env import EnvInfo, Step
+from marl.errors import MarlError, TrainingDiverged
+
+Item = Tuple[str, Optional[str], torch.Tensor]  # (field, group or None for the state, tensor)
+USER_ERRORS = (MarlError, TrainingDiverged)
+
+
+class StepGuard:
+    """Checks the :class:`Step` objects of one env (see the module docstring).
+
+    Args:
+        info: the env's :class:`~marl.env.EnvInfo` (shapes: ``obs[g]`` ``[B, N_g, obs_dim_g]``,
+            ``reward[g]`` ``[B, N_g]``, ``state`` ``[B, state_dim]``).
+        mode: ``"raise"``, ``"mask"`` or ``"off"`` (the ``non_finite`` config key).
+        where: how messages name the sampler, e.g. ``"env runner 1"``.
+    """
+
+    def __init__(self, info: EnvInfo, mode: str = "raise", where: str = "env runner"):
+        self.info, self.mode, self.where = info, mode, where
+        self.name = f"{info.family}:{info.scenario}"
+        B = info.num_envs
+        self.shapes: Dict[Tuple[str, Optional[str]], Tuple[int, ...]] = {("state", None): (B, info.state_dim)}
+        for g, gi in info.groups.items():
+            self.shapes[("obs", g)] = (B, gi.n_agents, gi.obs_dim)
+            self.shapes[("reward", g)] = (B, gi.n_agents)
+        self.steps = 0  # env steps since the guard was built (the reset is step 0)
+        self.masked: List[int] = []
+
+    def __call__(self, step: Step, reset: bool = False) -> Step:
+        """``step`` checked (and, in ``mask`` mode, with non-finite values replaced by 0).
+
+        Raises:
+            MarlError: a tensor whose shape differs from ``info`` (expected vs got), or,
+                in ``raise`` mode, a NaN / infinite value (env, agent, field, env copy, step).
+        """
+        if not reset:
+            self.steps += 1
+        items = list(self._items(step))
+        for field, group, t in items:
+            want = self.shapes[(field.removeprefix("final_"), group)]
+            if tuple(t.shape) != want:
+                self._shape_error(field, group, tuple(t.shape), want)
+        if self.mode == "off" or math.isfinite(sum(float(t.sum()) for _, _, t in items)):
+            return step
+        bad = [(f, g, t) for f, g, t in items if not bool(torch.isfinite(t).all())]
+        if not bad:  # the sum overflowed, every value is finite
+            return step
+        if self.mode == "raise":
+            raise MarlError(self._describe(*bad[0]))
+        return self._mask(step, bad)
+
+    def pop_metrics(self) -> Dict[str, List[int]]:
+        """``{"non_finite_masked": [values replaced since the last call]}`` in ``mask`` mode, else ``{}``."""
+        if self.mode != "mask":
+            return {}
+        out = {"non_finite_masked": [sum(self.masked)]}
+        self.masked = []
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _items(self, step: Step) -> Iterator[Item]:
+        """The tensors to check; ``final_*`` ones only where they are not the current ones."""
+        for field in ("obs", "reward"):
+            per_group = getattr(step, field)
+            for g in self.info.groups:
+                if g not in per_group:
+                    raise MarlError(f"Env {self.name} ({self.where}) returned {field} without group '{g}' at "
+                                    f"step {self.steps}: expected the groups {list(self.info.groups)}, got {list(per_group)}.")
+                yield field, g, per_group[g]
+        yield "state", None, step.state
+        if step.final_obs is not None:
+            for g, t in step.final_obs.items():
+                if t is not step.obs.get(g):
+                    yield "final_obs", g, t
+        if step.final_state is not None and step.final_state is not step.state:
+            yield "final_state", None, step.final_state
+
+    def _shape_error(self, field: str, group: Optional[str], got: Tuple[int, ...], want: Tuple[int, ...]) -> None:
+        what = f"{field} of group '{group}'" if group else field
+        dims = "[B, state_dim]" if group is None else "[B, N_g, obs_dim]" if "obs" in field else "[B, N_g]"
+        raise MarlError(f"Env {self.name} ({self.where}) changed the shape of {what} at step {self.steps}: "
+                        f"expected {want} ({dims} from env.info), got {got}. An env must keep the shapes its "
+                        f"EnvInfo declares for the whole run.")
+
+    def _describe(self, field: str, group: Optional[str], t: torch.Tensor) -> str:
+        idx = [int(i) for i in (~torch.isfinite(t)).nonzero()[0]]
+        value = float(t[tuple(idx)])
+        if group is None:
+            who = f"(index {idx[1]})"
+        else:
+            who = f"of agent '{self.info.groups[group].agents[idx[1]]}' (group '{group}'"
+            who += f", feature {idx[2]})" if len(idx) > 2 else ")"
+        return (f"Env {self.name} ({self.where}) returned {value} in {field} {who}, env copy {idx[0]}, at step "
+                f"{self.steps}{' (reset)' if self.steps == 0 else ''}. Fix the env, or set non_finite='mask' to "
+                f"replace NaN/inf by 0 (counted in the metric non_finite_masked).")
+
+    def _mask(self, step: Step, bad: List[Item]) -> Step:
+        """A copy of ``step`` with the non-finite values of ``bad`` replaced by 0 (the env's tensors stay)."""
+        fields: Dict[str, object] = {}
+        for field, group, t in bad:
+            self.masked.append(int((~torch.isfinite(t)).sum()))
+            clean = torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
+            # a final_* field that is the very same tensor (no episode ended) gets the clean one too
+            for f in (field, f"final_{field}") if field in ("obs", "state") else (field,):
+                if group is None and getattr(step, f) is t:
+                    fields[f] = clean
+                elif group is not None and getattr(step, f) is not None and getattr(step, f).get(group) is t:
+                    fields.setdefault(f, dict(getattr(step, f)))[group] = clean  # type: ignore[index]
+        return dataclasses.replace(step, **fields)
+
+
+# ------------------------------------------------------------------ errors of remote env runners
+@dataclasses.dataclass
+class ReturnedError:
+    """A user-facing error raised in a remote env runner, carried back as a value.
+
+    RLlib's fault tolerance takes any exception of a remote call for a lost runner: it drops
+    the result and restarts the runner, which would hit the same bad env again. A bad input
+    is no lost runner: :func:`returning_errors` turns it into this value and
+    :func:`raise_returned` raises it in the driver.
+    """
+
+    error: BaseException
+
+
+def returning_errors(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` (run on a remote env runner) returning a :class:`ReturnedError` instead of raising a
+    :class:`~marl.errors.MarlError` or :class:`~marl.errors.TrainingDiverged`."""
+    def call(runner: Any) -> Any:
+        try:
+            return fn(runner)
+        except USER_ERRORS as e:
+            return ReturnedError(e)
+
+    return call
+
+
+def raise_returned(results: List[Any]) -> List[Any]:
+    """``results``, after raising the first :class:`ReturnedError`'s error among them."""
+    for r in results:
+        if isinstance(r, ReturnedError):
+            raise r.error
+    return results
