@@ -15,9 +15,13 @@ from marl.engine.faults import kill_env_runner
 from marl.env import MarlError
 from marl.errors import EnvRunnersLost
 from test_value_decomp import _buffer, _rollout
-from toy_envs import MatchEnv
 
 QUICK = dict(progress=False, eval_episodes=0, num_env_runners=2)
+
+
+def spread():
+    """Remote runners rebuild it from its spec (no test module needed in their processes)."""
+    return marl.make_env("mpe", "simple_spread", num_envs=4)
 
 
 def _wait_restored(trainer, runner: int, timeout_s: float = 120.0) -> float:
@@ -79,7 +83,7 @@ def test_buffer_accepts_a_rollout_without_a_lost_runners_copies():
 
 
 def test_mappo_runner_killed_is_restored_and_training_continues(ray_session, capsys):
-    trainer, *_ = build_trainer(MatchEnv(num_envs=4), "mappo", rollout_length=5, epochs=1, **QUICK)
+    trainer, *_ = build_trainer(spread(), "mappo", rollout_length=5, epochs=1, **QUICK)
     try:
         before, degraded, after = _kill_and_recover(trainer, capsys)
         TB = 5 * 4  # steps per runner per iteration
@@ -87,7 +91,10 @@ def test_mappo_runner_killed_is_restored_and_training_continues(ray_session, cap
         assert after["env_steps"] - degraded["env_steps"] == 2 * TB
         assert trainer.progress["env_steps"] == after["env_steps"] == 5 * TB
         # an error raised inside a runner is the env's error, not a lost runner (and arrives at once)
-        trainer.foreach_env(lambda env: setattr(env, "step", _broken_step))
+        def broken_step(actions):  # local: pickled by value into the runners
+            raise MarlError("broken env")
+
+        trainer.foreach_env(lambda env: setattr(env, "step", broken_step))
         t0 = time.perf_counter()
         with pytest.raises(MarlError, match="broken env"):
             trainer.train()
@@ -96,23 +103,18 @@ def test_mappo_runner_killed_is_restored_and_training_continues(ray_session, cap
         trainer.stop()
 
 
-def _broken_step(actions):
-    raise MarlError("broken env")
-
-
 def test_qmix_runner_killed_is_restored_and_buffer_keeps_filling(ray_session, capsys):
-    trainer, *_ = build_trainer(MatchEnv(num_envs=4, T=5), "qmix", rollout_length=3, batch_size=4,
-                                learning_starts_episodes=4, buffer_size=64, **QUICK)
+    trainer, *_ = build_trainer(spread(), "qmix", rollout_length=10, batch_size=4, learning_starts_episodes=4,
+                                buffer_size=64, **QUICK)
     try:
         before, degraded, after = _kill_and_recover(trainer, capsys)
-        assert before["env_steps"] == 24 and degraded["env_steps"] == 36 and after["env_steps"] == 60
-        assert trainer.buffer.steps_dropped == 4 * 3  # runner 1's 4 copies were 3 steps into their episodes
-        added = trainer.buffer.episodes_added
+        assert before["env_steps"] == 80 and degraded["env_steps"] == 120 and after["env_steps"] == 200
+        assert trainer.buffer.steps_dropped == 4 * 10  # runner 1's 4 copies were 10 steps into their episodes
+        assert trainer.buffer.episodes_added == 4  # runner 2's first episodes (25 steps) ended in "after"
         for _ in range(2):
             trainer.train()
-        # 5-step episodes, 3 steps per iteration: runner 2's copies end episodes in both iterations (8),
-        # the restarted runner 1's fresh episodes (started in the "after" iteration) in the first (4)
-        assert trainer.buffer.episodes_added == added + 12
+        # runner 2's second episodes and the restarted runner 1's first ones (from "after" on) end
+        assert trainer.buffer.episodes_added == 4 + 8
     finally:
         trainer.stop()
 
@@ -145,7 +147,7 @@ class KillAll(Callback):
 
 
 def test_all_runners_lost_stops_with_clear_error_and_keeps_checkpoint(ray_session, run_dir, capsys):
-    env = MatchEnv(num_envs=4)
+    env = spread()
     with pytest.raises(EnvRunnersLost, match=r"all 2 env runners are lost and none can be restarted.*"
                                              r"last checkpoint: (\S+);") as e:
         env.fit("mappo", stop={"iterations": 5}, log_dir=run_dir, checkpoint_every=1, env_runner_restarts=0,

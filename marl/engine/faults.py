@@ -1,17 +1,18 @@
 """Fault tolerance of remote env runners: sample from the healthy ones, restore the lost ones.
 
-RLlib 2.60 provides the mechanics (``docs/engine.md``, "Fault tolerance"): Ray restarts
-a dead env-runner actor up to ``max_restarts`` times (``AlgorithmConfig.fault_tolerance``),
-the ``EnvRunnerGroup``'s actor manager takes an actor whose call failed out of service,
-and ``probe_unhealthy_env_runners`` pings those actors to bring the restarted ones back.
-:class:`RunnerFaults` is what a :class:`~marl.engine.trainer.Trainer` adds on top:
+RLlib 2.60 and Ray provide the mechanics (``docs/engine.md``, "Fault tolerance"): Ray restarts
+a dead env-runner actor up to ``max_restarts`` times (``AlgorithmConfig.fault_tolerance``), and
+the ``EnvRunnerGroup``'s actor manager takes an actor whose call failed out of service.
+:class:`RunnerFaults` is what a :class:`~marl.engine.trainer.Trainer` adds on top (in place of
+RLlib's ``Algorithm.restore_env_runners``, whose blocking probe waits while an actor restarts):
 
 * calls on the runners return the results of the healthy ones and say which runner each
   came from; an exception raised *inside* a runner (a bad env, a NaN guard) is raised
   again in the driver, it is never mistaken for a lost runner;
 * a runner whose process was replaced (Ray restarted it between two calls) is noticed by
   its process id, so a rollout of a fresh, not yet synced runner never reaches a learner;
-* a restored runner gets the learners' current weights before it samples again;
+* lost runners are pinged without waiting; one that answers gets the learners' current
+  weights before it samples again;
 * every loss and restore prints one line (``[marl] env runner <i> lost (<reason>);
   continuing with <k> of <n>``, ``[marl] env runner <i> restored ...``) and is counted in
   the iteration's metrics (``runners_healthy``, ``runners_lost``, ``runners_restored``);
@@ -31,9 +32,8 @@ from typing import Any, Callable, Dict, List, Tuple
 import ray
 from ray.exceptions import RayError, RayTaskError
 
-from marl.errors import EnvRunnersLost
+from marl.errors import EnvRunnersLost, MarlError
 
-PROBE_TIMEOUT_S = 1.0  # RLlib's own health probes (marl pings lost runners without waiting: RunnerFaults)
 POLL_S = 0.5  # pause between pings while no runner is left
 PING_RESEND_S = 1.0  # a ping to a lost runner unanswered this long is replaced by a new one
 
@@ -45,7 +45,6 @@ def fault_tolerance_settings(cfg: Any) -> Dict[str, Any]:
     return {
         "restart_failed_env_runners": True,  # RLlib then tolerates lost actors in its own calls (weight sync)
         "max_num_env_runner_restarts": int(cfg.env_runner_restarts),
-        "env_runner_health_probe_timeout_s": PROBE_TIMEOUT_S,
     }
 
 
@@ -55,11 +54,11 @@ def kill_env_runner(trainer, index: int, restart: bool = True) -> None:
     dead. For fault drills (``examples/fault_tolerance.py``, ``tests/test_faults.py``).
 
     Raises:
-        EnvRunnersLost: ``trainer`` has no remote runner ``index`` (names the valid ones).
+        MarlError: ``trainer`` has no remote runner ``index`` (names the valid ones).
     """
     actors = trainer.env_runner_group._worker_manager.actors()  # RLlib's runner id -> actor handle
     if index not in actors:
-        raise EnvRunnersLost(f"no remote env runner {index}; the trainer has {sorted(actors) or 'none'}.")
+        raise MarlError(f"no remote env runner {index}; the trainer has {sorted(actors) or 'none'}.")
     ray.kill(actors[index], no_restart=not restart)
 
 
