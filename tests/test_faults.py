@@ -34,6 +34,22 @@ def _wait_restored(trainer, runner: int, timeout_s: float = 120.0) -> float:
     pytest.fail(f"env runner {runner} was not restored within {timeout_s} s")
 
 
+def _wait_alive(handle, timeout_s: float = 120.0) -> None:
+    """Ping an actor directly (not through marl) until Ray has restarted it."""
+    import ray
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        ref = handle.ping.remote()
+        if ray.wait([ref], timeout=1.0)[0]:
+            try:
+                ray.get(ref)
+                return
+            except ray.exceptions.RayError:
+                time.sleep(0.2)
+    pytest.fail("the actor was not restarted")
+
+
 def _runner_weights(trainer, runner: int, mid: str):
     return dict(trainer.runner_faults.foreach(lambda r: {k: v.clone() for k, v in r.module[mid].state_dict().items()}))[runner]
 
@@ -90,6 +106,15 @@ def test_mappo_runner_killed_is_restored_and_training_continues(ray_session, cap
         assert before["env_steps"] == 2 * TB and degraded["env_steps"] - before["env_steps"] == TB
         assert after["env_steps"] - degraded["env_steps"] == 2 * TB
         assert trainer.progress["env_steps"] == after["env_steps"] == 5 * TB
+        # restarted by Ray between two iterations, no call failed: its untrained answer is dropped
+        handle = trainer.env_runner_group._worker_manager.actors()[2]
+        kill_env_runner(trainer, 2)
+        _wait_alive(handle)
+        silent = trainer.train()["marl"]
+        assert silent["runners_healthy"] == 1 and silent["env_steps"] - after["env_steps"] == TB
+        assert "[marl] env runner 2 lost (its process was restarted by Ray (pid" in capsys.readouterr().out
+        _wait_restored(trainer, 2)
+        assert trainer.train()["marl"]["env_steps"] - silent["env_steps"] == 2 * TB
         # an error raised inside a runner is the env's error, not a lost runner (and arrives at once)
         def broken_step(actions):  # local: pickled by value into the runners
             raise MarlError("broken env")
