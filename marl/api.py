@@ -17,7 +17,7 @@ from marl.callbacks import Callback, CallbackList
 from marl.checkpoint import resolve_checkpoint, save_checkpoint
 from marl.config import EngineConfig, config_view, list_algos, load_config, trainer_class, validate_stop
 from marl.env import MarlError, MultiAgentEnv, set_fit_entry
-from marl.errors import RunInterrupted, TrainingDiverged
+from marl.errors import EnvRunnersLost, RunInterrupted, TrainingDiverged
 from marl.mapping import PolicyMapping
 from marl.results import Result, load
 from marl.rundir import RunFolder, StopOnSignal, open_resume, open_run, restore, write_yaml
@@ -303,6 +303,11 @@ def _iteration(trainer, run_dir: Path, last_ckpt: Optional[Path]) -> Dict[str, A
                 f"{_diverged(e)}. Training stopped at {trainer.progress['env_steps']} env steps; "
                 f"last good checkpoint: {last_ckpt or 'none yet'}; logs kept in {run_dir}."
             ) from e
+        if _diverged(e, EnvRunnersLost):  # every env runner gone for good (marl/engine/faults.py)
+            raise EnvRunnersLost(
+                f"{_diverged(e, EnvRunnersLost)} Training stopped at {trainer.progress['env_steps']} env "
+                f"steps; last checkpoint: {last_ckpt or 'none yet'}; logs kept in {run_dir}."
+            ) from e
         raise
 
 
@@ -373,12 +378,12 @@ def _yaml_safe(cfg: Dict[str, Any]) -> Dict[str, Any]:
     return {k: (v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else repr(v)) for k, v in cfg.items()}
 
 
-def _diverged(e: BaseException) -> Optional[str]:
-    """The message of a TrainingDiverged inside ``e`` (Ray wraps remote errors), else None."""
+def _diverged(e: BaseException, kind: type = TrainingDiverged) -> Optional[str]:
+    """The message of a ``kind`` error (TrainingDiverged) inside ``e`` (Ray wraps remote errors), else None."""
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, TrainingDiverged):
+        if isinstance(e, kind):
             return str(e)
         cause = getattr(e, "cause", None)
         e = cause if isinstance(cause, BaseException) else (e.__cause__ or e.__context__)

@@ -12,6 +12,10 @@ class MarlError(ValueError):
     """Base class of marl's user-facing errors (bad names, bad config, bad input)."""
 
 
+class EnvRunnersLost(MarlError):
+    """Every remote env runner is lost and none can be restarted (``docs/engine.md``, "Fault tolerance")."""
+
+
 class TrainingDiverged(FloatingPointError):
     """A loss became NaN or infinite; the message names the loss and the module."""
 

@@ -8,7 +8,7 @@ import torch
 
 import marl
 from marl.algos.q_learning import check_q_bound
-from marl.engine.guards import ReturnedError, StepGuard, raise_returned, returning_errors
+from marl.engine.guards import StepGuard
 from marl.engine.replay import JointEpisodeBuffer
 from marl.engine.trainer import TrainingDiverged
 from marl.env import MarlError
@@ -115,19 +115,6 @@ def test_guard_sum_overflow_of_finite_values_is_no_error():
     step = env.reset(seed=0)
     step.reward = {"agent": torch.full((2, 2), 3e38)}  # the sum overflows float32, every value is finite
     assert StepGuard(env.info)(step, reset=True) is step
-
-
-def test_remote_user_errors_come_back_as_values():
-    def bad(runner):
-        raise MarlError("bad env value")
-
-    out = returning_errors(bad)(None)
-    assert isinstance(out, ReturnedError)
-    with pytest.raises(MarlError, match="bad env value"):
-        raise_returned([1, out])
-    assert raise_returned([1, 2]) == [1, 2]
-    with pytest.raises(KeyError):  # a crash stays a crash (RLlib's fault tolerance handles it)
-        returning_errors(lambda r: {}["x"])(None)
 
 
 # ------------------------------------------------------------------ replay buffer, text games (no Ray)

@@ -45,6 +45,7 @@ from marl.algos.llm.policy import CausalLMModule, Generator, load_tokenizer
 from marl.algos.llm.runner import TextEnvRunner, Turn, check_opponent_names, evaluate
 from marl.config import config_view
 from marl.engine.context import RunContext, learner_config_dict
+from marl.engine.faults import fault_tolerance_settings
 from marl.engine.runner import MappingFn
 from marl.engine.spec import TrainerConfig, lr_schedule
 from marl.engine.trainer import StepOutput, Trainer
@@ -270,6 +271,7 @@ class LLMSelfPlay(Trainer):
             .env_runners(env_runner_cls=TextEnvRunner, num_env_runners=cfg.num_env_runners,
                          num_cpus_per_env_runner=cfg.num_cpus_per_env_runner,
                          num_gpus_per_env_runner=cfg.num_gpus_per_env_runner)
+            .fault_tolerance(**fault_tolerance_settings(cfg))
             .learners(num_learners=cfg.num_learners, num_gpus_per_learner=cfg.num_gpus_per_learner,
                       num_cpus_per_learner=cfg.num_cpus_per_learner if cfg.num_learners else "auto",
                       learner_config_dict=learner_cfg)
@@ -321,12 +323,12 @@ class LLMSelfPlay(Trainer):
 
     def evaluate_opponents(self, opponents=None, games: Optional[int] = None) -> Dict[str, float]:
         """Mean ``vs_<bot>_<metric>`` over ``games`` games against each fixed opponent
-        (default ``eval_opponents``, or every bot of the game), on the first env runner."""
+        (default ``eval_opponents``, or every bot of the game), on one env runner (another if it is lost)."""
         games = int(games or self.cfg.eval_games)
-        opponents = opponents or self.cfg.eval_opponents or list(self.foreach_runner(lambda r: list(r.ensure_env().bots()))[0])
+        opponents = opponents or self.cfg.eval_opponents or self.first_runner(lambda r: list(r.ensure_env().bots()))
         out = {}
         for opp in opponents:
-            stats = self.foreach_runner(lambda r, o=opp: r.evaluate(o, games))[0]
+            stats = self.first_runner(lambda r, o=opp: r.evaluate(o, games))
             out.update({f"vs_{opp}_{k}": float(np.mean(v)) for k, v in stats.items()})
         return out
 

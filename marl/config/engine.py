@@ -23,6 +23,11 @@ class EngineConfig(ConfigBase):
     rollout_length: int = key("T: steps per env copy per iteration", ge=1)
     num_env_runners: int = key("remote sampling actors; 0 = sample in the driver (at most the number of CPUs)", ge=0)
     num_cpus_per_env_runner: float = key("CPUs per env runner (scaled down automatically to fit Ray's CPUs)", gt=0)
+    env_runner_restarts: int = key(
+        "restarts of each remote env runner after its process dies (docs/engine.md, Fault tolerance); "
+        "0 = a lost runner stays lost and training goes on with the others", ge=0)
+    env_runner_restart_timeout_s: float = key(
+        "seconds to wait for a restarted env runner when none is left, before the run stops", gt=0)
     num_learners: int = key("0 = one local learner in the driver; k > 1 = DDP across k learner actors", ge=0)
     num_gpus_per_learner: float = key("GPUs per learner", ge=0)
     num_cpus_per_learner: float = key("CPUs per learner actor (scaled down automatically to fit Ray's CPUs)", gt=0)

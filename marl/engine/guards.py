@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from marl.env import EnvInfo, Step
-from marl.errors import MarlError, TrainingDiverged
+from marl.errors import MarlError
 
 Item = Tuple[str, Optional[str], torch.Tensor]  # (field, group or None for the state, tensor)
-USER_ERRORS = (MarlError, TrainingDiverged)
 
 
 class StepGuard:
@@ -134,37 +133,3 @@ class StepGuard:
                 elif group is not None and getattr(step, f) is not None and getattr(step, f).get(group) is t:
                     fields.setdefault(f, dict(getattr(step, f)))[group] = clean  # type: ignore[index]
         return dataclasses.replace(step, **fields)
-
-
-# ------------------------------------------------------------------ errors of remote env runners
-@dataclasses.dataclass
-class ReturnedError:
-    """A user-facing error raised in a remote env runner, carried back as a value.
-
-    RLlib's fault tolerance takes any exception of a remote call for a lost runner: it drops
-    the result and restarts the runner, which would hit the same bad env again. A bad input
-    is no lost runner: :func:`returning_errors` turns it into this value and
-    :func:`raise_returned` raises it in the driver.
-    """
-
-    error: BaseException
-
-
-def returning_errors(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``fn`` (run on a remote env runner) returning a :class:`ReturnedError` instead of raising a
-    :class:`~marl.errors.MarlError` or :class:`~marl.errors.TrainingDiverged`."""
-    def call(runner: Any) -> Any:
-        try:
-            return fn(runner)
-        except USER_ERRORS as e:
-            return ReturnedError(e)
-
-    return call
-
-
-def raise_returned(results: List[Any]) -> List[Any]:
-    """``results``, after raising the first :class:`ReturnedError`'s error among them."""
-    for r in results:
-        if isinstance(r, ReturnedError):
-            raise r.error
-    return results

@@ -92,6 +92,7 @@ class JointEpisodeBuffer:
         self._pos = np.zeros(self.num_envs, np.int64)  # next step index in the open slot
         self.episodes_added = 0
         self._opened = 0  # slots handed out so far (slots [0, min(_opened, C)) have been used)
+        self.steps_dropped = 0  # steps of open episodes dropped because their env copy was lost
         self.just_committed: List[int] = []  # slots committed by the last add_rollout (reward redistribution)
 
     # ---------------------------------------------------------------- filling
@@ -114,14 +115,18 @@ class JointEpisodeBuffer:
         """Write a time-major rollout of :class:`BatchedEnvRunner` (``[T, B, ...]`` torch
         tensors; see its ``sample``) into the open slots; return the episodes committed.
 
+        ``rollout["env_copies"]`` (``[B]``, optional) says which of the ``num_envs`` copies the
+        rollout's columns are; copies it lacks (a lost env runner's) have their open episodes
+        dropped, and write again from their next episode start (a restarted runner starts fresh).
+
         Raises:
-            MarlError: the rollout's ``B`` differs from ``num_envs``, an episode is
-                longer than ``episode_limit``, or a reward is NaN / infinite (never stored).
+            MarlError: the rollout's ``B`` differs from ``num_envs`` and it has no ``env_copies``,
+                its copies are not distinct copies of ``num_envs``, an episode is longer than
+                ``episode_limit``, or a reward is NaN / infinite (never stored).
         """
         starts = rollout["starts"].numpy()
         T, B = starts.shape
-        if B != self.num_envs:
-            raise MarlError(f"rollout has {B} env copies, the buffer was built for {self.num_envs}")
+        copies = self._copies(rollout, B)
         done = (rollout["terminated"] | rollout["truncated"]).numpy()
         term = rollout["terminated"].numpy()
         mods = {m: {k: v.numpy() for k, v in cols.items()} for m, cols in rollout["modules"].items()}
@@ -131,21 +136,22 @@ class JointEpisodeBuffer:
         self.just_committed = []
         for t in range(T):
             if starts[t].any():
-                self._open(np.flatnonzero(starts[t]))
-            cols = np.flatnonzero(self._slot >= 0)  # copies whose episode start we saw
-            if len(cols) == 0:
+                self._open(copies[np.flatnonzero(starts[t])])
+            rcols = np.flatnonzero(self._slot[copies] >= 0)  # rollout columns whose episode start we saw
+            if len(rcols) == 0:
                 continue
+            cols = copies[rcols]
             slot, pos = self._slot[cols], self._pos[cols]
             if (pos >= self.limit).any():
                 raise MarlError(
                     f"an episode ran past episode_limit={self.limit} steps; the env's EnvInfo.episode_limit is wrong"
                 )
-            self._write_step(mods, state, t, cols, slot, pos)
-            ended = done[t, cols]
+            self._write_step(mods, state, t, rcols, slot, pos)
+            ended = done[t, rcols]
             if ended.any():
                 c, s, p = cols[ended], slot[ended], pos[ended]
-                self._write_final(mods, final_state, t, c, s, p + 1)
-                self.data["terminated"][s, p] = term[t, c]
+                self._write_final(mods, final_state, t, rcols[ended], s, p + 1)
+                self.data["terminated"][s, p] = term[t, rcols[ended]]
                 self.lengths[s] = p + 1
                 self.committed[s] = True
                 self.just_committed.extend(int(x) for x in s)
@@ -154,6 +160,22 @@ class JointEpisodeBuffer:
             self._pos[cols] += 1
         self.episodes_added += committed
         return committed
+
+    def _copies(self, rollout: Dict[str, Any], B: int) -> np.ndarray:
+        """The buffer's env copies of the rollout's ``B`` columns; the open episodes of the
+        copies it lacks are dropped (counted in ``steps_dropped``)."""
+        copies = rollout.get("env_copies")
+        if copies is None and B != self.num_envs:
+            raise MarlError(f"rollout has {B} env copies, the buffer was built for {self.num_envs}")
+        copies = np.arange(B) if copies is None else np.asarray(copies, np.int64)
+        if len(copies) != B or len(np.unique(copies)) != B or (B and not 0 <= copies.min() <= copies.max() < self.num_envs):
+            raise MarlError(f"rollout env_copies={copies.tolist()} are not {B} distinct copies of the "
+                            f"{self.num_envs} the buffer was built for (0..{self.num_envs - 1})")
+        missing = np.setdiff1d(np.arange(self.num_envs), copies)
+        lost = missing[self._slot[missing] >= 0]
+        self.steps_dropped += int(self._pos[lost].sum())
+        self._slot[lost] = -1
+        return copies
 
     def _write_step(self, mods, state, t, cols, slot, pos) -> None:
         d = self.data

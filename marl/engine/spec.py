@@ -18,6 +18,7 @@ from ray.rllib.policy.policy import PolicySpec
 
 from marl.config import ConfigBase
 from marl.engine.context import RunContext, learner_config_dict
+from marl.engine.faults import fault_tolerance_settings
 from marl.engine.runner import BatchedEnvRunner, MappingFn
 from marl.env import MultiAgentEnv
 from marl.mapping import PolicyMapping
@@ -76,6 +77,7 @@ def build_algorithm_config(algo_cls, cfg: ConfigBase, env: MultiAgentEnv, mappin
             num_cpus_per_env_runner=cfg.num_cpus_per_env_runner,
             rollout_fragment_length=cfg.rollout_length,
         )
+        .fault_tolerance(**fault_tolerance_settings(cfg))
         .learners(
             num_learners=cfg.num_learners,
             num_gpus_per_learner=cfg.num_gpus_per_learner,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from marl.callbacks import CallbackList
 from marl.checkpoint import load_module, module_states, resolve_checkpoint
 from marl.config import ConfigBase, restore_config
 from marl.engine.context import RunAccess
-from marl.engine.guards import raise_returned, returning_errors
+from marl.engine.faults import RunnerFaults
 from marl.engine.resume import SAMPLING_KEY, restore_sampling, sampling_state
 from marl.engine.runner import MappingFn
 from marl.engine.spec import TrainerConfig, agent_module_specs, build_algorithm_config
@@ -109,6 +109,8 @@ class Trainer(RunAccess, Algorithm):
         local = self.env_runner_group.local_env_runner
         if local is not None and self.local_env is not None:
             local.attach_env(self.local_env)
+        # remote runners: sample from the healthy ones, restore lost ones (marl/engine/faults.py)
+        self.runner_faults = RunnerFaults(self) if self.env_runner_group.num_remote_env_runners() else None
         init_from = getattr(self.cfg, "init_from", None)  # a key of the families with agent networks only
         if init_from:
             self.init_weights_from(init_from)
@@ -204,11 +206,18 @@ class Trainer(RunAccess, Algorithm):
 
     # =============================================================== data path
     def sample_rollouts(self, **act_kwargs) -> Dict[str, Any]:
-        """One rollout per env runner, concatenated along the env axis ``B``
-        (``act_kwargs``, e.g. ``epsilon``, go to the modules' ``act``); callbacks see it first."""
+        """One rollout per healthy env runner, concatenated along the env axis ``B``
+        (``act_kwargs``, e.g. ``epsilon``, go to the modules' ``act``); callbacks see it first.
+
+        ``rollout["env_copies"]`` (``[B]`` int64) numbers the rollout's env copies among all
+        runners' (runner ``r``'s copies are ``r * B_r ... (r + 1) * B_r - 1``): with a runner
+        lost, its copies are missing (:meth:`~marl.engine.replay.JointEpisodeBuffer.add_rollout`).
+        """
         t0 = time.perf_counter()
-        parts = self.foreach_runner(lambda r: r.sample(**act_kwargs))
-        rollout = _concat_rollouts(parts)
+        indexed = self.foreach_runner_indexed(lambda r: r.sample(**act_kwargs))
+        rollout = _concat_rollouts([part for _, part in indexed])
+        rollout["env_copies"] = torch.cat([
+            torch.arange(r * part["starts"].shape[1], (r + 1) * part["starts"].shape[1]) for r, part in indexed])
         self._sample_time += time.perf_counter() - t0
         self.run_callbacks.on_rollout(self, rollout)
         return rollout
@@ -227,13 +236,28 @@ class Trainer(RunAccess, Algorithm):
         return _reduce_learner_results(results, self.learner_metrics)
 
     def foreach_runner(self, fn: Callable[[Any], Any]) -> List[Any]:
-        """``fn(runner)`` on every sampling env runner: the remote ones, or the local one when
-        there are none. Returns the results in runner order."""
-        group = self.env_runner_group
-        if group.num_remote_env_runners() == 0:
-            return [fn(group.local_env_runner)]
-        # a bad input raised in a remote runner is raised here, not taken for a lost runner (marl.engine.guards)
-        return raise_returned(group.foreach_env_runner(returning_errors(fn), local_env_runner=False))
+        """``fn(runner)`` on every sampling env runner: the healthy remote ones, or the local one
+        when there are none. Returns the results in runner order.
+
+        Raises:
+            EnvRunnersLost: no remote runner is left and none can be restarted.
+        """
+        return [result for _, result in self.foreach_runner_indexed(fn)]
+
+    def foreach_runner_indexed(self, fn: Callable[[Any], Any]) -> List[Tuple[int, Any]]:
+        """:meth:`foreach_runner` with each result's runner position (0-based; 0 for the local
+        runner). A remote runner lost during the call is reported and left out
+        (:class:`~marl.engine.faults.RunnerFaults`)."""
+        if self.runner_faults is None:
+            return [(0, fn(self.env_runner_group.local_env_runner))]
+        return [(self.runner_faults.ids.index(i), result) for i, result in self.runner_faults.foreach(fn)]
+
+    def first_runner(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(runner)`` on one sampling env runner (the first healthy remote one, another if it
+        is lost during the call; or the local one), e.g. for an evaluation."""
+        if self.runner_faults is None:
+            return fn(self.env_runner_group.local_env_runner)
+        return self.runner_faults.foreach(fn, first_only=True)[0][1]
 
     def foreach_env(self, fn: Callable[[MultiAgentEnv], Any]) -> List[Any]:
         """``fn(env)`` on the env of every sampling runner (e.g. a callback setting a crash rate)."""
@@ -284,6 +308,8 @@ class Trainer(RunAccess, Algorithm):
             if isinstance(v, list) and v:
                 metrics[f"{k}_mean"] = float(np.mean(v))
         metrics.update(out.metrics)
+        if self.runner_faults is not None:
+            metrics.update(self.runner_faults.metrics())  # runners_healthy, runners_lost, runners_restored
         metrics.update(self.run_callbacks.on_iteration_end(self, metrics) or {})
         self.last_metrics = metrics
         return metrics
@@ -293,6 +319,20 @@ class Trainer(RunAccess, Algorithm):
         # then one of our iterations, whose flat metrics become the result.
         self.restore_env_runners(self.env_runner_group)
         return {"marl": self.train_iteration()}
+
+    def restore_env_runners(self, env_runner_group) -> List[int]:
+        """RLlib's hook at the start of every iteration: restarted remote runners come back with
+        the learners' weights, and a line is printed (:meth:`RunnerFaults.restore`)."""
+        faults = getattr(self, "runner_faults", None)
+        if faults is None or env_runner_group is not self.env_runner_group:
+            return super().restore_env_runners(env_runner_group)
+        return faults.restore()
+
+    def cleanup(self) -> None:
+        # RLlib's stop(): lost remote runners are ended first, RLlib stops the others
+        if getattr(self, "runner_faults", None) is not None:
+            self.runner_faults.close()
+        super().cleanup()
 
     # =============================================================== checkpoints
     def get_state(self, components=None, *, not_components=None, **kwargs):

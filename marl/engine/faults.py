@@ -1,0 +1,281 @@
+"""Fault tolerance of remote env runners: sample from the healthy ones, restore the lost ones.
+
+RLlib 2.60 and Ray provide the mechanics (``docs/engine.md``, "Fault tolerance"): Ray restarts
+a dead env-runner actor up to ``max_restarts`` times (``AlgorithmConfig.fault_tolerance``), and
+the ``EnvRunnerGroup``'s actor manager takes an actor whose call failed out of service.
+:class:`RunnerFaults` is what a :class:`~marl.engine.trainer.Trainer` adds on top (in place of
+RLlib's ``Algorithm.restore_env_runners``, whose blocking probe waits while an actor restarts):
+
+* calls on the runners return the results of the healthy ones and say which runner each
+  came from; an exception raised *inside* a runner (a bad env, a NaN guard) is raised
+  again in the driver, it is never mistaken for a lost runner;
+* a runner whose process was replaced (Ray restarted it between two calls) is noticed by
+  its process id, so a rollout of a fresh, not yet synced runner never reaches a learner;
+* lost runners are pinged without waiting; one that answers gets the learners' current
+  weights before it samples again;
+* every loss and restore prints one line (``[marl] env runner <i> lost (<reason>);
+  continuing with <k> of <n>``, ``[marl] env runner <i> restored ...``) and is counted in
+  the iteration's metrics (``runners_healthy``, ``runners_lost``, ``runners_restored``);
+* when no runner is left, it waits ``env_runner_restart_timeout_s`` for a restart, or
+  raises :class:`~marl.errors.EnvRunnersLost` at once when every runner has used up its
+  ``env_runner_restarts``.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Tuple
+
+import ray
+from ray.exceptions import RayError, RayTaskError
+
+from marl.errors import EnvRunnersLost, MarlError
+
+POLL_S = 0.5  # pause between pings while no runner is left
+PING_RESEND_S = 1.0  # a ping to a lost runner unanswered this long is replaced by a new one
+
+
+def fault_tolerance_settings(cfg: Any) -> Dict[str, Any]:
+    """Keyword arguments of RLlib's ``AlgorithmConfig.fault_tolerance`` for a marl config
+    (``env_runner_restarts``: Ray's ``max_restarts`` of every env-runner actor; with 0 a dead
+    runner stays dead while the others go on)."""
+    return {
+        "restart_failed_env_runners": True,  # RLlib then tolerates lost actors in its own calls (weight sync)
+        "max_num_env_runner_restarts": int(cfg.env_runner_restarts),
+    }
+
+
+def kill_env_runner(trainer, index: int, restart: bool = True) -> None:
+    """Kill remote env runner ``index`` (1-based, as in the printed lines) of ``trainer``, as a
+    crash would: with ``restart`` Ray restarts it (within ``env_runner_restarts``), else it stays
+    dead. For fault drills (``examples/fault_tolerance.py``, ``tests/test_faults.py``).
+
+    Raises:
+        MarlError: ``trainer`` has no remote runner ``index`` (names the valid ones).
+    """
+    actors = trainer.env_runner_group._worker_manager.actors()  # RLlib's runner id -> actor handle
+    if index not in actors:
+        raise MarlError(f"no remote env runner {index}; the trainer has {sorted(actors) or 'none'}.")
+    ray.kill(actors[index], no_restart=not restart)
+
+
+class _WithPid:
+    """``fn(runner)`` run inside an env-runner actor: ``(process id, result, exception or None)``.
+
+    An exception is returned, not raised: RLlib's ``FaultAwareApply.apply`` would answer it by
+    sleeping ``delay_between_env_runner_restarts_s`` and exiting the actor, turning a bad env
+    into a lost runner (and hiding the error)."""
+
+    def __init__(self, fn: Callable[[Any], Any]):
+        self.fn = fn
+
+    def __call__(self, runner) -> Tuple[int, Any, Any]:
+        try:
+            return os.getpid(), self.fn(runner), None
+        except Exception as e:  # noqa: BLE001 - raised again in the driver (RunnerFaults._call)
+            return os.getpid(), None, _portable(e)
+
+
+def _portable(e: Exception) -> Exception:
+    """``e`` with the runner's traceback as a note, or a RuntimeError with its text if it does not pickle."""
+    trace = "".join(traceback.format_exception(e))
+    try:
+        pickle.dumps(e)
+    except Exception:  # noqa: BLE001 - any pickling failure
+        return RuntimeError(f"{type(e).__name__}: {e} (raised in an env runner)\n{trace}")
+    e.add_note(f"raised in env runner process {os.getpid()}:\n{trace}")
+    return e
+
+
+class _SetWeights:
+    """Load the weights in object ``ref`` (RLlib's ``{rl_module, weights_seq_no}`` state) into a runner."""
+
+    def __init__(self, ref):
+        self.ref = ref
+
+    def __call__(self, runner) -> None:
+        runner.set_state(ray.get(self.ref))
+
+
+def _noop(runner) -> None:
+    return None
+
+
+def _reason(err: BaseException) -> str:
+    """A short cause of a lost runner: the error class and the last line of its message without
+    Ray's boilerplate (actor id, "temporarily unavailable", "the task may or may not ...")."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    text = re.sub(r"The actor [0-9a-f]+ is unavailable: |The actor is temporarily unavailable: ", "",
+                  lines[-1] if lines else "")
+    text = re.sub(r"\s*The task may or may not have been executed on the actor\.", "", text).strip()
+    return f"{type(err).__name__}: {text[:160]}" if text else type(err).__name__
+
+
+class RunnerFaults:
+    """The remote env runners of one trainer, as marl sees them (module docstring).
+
+    Args:
+        trainer: the :class:`~marl.engine.trainer.Trainer` (its ``env_runner_group``,
+            ``learner_group`` and ``cfg``: ``env_runner_restarts``, ``env_runner_restart_timeout_s``).
+
+    Attributes:
+        ids: RLlib's remote runner ids (1-based worker indices), in order.
+        lost, restored: runners lost and restored so far (counts).
+        events: ``{"runner", "event" ("lost" / "restored"), "time" (time.time()), "reason"}`` per event.
+    """
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.manager = trainer.env_runner_group._worker_manager  # RLlib's FaultTolerantActorManager
+        self.ids: List[int] = list(self.manager.actor_ids())
+        self.budget = int(trainer.cfg.env_runner_restarts)
+        self.timeout_s = float(trainer.cfg.env_runner_restart_timeout_s)
+        self.losses: Dict[int, int] = {i: 0 for i in self.ids}
+        self.down_since: Dict[int, float] = {}  # lost runner -> time.perf_counter() of the loss
+        self.lost = self.restored = 0
+        self.events: List[Dict[str, Any]] = []
+        self.pids: Dict[int, int] = {}  # runner id -> process id of the incarnation that has our weights
+        self._pings: Dict[int, Tuple[Any, float]] = {}  # lost runner -> (ping in flight, time sent)
+        self._call(self.ids, _noop, adopt=True)
+
+    # ------------------------------------------------------------------ calls
+    def foreach(self, fn: Callable[[Any], Any], first_only: bool = False) -> List[Tuple[int, Any]]:
+        """``(runner id, fn(runner))`` of every healthy remote runner (of one with ``first_only``).
+
+        Runners lost during the call are reported and left out; with none left, waits for a
+        restarted one and calls again.
+
+        Raises:
+            EnvRunnersLost: no runner is left and none can come back.
+            Exception: whatever ``fn`` raised inside a runner (e.g. a MarlError of the env).
+        """
+        while True:
+            self._notice_unhealthy()
+            ids = self._healthy()
+            if not ids:
+                self.wait_for_runner()
+                continue
+            out = self._call(ids[:1] if first_only else ids, fn)
+            if out:
+                return out
+
+    def _call(self, ids: List[int], fn, adopt: bool = False) -> List[Tuple[int, Any]]:
+        """Run ``fn`` on runners ``ids``; returns ``(id, result)`` of those that answered. A runner
+        that answers from another process than the one marl synced (Ray restarted it since) is
+        dropped and reported, unless ``adopt`` (a start or a restore: remember its process)."""
+        results = self.manager.foreach_actor(_WithPid(fn), remote_actor_ids=ids, healthy_only=True)
+        out = []
+        for r in results:
+            if not r.ok:
+                err = r.get()
+                if isinstance(err, RayTaskError) and not isinstance(err.cause, RayError):
+                    raise err  # e.g. a result that does not pickle (an instance of the original class too)
+                self._lose(r.actor_id, _reason(err))
+                continue
+            pid, value, error = r.get()
+            if error is not None:
+                raise error  # raised by fn inside the runner (an env error, a NaN guard): not a lost runner
+            known = self.pids.get(r.actor_id, pid)
+            if pid != known and not adopt:  # Ray restarted it since its last call: weights and env are fresh
+                self.manager.set_actor_state(r.actor_id, healthy=False)
+                self._lose(r.actor_id, f"its process was restarted by Ray (pid {known} -> {pid})")
+                continue
+            self.pids[r.actor_id] = pid
+            out.append((r.actor_id, value))
+        return sorted(out, key=lambda x: x[0])
+
+    # ------------------------------------------------------------------ health
+    def _healthy(self) -> List[int]:
+        return [i for i in self.ids if self.manager.is_actor_healthy(i)]
+
+    def _notice_unhealthy(self) -> None:
+        """Report runners RLlib took out of service in its own calls (e.g. a weight sync)."""
+        for i in self.ids:
+            if i not in self.down_since and not self.manager.is_actor_healthy(i):
+                self._lose(i, "a call to it failed (see RLlib's log line above)")
+
+    def _lose(self, i: int, reason: str) -> None:
+        self.losses[i] += 1
+        self.lost += 1
+        self.down_since[i] = time.perf_counter()
+        self.events.append({"runner": i, "event": "lost", "time": time.time(), "reason": reason})
+        k, n = len(self._healthy()), len(self.ids)
+        tail = f"continuing with {k} of {n}" if k else (
+            f"no env runner left; waiting up to {self.timeout_s:g} s for a restart" if self._restartable()
+            else "no env runner left")
+        print(f"[marl] env runner {i} lost ({reason}); {tail}", flush=True)
+
+    def _restartable(self) -> List[int]:
+        """Lost runners that Ray may still restart (each restarts at most ``env_runner_restarts`` times)."""
+        return [i for i in self.down_since if self.losses[i] <= self.budget]
+
+    def _answered(self) -> List[int]:
+        """Lost runners that answer a ping, marked healthy again. Non-blocking: answers to pings
+        sent earlier are collected; a lost runner without a fresh ping in flight gets a new one
+        (a ping sent while Ray restarts the actor hangs about 20 s before it fails, measured)."""
+        back, now, actors = [], time.perf_counter(), self.manager.actors()
+        for i in list(self.down_since):
+            ref, sent = self._pings.get(i, (None, 0.0))
+            if ref is not None and ray.wait([ref], timeout=0)[0]:
+                try:
+                    ray.get(ref)
+                    back.append(i)
+                    self.manager.set_actor_state(i, healthy=True)
+                    self._pings.pop(i)
+                    continue
+                except RayError:  # still down (restarting, or dead for good)
+                    ref = None
+            if ref is None or now - sent > PING_RESEND_S:
+                self._pings[i] = (actors[i].ping.remote(), now)
+        return back
+
+    def restore(self) -> List[int]:
+        """Bring back restarted runners: those among the lost ones that answer a ping get the
+        learners' weights and are reported. Returns their ids. Cheap when none is lost."""
+        self._notice_unhealthy()
+        back = self._answered() if self.down_since else []
+        if not back:
+            return []
+        state = self.trainer.learner_group.get_state(components="learner/rl_module", inference_only=True)["learner"]
+        ref = ray.put({k: v for k, v in state.items() if k in ("rl_module", "weights_seq_no")})
+        synced = [i for i, _ in self._call(back, _SetWeights(ref), adopt=True)]
+        for i in synced:
+            down = time.perf_counter() - self.down_since.pop(i)
+            self.restored += 1
+            self.events.append({"runner": i, "event": "restored", "time": time.time(), "reason": ""})
+            print(f"[marl] env runner {i} restored (down {down:.1f} s; restarts used {self.losses[i]} of "
+                  f"{self.budget}); sampling with {len(self._healthy())} of {len(self.ids)}", flush=True)
+        return synced
+
+    def wait_for_runner(self) -> None:
+        """With no runner left: wait up to ``env_runner_restart_timeout_s`` for one to be restored.
+
+        Raises:
+            EnvRunnersLost: every runner has used up its restarts, or none came back in time.
+        """
+        deadline = time.perf_counter() + self.timeout_s
+        while not self.restore():
+            n = len(self.ids)
+            if not self._restartable():
+                raise EnvRunnersLost(
+                    f"all {n} env runners are lost and none can be restarted (env_runner_restarts="
+                    f"{self.budget} per runner, used up); the run stops.")
+            if time.perf_counter() > deadline:
+                raise EnvRunnersLost(
+                    f"all {n} env runners are lost and none came back within env_runner_restart_timeout_s="
+                    f"{self.timeout_s:g} s; the run stops.")
+            time.sleep(POLL_S)
+
+    def close(self) -> None:
+        """Before RLlib stops the runners: end the lost ones (dead, or being restarted) and take
+        them out of its pool, whose ``stop`` would call them and log their errors."""
+        for i in list(self.down_since):
+            ray.kill(self.manager.remove_actor(i), no_restart=True)
+
+    def metrics(self) -> Dict[str, float]:
+        """``runners_healthy`` now, and the runners ``runners_lost`` / ``runners_restored`` so far."""
+        return {"runners_healthy": float(len(self._healthy())), "runners_lost": float(self.lost),
+                "runners_restored": float(self.restored)}
