@@ -24,6 +24,8 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
+from marl.errors import EnvRunnersLost
+
 SAMPLING_KEY = "marl_sampling"  # the trainer-state entry written by sampling_state
 
 
@@ -47,8 +49,14 @@ def set_rng_state(state: Dict[str, Any]) -> None:
 
 def sampling_state(trainer: Any) -> Dict[str, Any]:
     """The driver's generator states and the sampling state of every sampling env runner
-    (``trainer.foreach_runner``), for the trainer's checkpoint."""
-    return {"rng": rng_state(), "runners": trainer.foreach_runner(lambda r: r.get_sampling_state())}
+    (``trainer.foreach_runner``), for the trainer's checkpoint. With every remote runner lost
+    the checkpoint is still written, without runner states (a resume restarts the episodes):
+    the learners' state is what the checkpoint must keep."""
+    try:
+        runners = trainer.foreach_runner(lambda r: r.get_sampling_state())
+    except EnvRunnersLost:
+        runners = []
+    return {"rng": rng_state(), "runners": runners}
 
 
 def restore_sampling(trainer: Any, state: Dict[str, Any]) -> List[str]:
