@@ -30,6 +30,11 @@ setup(
         "filelock>=3.12",  # one writer per run folder (marl/rundir.py); the OS releases it when its process dies
         "tqdm",
         "matplotlib",
+        # benchmark reports (marl.benchmarks.report): rliable's stratified-bootstrap statistics;
+        # rliable 1.2 needs arch < 8, and arch 7 fails to import with pandas 3 (deprecate_kwarg)
+        "rliable>=1.2",
+        "arch>=5.3.1,<8",
+        "pandas<3",
     ],
     extras_require={
         "dev": ["pytest>=8", "pytest-timeout"],

@@ -19,5 +19,8 @@ Modules:
 - :mod:`~marl.benchmarks.cli`: the ``marl bench`` command line.
 """
 from marl.cli import register_command
+from marl.plugins import register_function
 
 register_command("bench", "marl.benchmarks.cli:main")
+register_command("benchmark", "marl.benchmarks.benchmark_cli:main")
+register_function("benchmark", "marl.benchmarks.driver:benchmark")

@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EnvInfo", "GroupInfo", "MarlError", "MultiAgentEnv", "Step", "check_entity_layout", "check_env",
-    "list_envs", "make_env", "register_env", "fit", "list_algos", "load", "Result", "PolicyMapping",
+    "list_envs", "make_env", "register_env", "fit", "list_algos", "load", "Result", "PolicyMapping", "benchmark",
 ]
 
 
@@ -27,4 +27,8 @@ def __getattr__(name):
         from marl.mapping import PolicyMapping
 
         return PolicyMapping
+    if name == "benchmark":  # offered by the benchmarks plugin (marl.benchmarks.driver.benchmark)
+        from marl.plugins import plugin_function
+
+        return plugin_function(name)
     raise AttributeError(f"module 'marl' has no attribute {name!r}")

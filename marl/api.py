@@ -49,6 +49,9 @@ def start_ray(num_cpus: Optional[int] = None, **init_kwargs: Any) -> bool:
     multi_node = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
+        # address="local": a new Ray of this process, never a cluster a `ray start` left behind on this
+        # machine (ray.init would join that one, and refuse num_cpus)
+        init_kwargs.setdefault("address", "local")
         ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, _node_ip_address="127.0.0.1", **init_kwargs)
     finally:

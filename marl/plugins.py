@@ -13,6 +13,7 @@ a third-party package adds its envs or algorithms the same way::
 """
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 from typing import List
 
@@ -38,3 +39,25 @@ def load_plugins() -> List[str]:
         ep.load()
     _loaded.extend(names)
     return list(_loaded)
+
+
+_FUNCTIONS: dict = {}
+
+
+def register_function(name: str, target: str) -> None:
+    """Offer ``marl.<name>(...)`` from a plugin: ``target`` is ``"module:function"``, imported on the
+    first call (e.g. the benchmark runner's ``marl.benchmark``)."""
+    _FUNCTIONS[name] = target
+
+
+def plugin_function(name: str):
+    """The function a plugin registered as ``name`` (:func:`register_function`).
+
+    Raises:
+        AttributeError: no loaded plugin offers it (so ``hasattr(marl, name)`` stays False).
+    """
+    load_plugins()
+    if name not in _FUNCTIONS:
+        raise AttributeError(f"module 'marl' has no attribute {name!r}")
+    module, _, attr = _FUNCTIONS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)

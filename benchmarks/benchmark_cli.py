@@ -1,0 +1,66 @@
+"""``marl benchmark run|report|list``: the command line of the benchmark runner.
+
+    marl benchmark run smoke                          # a bundled suite (configs/benchmarks/)
+    marl benchmark run my_suite.yaml --seeds 0 1 2 --out results/mine
+    marl benchmark run mpe --address auto             # on a running Ray cluster
+    marl benchmark report results/mine                # report.md, tables and figures
+    marl benchmark list                               # bundled suites
+"""
+from __future__ import annotations
+
+import argparse
+from typing import List, Optional
+
+from marl.errors import MarlError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``marl benchmark``."""
+    p = argparse.ArgumentParser(prog="marl benchmark", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    run = sub.add_parser("run", help="run a suite (finished runs of an earlier launch are skipped)")
+    run.add_argument("suite", help="a bundled suite name or a YAML file")
+    run.add_argument("--seeds", nargs="+", type=int, default=None, help="run these seeds instead of the suite's")
+    run.add_argument("--out", default=None, help="output folder (default benchmarks/<suite name>)")
+    run.add_argument("--address", default=None, help="Ray cluster address ('auto', 'host:6379'); default: local Ray")
+    run.add_argument("--no-retry-failed", action="store_true", help="leave runs that failed earlier as they are")
+    run.add_argument("--no-report", action="store_true", help="do not write report.md at the end")
+    run.add_argument("--quiet", action="store_true", help="no progress bar (a line per finished run only)")
+    rep = sub.add_parser("report", help="write report.md (tables, curves, profiles) of an output folder")
+    rep.add_argument("out", help="the output folder of 'marl benchmark run'")
+    rep.add_argument("--reps", type=int, default=2000, help="bootstrap repetitions of the 95%% CIs (default 2000)")
+    sub.add_parser("list", help="list the bundled suites")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Exit codes: 0 done, 1 some runs failed, 2 bad input (MarlError, via ``marl``), 130 Ctrl-C."""
+    ns = build_parser().parse_args(argv)
+    if ns.what == "list":
+        from marl.benchmarks.suite import bundled_suites, load_suite
+
+        for name in bundled_suites():
+            print(f"{name:10s} {load_suite(name).description}")
+        return 0
+    if ns.what == "report":
+        from marl.benchmarks.report import write_report
+
+        if ns.reps < 1:
+            raise MarlError(f"--reps must be >= 1, got {ns.reps}.")
+        print(f"report written to {write_report(ns.out, reps=ns.reps)}")
+        return 0
+    from marl.benchmarks.driver import benchmark
+    from marl.errors import RunInterrupted
+
+    try:
+        summary = benchmark(ns.suite, ns.out, seeds=ns.seeds, address=ns.address,
+                            retry_failed=not ns.no_retry_failed, progress=not ns.quiet, report=not ns.no_report)
+    except RunInterrupted as e:
+        print(f"[benchmark] {e}", flush=True)
+        return 130
+    print(f"[benchmark] {summary['done']}/{summary['runs']} runs done, {len(summary['failed'])} failed; "
+          f"results: {summary['results']}" + (f"; report: {summary['report']}" if summary.get("report") else ""))
+    for key, err in summary["failed"].items():
+        print(f"[benchmark] failed {key}: {err}")
+    return 1 if summary["failed"] else 0

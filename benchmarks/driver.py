@@ -1,0 +1,298 @@
+"""The driver of ``marl benchmark run``: submit the runs, show progress, write results and provenance.
+
+:func:`benchmark` (also ``marl.benchmark``) runs a suite (:mod:`marl.benchmarks.suite`)
+into an output folder (:mod:`marl.benchmarks.runner`): every (env, task, algorithm,
+seed) run is a Ray task asking for ``cpus_per_run`` CPUs and ``gpus_per_run`` GPUs.
+Without ``address`` marl starts a local Ray with this machine's CPUs (so a 2-core
+laptop runs 2 runs at once); with ``address`` it joins that cluster
+(``ray.init(address=...)``). Ctrl-C cancels the running runs (each saves a checkpoint),
+writes the results of the finished ones and says how to continue.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from marl.errors import MarlError, RunInterrupted
+from marl.rundir import write_json, write_yaml
+from marl.benchmarks import runner
+from marl.benchmarks.suite import RunSpec, Suite, load_suite
+
+_PACKAGES = ("marl-rllib", "ray", "torch", "numpy", "pettingzoo", "mpe2", "vmas", "jaxmarl", "jax", "gymnasium",
+             "rliable")
+
+
+def benchmark(suite: Union[str, Suite], out: Optional[str] = None, *, seeds: Optional[Sequence[int]] = None,
+              address: Optional[str] = None, retry_failed: bool = True, progress: bool = True,
+              report: bool = True) -> Dict[str, Any]:
+    """Run a benchmark suite; returns ``{"out", "done", "failed", "results", "report"}``.
+
+    Args:
+        suite: a bundled suite name (``"smoke"``, ``"mpe"``, ...), a YAML path, or a :class:`Suite`.
+        out: output folder (default ``benchmarks/<suite name>``); a folder of an earlier launch
+            of the same suite continues it: finished runs are skipped, interrupted ones resume.
+        seeds: run these seeds instead of the suite's.
+        address: a Ray cluster to run on (``"auto"``, ``"<host>:6379"``); default: a local Ray.
+        retry_failed: run the runs that failed in an earlier launch again.
+        progress: show the live progress bar (runs done / running / failed, ETA).
+        report: write ``report.md`` (:func:`marl.benchmarks.report.write_report`) at the end.
+
+    Raises:
+        MarlError: a bad suite (before anything runs); an output folder this runner did not
+            make, or one of another suite or protocol; a finished run made with other settings.
+        RunInterrupted: Ctrl-C; the finished runs' results are written first.
+    """
+    suite = load_suite(suite) if isinstance(suite, str) else suite
+    if seeds:
+        suite = suite.with_seeds(seeds)
+    out_dir = Path(out or Path("benchmarks") / suite.name).resolve()
+    runs = suite.runs()
+    check_runs(suite)
+    runner.open_output(out_dir, suite)
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(out_dir / "benchmark.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout as e:
+        raise MarlError(f"Another 'marl benchmark run' is writing {out_dir}; wait for it or give another --out.") from e
+    try:
+        return _run_locked(suite, out_dir, runs, address, retry_failed, progress, report)
+    finally:
+        lock.release()
+
+
+def check_runs(suite: Suite) -> None:
+    """Build every task's env once and check every algorithm on it as ``fit`` would before Ray
+    starts (env kwargs, algorithm/env fit, policy mapping), so a bad suite fails before any run.
+
+    Raises:
+        MarlError: naming the env, task and algorithm.
+    """
+    import marl
+    from marl.api import prepare
+
+    for family, e in suite.envs.items():
+        for task in e["tasks"]:
+            try:
+                env = marl.make_env(family, task, **e["kwargs"])
+            except (MarlError, TypeError, ValueError) as err:
+                raise MarlError(f"Suite env {family!r} task {task!r} with kwargs {e['kwargs']}: {err}") from err
+            for spec in {s.algo_label: s for s in suite.runs() if s.env == family and s.task == task}.values():
+                try:
+                    prepare(env, spec.algo, spec.overrides)
+                except MarlError as err:
+                    raise MarlError(f"Suite algorithm {spec.algo_label!r} on {family}/{task}: {err}") from err
+
+
+def _run_locked(suite: Suite, out_dir: Path, runs: List[RunSpec], address: Optional[str], retry_failed: bool,
+                progress: bool, report: bool) -> Dict[str, Any]:
+    write_yaml(out_dir / "suite.yaml", {**suite.source, "name": suite.name, "seeds": suite.seeds})
+    todo = _todo(out_dir, runs, retry_failed)
+    t0 = time.time()
+    started = _start_ray(address)
+    try:
+        interrupted = _execute(suite, out_dir, runs, todo, progress)
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    summary = write_results(suite, out_dir, runs, time.time() - t0)
+    if interrupted:
+        raise RunInterrupted(
+            f"Benchmark interrupted: {summary['done']} of {len(runs)} runs finished; results of those written to "
+            f"{out_dir / 'results.json'}. Continue with: marl benchmark run {suite.name} --out {out_dir}",
+            checkpoint=None, run_dir=str(out_dir), signal="SIGINT", aborted=False)
+    if report and summary["done"]:
+        from marl.benchmarks.report import write_report
+
+        summary["report"] = str(write_report(out_dir))
+    return summary
+
+
+def _todo(out_dir: Path, runs: List[RunSpec], retry_failed: bool) -> List[RunSpec]:
+    """The runs to launch: not done (a done run made with other settings is an error)."""
+    todo = []
+    for spec in runs:
+        rec = runner.read_record(runner.slot_of(out_dir, spec))
+        if rec is not None:
+            runner.check_record(rec, spec)
+            if rec.get("status") == "done" or (rec.get("status") == "failed" and not retry_failed):
+                continue
+        todo.append(spec)
+    return todo
+
+
+def _start_ray(address: Optional[str]) -> bool:
+    """Join ``address`` or start a local Ray; True when this call started or joined it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError) as e:
+            raise MarlError(f"Could not join the Ray cluster at {address!r}: {str(e).splitlines()[0]} (a cluster with "
+                            f"token authentication needs RAY_AUTH_MODE=token and its token, e.g. ~/.ray/auth_token, "
+                            f"on this machine; docs/benchmarks.md).") from e
+        return True
+    from marl.api import start_ray
+
+    return start_ray()
+
+
+def _execute(suite: Suite, out_dir: Path, runs: List[RunSpec], todo: List[RunSpec], progress: bool) -> bool:
+    """Submit ``todo`` as Ray tasks and wait, updating the progress view; True if Ctrl-C stopped it."""
+    import ray
+
+    task = ray.remote(num_cpus=suite.cpus_per_run, num_gpus=suite.gpus_per_run, max_retries=0)(runner.run_one)
+    pending = {task.remote(spec, suite, str(runner.slot_of(out_dir, spec))): spec for spec in todo}
+    view = ProgressView(suite, out_dir, runs, todo, show=progress)
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=2.0)
+            for ref in ready:
+                view.finished(pending.pop(ref), _record_or_error(ref))
+            view.refresh(list(pending.values()))
+    except KeyboardInterrupt:
+        _cancel(pending, view)
+        return True
+    finally:
+        view.close()
+    return False
+
+
+def _record_or_error(ref) -> Dict[str, Any]:
+    import ray
+
+    try:
+        return ray.get(ref)
+    except Exception as e:  # noqa: BLE001 - the task's process died (killed worker, out of memory)
+        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+
+
+def _cancel(pending: Dict[Any, RunSpec], view: "ProgressView", grace_s: float = 120.0) -> None:
+    """Ctrl-C: ask every running run to stop (it saves a checkpoint) and wait up to ``grace_s``;
+    a second Ctrl-C stops waiting (the runs resume from their last periodic checkpoint)."""
+    import ray
+
+    print(f"\n[benchmark] interrupted: stopping {len(pending)} runs (each saves a checkpoint; Ctrl-C again to "
+          f"stop waiting)", flush=True)
+    for ref in pending:
+        ray.cancel(ref, force=False)
+    try:
+        ray.wait(list(pending), num_returns=len(pending), timeout=grace_s)
+    except KeyboardInterrupt:
+        pass
+
+
+class ProgressView:
+    """The live view: a tqdm bar over env steps of all runs (so its ETA counts partial runs),
+    with runs done / running / failed; a line per finished or failed run."""
+
+    def __init__(self, suite: Suite, out_dir: Path, runs: List[RunSpec], todo: List[RunSpec], show: bool):
+        from tqdm import tqdm
+
+        self.suite, self.out_dir, self.show = suite, out_dir, show
+        self.done, self.failed = len(runs) - len(todo), 0
+        self.total = len(runs)
+        self.bar = tqdm(total=len(runs) * suite.env_steps, initial=self.done * suite.env_steps, unit="step",
+                        unit_scale=True, disable=not show, desc=f"benchmark {suite.name}", dynamic_ncols=True)
+        self._finished_steps = self.done * suite.env_steps
+
+    def finished(self, spec: RunSpec, record: Dict[str, Any]) -> None:
+        status = record.get("status")
+        if status == "done":
+            self.done += 1
+            self._finished_steps += self.suite.env_steps
+            final = record["absolute"]
+            metric = "win_rate" if "win_rate" in final else "return"
+            msg = f"done {spec.key}: absolute {metric} {sum(final[metric]) / len(final[metric]):.3f} " \
+                  f"({record.get('wall_clock_s', 0):.0f} s)"
+        else:
+            self.failed += status == "failed"
+            msg = f"{status} {spec.key}: {record.get('error', '')[:300]}"
+        self.bar.write(f"[benchmark] {msg}") if self.show else print(f"[benchmark] {msg}", flush=True)
+
+    def refresh(self, running: List[RunSpec]) -> None:
+        partial = sum(min(runner.partial_steps(runner.slot_of(self.out_dir, s)), self.suite.env_steps) for s in running)
+        self.bar.n = self._finished_steps + partial
+        self.bar.set_postfix_str(f"runs done {self.done}/{self.total}, running {len(running)}, failed {self.failed}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+# ------------------------------------------------------------------ results and provenance
+def write_results(suite: Suite, out_dir: Path, runs: List[RunSpec], wall_clock_s: float) -> Dict[str, Any]:
+    """Write ``results.json`` (marl-eval format, finished runs) and ``provenance.json``; returns a summary."""
+    from marl.benchmarks.report import validate_marl_eval
+
+    records = runner.collect(out_dir, runs)
+    data = runner.to_marl_eval(records)
+    validate_marl_eval(data)
+    write_json(out_dir / "results.json", data)
+    write_json(out_dir / "provenance.json", provenance(records, wall_clock_s))
+    done = sum(r.get("status") == "done" for r in records.values())
+    failed = {k: r.get("error", "") for k, r in records.items() if r.get("status") == "failed"}
+    return {"out": str(out_dir), "done": done, "failed": failed, "runs": len(runs),
+            "results": str(out_dir / "results.json")}
+
+
+def provenance(records: Dict[str, Dict[str, Any]], wall_clock_s: float) -> Dict[str, Any]:
+    """Versions of marl, Ray, torch and the env packages, git commit, hardware, wall-clock of
+    this launch, and every run's status, wall-clock and full config."""
+    import importlib.metadata as md
+
+    versions = {}
+    for p in _PACKAGES:
+        try:
+            versions[p] = md.version(p)
+        except md.PackageNotFoundError:
+            versions[p] = None
+    return {
+        "marl_version": versions["marl-rllib"], "ray_version": versions["ray"], "torch_version": versions["torch"],
+        "packages": versions, "git_commit": _git_commit(), "python": sys.version.split()[0],
+        "hardware": _hardware(), "wall_clock_s": round(wall_clock_s, 1),
+        "command": " ".join(sys.argv), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "runs": {k: {"status": r.get("status"), "wall_clock_s": r.get("wall_clock_s"), "env_steps": r.get("env_steps"),
+                     "resumed_from": r.get("resumed_from"), "config": r.get("config")} for k, r in records.items()},
+    }
+
+
+def _git_commit() -> Optional[str]:
+    """The commit of the marl source tree (``+dirty`` with uncommitted changes), or None."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        if commit.returncode:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return commit.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _hardware() -> Dict[str, Any]:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else None
+    return {"cpu": cpu, "cpus": os.cpu_count(), "memory_gib": round(mem, 1) if mem else None, "gpus": gpus,
+            "platform": platform.platform(), "host": platform.node()}

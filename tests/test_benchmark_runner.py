@@ -1,0 +1,138 @@
+"""The benchmark runner: a suite end to end, relaunch skips finished runs, failures are recorded,
+output folders are protected, and an interrupted suite (SIGINT) resumes to the same results."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+import marl
+from marl.benchmarks.report import validate_marl_eval
+from marl.benchmarks.suite import parse_suite
+from marl.errors import MarlError
+
+TINY = {
+    "name": "tiny", "seeds": 2, "budget": {"env_steps": 1024}, "evaluation": {"interval": 512, "episodes": 4},
+    "checkpoint_every": 2, "envs": {"matrix": {"tasks": ["two_step"], "kwargs": {"num_envs": 16}}},
+    "algos": {"mappo": {"rollout_length": 8}},
+}
+
+
+def _records(out):
+    return {p.parent.relative_to(out / "runs").as_posix(): json.loads(p.read_text())
+            for p in sorted((out / "runs").rglob("record.json"))}
+
+
+def _without_clock(data):
+    """results.json without the wall-clock fields (the only ones two identical runs may differ in)."""
+    if isinstance(data, dict):
+        return {k: _without_clock(v) for k, v in data.items() if k != "elapsed_time"}
+    return data
+
+
+def test_smoke_suite_runs_reports_and_relaunch_skips_finished_runs(ray_session, tmp_path):
+    out = tmp_path / "smoke"
+    summary = marl.benchmark("smoke", str(out), progress=False)
+    assert summary["done"] == 4 and not summary["failed"], summary
+    data = json.loads((out / "results.json").read_text())
+    validate_marl_eval(data)
+    runs = data["matrix"]["two_step"]
+    assert set(runs) == {"qmix", "mappo"} and set(runs["qmix"]) == {"seed_0", "seed_1"}
+    seed = runs["qmix"]["seed_0"]
+    assert seed["step_0"]["step_count"] == 0  # the untrained policy is the first point
+    assert all(len(seed[s]["return"]) == 8 for s in seed if s.startswith("step_"))
+    assert len(seed["absolute_metrics"]["return"]) == 80  # 10 x the evaluation episodes
+    steps = [seed[f"step_{i}"]["step_count"] for i in range(len(seed) - 1)]
+    assert steps == sorted(steps) and steps[-1] >= 2048
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["torch_version"] and prov["hardware"]["cpus"] and len(prov["runs"]) == 4
+    assert all(r["config"]["algo"] in ("qmix", "mappo") for r in prov["runs"].values())
+    report = (out / "report.md").read_text()
+    assert "two_step" in report and "IQM" in report
+    assert list(out.glob("*.png")), "the report has figures"
+    before = {k: r["wall_clock_s"] for k, r in _records(out).items()}
+    mtimes = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("record.json")}
+    again = marl.benchmark("smoke", str(out), progress=False, report=False)
+    assert again["done"] == 4
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("record.json")} == mtimes  # nothing re-ran
+    assert {k: r["wall_clock_s"] for k, r in _records(out).items()} == before
+    assert json.loads((out / "results.json").read_text()) == data
+
+
+def test_a_failing_run_is_recorded_and_the_others_finish(ray_session, tmp_path):
+    raw = {**TINY, "seeds": 1, "algos": {"mappo": {"rollout_length": 8}, "qmix": {"q_abs_max": 1e-9}}}
+    summary = marl.benchmark(parse_suite(raw), str(tmp_path / "b"), progress=False, report=False)
+    assert summary["done"] == 1
+    assert list(summary["failed"]) == ["matrix/two_step/qmix/seed_0"]
+    assert "q_abs_max" in summary["failed"]["matrix/two_step/qmix/seed_0"]
+    rec = _records(tmp_path / "b")["matrix/two_step/qmix/seed_0"]
+    assert rec["status"] == "failed" and "Traceback" in rec["traceback"]
+    data = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert list(data["matrix"]["two_step"]) == ["mappo"]  # only finished runs are in the table
+
+
+def test_output_folders_are_checked_before_anything_runs(ray_session, tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(MarlError, match="not made by 'marl benchmark run'"):
+        marl.benchmark(parse_suite(TINY), str(foreign), progress=False)
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+    out = tmp_path / "b"
+    marl.benchmark(parse_suite({**TINY, "seeds": 1}), str(out), progress=False, report=False)
+    other = {**TINY, "budget": {"env_steps": 2048}}
+    with pytest.raises(MarlError, match="env_steps: 1024 there, 2048 now"):
+        marl.benchmark(parse_suite(other), str(out), progress=False)
+    changed = {**TINY, "algos": {"mappo": {"rollout_length": 4}}}
+    with pytest.raises(MarlError, match="matrix/two_step/mappo/seed_0.*other settings"):
+        marl.benchmark(parse_suite(changed), str(out), progress=False)
+    with pytest.raises(MarlError, match="simple_spread"):  # env kwargs are checked by building the env
+        marl.benchmark(parse_suite({**TINY, "envs": {"mpe": {"tasks": ["simple_spread"], "kwargs": {"M": 3}}}}),
+                       str(tmp_path / "c"), progress=False)
+    assert not (tmp_path / "c").exists()
+
+
+def _launch(suite_file, out):
+    return subprocess.Popen([sys.executable, "-m", "marl.cli", "benchmark", "run", str(suite_file), "--out", str(out),
+                             "--quiet", "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_sigint_halfway_then_relaunch_gives_the_uninterrupted_results(tmp_path):
+    suite = {**TINY, "seeds": 2, "budget": {"env_steps": 20000}, "evaluation": {"interval": 5000, "episodes": 4},
+             "envs": {"mpe": {"tasks": ["simple_spread"], "kwargs": {"num_envs": 16}}},
+             "algos": {"mappo": {"epochs": 2}, "ippo": {"epochs": 2}}}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    out = tmp_path / "interrupted"
+    proc = _launch(path, out)
+    deadline = time.time() + 300
+    while time.time() < deadline and not any(r["status"] == "done" for r in _records(out).values()
+                                             if (out / "runs").exists()):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    text, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, text
+    assert "Continue with: marl benchmark run" in text
+    first = _records(out)
+    finished = {k for k, r in first.items() if r["status"] == "done"}
+    assert finished and len(finished) < 4, first
+    mtimes = {k: (out / "runs" / k / "record.json").stat().st_mtime_ns for k in finished}
+    relaunch = _launch(path, out)
+    text, _ = relaunch.communicate(timeout=600)
+    assert relaunch.returncode == 0, text
+    assert {k: (out / "runs" / k / "record.json").stat().st_mtime_ns for k in finished} == mtimes  # not repeated
+    resumed = [r for r in _records(out).values() if r["resumed_from"]]
+    assert resumed, "an interrupted run resumed from its checkpoint"
+    clean = tmp_path / "clean"
+    once = _launch(path, clean)
+    text, _ = once.communicate(timeout=600)
+    assert once.returncode == 0, text
+    got = _without_clock(json.loads((out / "results.json").read_text()))
+    want = _without_clock(json.loads((clean / "results.json").read_text()))
+    assert got == want

@@ -1,0 +1,97 @@
+"""Benchmark suites: bundled suites load, bad suites fail before anything runs with the closest name."""
+import pytest
+import yaml
+
+from marl.benchmarks.suite import bundled_suites, load_suite, parse_suite
+from marl.errors import MarlError
+
+BASE = {
+    "name": "t", "seeds": 2, "budget": {"env_steps": 100}, "evaluation": {"interval": 50, "episodes": 4},
+    "envs": {"matrix": {"tasks": ["two_step"]}}, "algos": {"qmix": {}},
+}
+
+
+def _with(**changes):
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    raw.update(changes)
+    return raw
+
+
+def test_bundled_suites_load_and_expand():
+    assert {"smoke", "mpe", "smax", "vmas", "matrix"} <= set(bundled_suites())
+    mpe = load_suite("mpe")
+    assert {"simple_spread", "simple_speaker_listener", "simple_reference", "simple_adversary"} == set(
+        mpe.envs["mpe"]["tasks"])
+    assert set(mpe.algos) == {"mappo", "ippo", "qmix", "vdn"}
+    assert len(mpe.runs()) == 4 * 4 * 5 and mpe.env_steps == 1_000_000
+    smax = load_suite("smax")
+    hpn = [r for r in smax.runs() if r.algo_label == "hpn_qmix"][0]
+    assert hpn.algo == "qmix" and hpn.overrides["agent"] == "hpn" and "algo" not in hpn.overrides
+    assert set(load_suite("vmas").envs["vmas"]["tasks"]) == {"balance", "navigation", "sampling", "transport"}
+    assert set(load_suite("matrix").envs["matrix"]["tasks"]) == {"two_step", "penalty"}
+
+
+def test_runs_carry_seed_env_overrides_and_keys():
+    raw = _with(envs={"matrix": {"tasks": ["two_step", "penalty"], "kwargs": {"num_envs": 8},
+                                 "overrides": {"qmix": {"lr": 0.01}}}},
+                algos={"qmix": {"lr": 0.001, "td_lambda": 0.0}, "vdn": {}})
+    runs = parse_suite(raw).runs()
+    assert len(runs) == 2 * 2 * 2
+    r = runs[0]
+    assert r.key == "matrix/two_step/qmix/seed_0"
+    assert r.overrides == {"lr": 0.01, "td_lambda": 0.0, "seed": 0}  # the env's override wins
+    assert r.env_kwargs == {"num_envs": 8}
+    assert [x.seed for x in runs[:2]] == [0, 1]
+    assert parse_suite(raw).with_seeds([5, 7]).seeds == [5, 7]
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"budjet": {"env_steps": 1}}, ["budjet", "'budget'"]),
+    ({"envs": {"mpee": {"tasks": ["simple_spread"]}}}, ["mpee", "'mpe'"]),
+    ({"envs": {"mpe": {"tasks": ["simple_sprad"]}}}, ["simple_sprad", "'simple_spread'"]),
+    ({"envs": {"matrix": {"task": ["two_step"]}}}, ["task", "'tasks'"]),
+    ({"algos": {"qmixx": {}}}, ["qmixx", "'qmix'"]),
+    ({"algos": {"qmix": {"lrr": 0.1}}}, ["lrr", "'lr'"]),
+    ({"algos": {"qmix": {"gamma": 2.0}}}, ["gamma", "2.0"]),
+    ({"envs": {"matrix": {"tasks": ["two_step"], "overrides": {"vdn": {}}}}}, ["vdn", "qmix"]),
+    ({"seeds": 0}, ["seeds", "0"]),
+    ({"seeds": [1, 1]}, ["repeat"]),
+    ({"budget": {"env_steps": -5}}, ["budget.env_steps", "-5"]),
+    ({"evaluation": {"interval": 0, "episodes": 4}}, ["evaluation.interval"]),
+    ({"evaluation": {"interval": 10, "episods": 4}}, ["episods", "'episodes'"]),
+    ({"name": "My,Suite"}, ["My,Suite", "commas"]),
+    ({"references": [{"env": "matrix", "task": "two_step", "algo": "qmix", "metric": "retrun", "value": 1,
+                      "source": "x"}]}, ["retrun", "'return'"]),
+    ({"references": [{"env": "matrix", "task": "two_step", "algo": "qmix", "metric": "return", "value": 1}]},
+     ["source"]),
+])
+def test_bad_suites_name_the_bad_value_and_the_closest_choice(changes, words):
+    with pytest.raises(MarlError) as e:
+        parse_suite(_with(**changes))
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+
+
+def test_unknown_suite_names_and_files(tmp_path):
+    with pytest.raises(MarlError, match="'smoke'"):
+        load_suite("smok")
+    with pytest.raises(MarlError, match="does not exist"):
+        load_suite(str(tmp_path / "nope.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("envs: [unclosed")
+    with pytest.raises(MarlError, match="not valid YAML"):
+        load_suite(str(bad))
+    user = tmp_path / "mine.yaml"
+    user.write_text(yaml.safe_dump(BASE))
+    assert load_suite(str(user)).name == "t"
+
+
+def test_command_line_lists_suites_and_refuses_a_bad_one_with_exit_2(capsys):
+    from marl.cli import main
+
+    assert main(["benchmark", "list"]) == 0
+    assert "smoke" in capsys.readouterr().out
+    assert main(["benchmark", "run", "smok"]) == 2
+    assert "Did you mean 'smoke'?" in capsys.readouterr().err
+    assert main(["benchmark", "report", "/nonexistent/folder"]) == 2
+    assert "marl benchmark run" in capsys.readouterr().err
