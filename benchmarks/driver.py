@@ -221,10 +221,14 @@ class ProgressView:
             msg = f"{status} {spec.key}: {record.get('error', '')[:300]}"
         self.bar.write(f"[benchmark] {msg}") if self.show else print(f"[benchmark] {msg}", flush=True)
 
-    def refresh(self, running: List[RunSpec]) -> None:
-        partial = sum(min(runner.partial_steps(runner.slot_of(self.out_dir, s)), self.suite.env_steps) for s in running)
+    def refresh(self, pending: List[RunSpec]) -> None:
+        """Update the bar; ``pending`` are the submitted runs not finished (running or queued)."""
+        slots = [runner.slot_of(self.out_dir, s) for s in pending]
+        running = sum((runner.read_record(slot) or {}).get("status") == "running" for slot in slots)
+        partial = sum(min(runner.partial_steps(slot), self.suite.env_steps) for slot in slots)
         self.bar.n = self._finished_steps + partial
-        self.bar.set_postfix_str(f"runs done {self.done}/{self.total}, running {len(running)}, failed {self.failed}")
+        self.bar.set_postfix_str(f"runs done {self.done}/{self.total}, running {running}, "
+                                 f"queued {len(pending) - running}, failed {self.failed}")
 
     def close(self) -> None:
         self.bar.close()

@@ -17,10 +17,13 @@ actions draw no random numbers, so they do not change the training run.
 from __future__ import annotations
 
 import copy
+import random
 import time
-from typing import Any, Dict, List, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
+import torch
 
 from marl.callbacks import Callback
 from marl.engine.runner import MappingFn
@@ -76,11 +79,12 @@ class EvaluationProtocol(Callback):
         steps = int(trainer.progress["env_steps"])
         if self.series[-1]["step_count"] < steps:  # the budget is not a multiple of the interval
             self._evaluate(trainer, steps)
-        policy = trainer.make_policy(self._policy_mapping(trainer))
-        for mid, module in policy.modules.items():
-            module.load_state_dict(self._best["weights"][mid])
-        stats = run_episodes(self._eval_env(trainer), policy, self.episodes * self.absolute_factor,
-                             seed=2 * _EVAL_SEED + self.seed)
+        with _rng_untouched():
+            policy = trainer.make_policy(self._policy_mapping(trainer))
+            for mid, module in policy.modules.items():
+                module.load_state_dict(self._best["weights"][mid])
+            stats = run_episodes(self._eval_env(trainer), policy, self.episodes * self.absolute_factor,
+                                 seed=2 * _EVAL_SEED + self.seed)
         self.absolute = {**_scores(stats), "best_step": self._best["step_count"]}
 
     def state_dict(self) -> Dict[str, Any]:
@@ -101,8 +105,9 @@ class EvaluationProtocol(Callback):
 
     def _evaluate(self, trainer, steps: int) -> Dict[str, float]:
         """One greedy evaluation at ``steps`` env steps; keeps the weights when it is the best so far."""
-        policy = trainer.make_policy(self._policy_mapping(trainer))
-        stats = run_episodes(self._eval_env(trainer), policy, self.episodes, seed=_EVAL_SEED + self.seed)
+        with _rng_untouched():
+            policy = trainer.make_policy(self._policy_mapping(trainer))
+            stats = run_episodes(self._eval_env(trainer), policy, self.episodes, seed=_EVAL_SEED + self.seed)
         point = {"step_count": steps, "elapsed_time": round(self._elapsed_now(), 3), **_scores(stats)}
         self.series.append(point)
         score = float(np.mean(point["win_rate"] if "win_rate" in point else point["return"]))
@@ -126,6 +131,17 @@ class EvaluationProtocol(Callback):
             self._mapping = PolicyMapping(self._eval_env(trainer).info, share=MappingFn(trainer.run.agent_to_module),
                                           agent_id=trainer.cfg.agent_id)
         return self._mapping
+
+
+@contextmanager
+def _rng_untouched() -> Iterator[None]:
+    """Run an evaluation without moving the training run's torch, numpy or Python random streams
+    (building the policy's modules draws initial weights from torch's generator)."""
+    np_state, py_state = np.random.get_state(), random.getstate()
+    with torch.random.fork_rng(devices=[]):
+        yield
+    np.random.set_state(np_state)
+    random.setstate(py_state)
 
 
 def _scores(stats: Dict[str, List[float]]) -> Dict[str, List[float]]:

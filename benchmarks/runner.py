@@ -52,6 +52,8 @@ def run_one(spec: RunSpec, suite: Suite, slot: str) -> Dict[str, Any]:
     record: Dict[str, Any] = {"key": spec.key, "spec": dataclasses.asdict(spec), "protocol": protocol_of(suite)}
     protocol = EvaluationProtocol(suite.eval_interval, suite.eval_episodes, suite.absolute_factor, seed=spec.seed)
     resume = _latest_run_folder(slot_dir)
+    write_json(slot_dir / RECORD, {**record, "status": "running", "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                   "host": os.uname().nodename, "pid": os.getpid()})
     try:
         env = marl.make_env(spec.env, spec.task, **spec.env_kwargs)
         result = marl.fit(env, spec.algo, stop={"env_steps": suite.env_steps}, resume=resume, callbacks=[protocol],

@@ -136,3 +136,20 @@ def test_sigint_halfway_then_relaunch_gives_the_uninterrupted_results(tmp_path):
     got = _without_clock(json.loads((out / "results.json").read_text()))
     want = _without_clock(json.loads((clean / "results.json").read_text()))
     assert got == want
+
+
+def test_evaluating_does_not_change_the_training_run(ray_session, tmp_path):
+    """The protocol's evaluations (and building their policies) draw from no training random stream:
+    the same seed trains to the same weights with and without them."""
+    from marl.benchmarks.protocol import EvaluationProtocol
+
+    def train(callbacks):
+        env = marl.make_env("mpe", "simple_spread", num_envs=8)
+        res = env.fit("mappo", stop={"iterations": 4}, log_dir=str(tmp_path), progress=False, eval_episodes=0,
+                      epochs=2, callbacks=callbacks)
+        return [p.detach().clone() for m in res.policy.modules.values() for p in m.parameters()]
+
+    protocol = EvaluationProtocol(interval=100, episodes=4)
+    plain, evaluated = train([]), train([protocol])
+    assert len(protocol.series) >= 4 and protocol.absolute["return"]
+    assert all((a == b).all() for a, b in zip(plain, evaluated))
