@@ -107,7 +107,8 @@ def _run_locked(suite: Suite, out_dir: Path, runs: List[RunSpec], address: Optio
     if interrupted:
         raise RunInterrupted(
             f"Benchmark interrupted: {summary['done']} of {len(runs)} runs finished; results of those written to "
-            f"{out_dir / 'results.json'}. Continue with: marl benchmark run {suite.name} --out {out_dir}",
+            f"{out_dir / 'results.json'}. Continue with: marl benchmark run {suite.origin or '<suite>'} --out {out_dir}"
+            + (f" --seeds {' '.join(map(str, suite.seeds))}" if suite.seeds_given else ""),
             checkpoint=None, run_dir=str(out_dir), signal="SIGINT", aborted=False)
     if report and summary["done"]:
         from marl.benchmarks.report import write_report

@@ -93,6 +93,8 @@ class Suite:
     references: List[Dict[str, Any]] = field(default_factory=list)
     description: str = ""
     source: Dict[str, Any] = field(default_factory=dict)
+    seeds_given: bool = False  # seeds came from with_seeds (--seeds), not from the file
+    origin: str = ""  # what load_suite was given (a bundled name or a file path), for the relaunch hint
 
     def runs(self) -> List[RunSpec]:
         """Every ``(env, task, algo, seed)`` run, in the order env, task, algo, seed."""
@@ -110,7 +112,7 @@ class Suite:
         """A copy running ``seeds`` instead (``marl benchmark run --seeds``)."""
         out = copy.deepcopy(self)
         out.seeds = _seeds(list(seeds))
-        out.source["seeds"] = out.seeds
+        out.seeds_given = True
         return out
 
 
@@ -141,7 +143,9 @@ def load_suite(name_or_path: str) -> Suite:
         raise MarlError(f"Benchmark suite {str(path)!r} is not valid YAML: {e}") from e
     if not isinstance(raw, dict):
         raise MarlError(f"Benchmark suite {str(path)!r} must be a mapping of keys {sorted(_TOP)}.")
-    return parse_suite(raw, default_name=path.stem)
+    suite = parse_suite(raw, default_name=path.stem)
+    suite.origin = name_or_path if path.parent == SUITE_DIR else str(path.resolve())
+    return suite
 
 
 def parse_suite(raw: Dict[str, Any], default_name: str = "suite") -> Suite:

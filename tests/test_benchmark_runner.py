@@ -118,7 +118,7 @@ def test_sigint_halfway_then_relaunch_gives_the_uninterrupted_results(tmp_path):
     proc.send_signal(signal.SIGINT)
     text, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, text
-    assert "Continue with: marl benchmark run" in text
+    assert f"Continue with: marl benchmark run {path} --out {out}" in text
     first = _records(out)
     finished = {k for k, r in first.items() if r["status"] == "done"}
     assert finished and len(finished) < 4, first
