@@ -97,6 +97,17 @@ def test_output_folders_are_checked_before_anything_runs(ray_session, tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+def _halfway(out):
+    """A run is done and another is training past its first checkpoint (so SIGINT interrupts a run
+    that has something to resume from)."""
+    if not (out / "runs").exists():
+        return False
+    records = _records(out)
+    running = [k for k, r in records.items() if r["status"] == "running"]
+    return any(r["status"] == "done" for r in records.values()) and any(
+        list((out / "runs" / k).glob("*/checkpoints/checkpoint_*")) for k in running)
+
+
 def _launch(suite_file, out):
     return subprocess.Popen([sys.executable, "-m", "marl.cli", "benchmark", "run", str(suite_file), "--out", str(out),
                              "--quiet", "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -112,9 +123,8 @@ def test_sigint_halfway_then_relaunch_gives_the_uninterrupted_results(tmp_path):
     out = tmp_path / "interrupted"
     proc = _launch(path, out)
     deadline = time.time() + 300
-    while time.time() < deadline and not any(r["status"] == "done" for r in _records(out).values()
-                                             if (out / "runs").exists()):
-        time.sleep(0.5)
+    while time.time() < deadline and not _halfway(out):
+        time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     text, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, text
@@ -126,16 +136,18 @@ def test_sigint_halfway_then_relaunch_gives_the_uninterrupted_results(tmp_path):
     relaunch = _launch(path, out)
     text, _ = relaunch.communicate(timeout=600)
     assert relaunch.returncode == 0, text
-    assert {k: (out / "runs" / k / "record.json").stat().st_mtime_ns for k in finished} == mtimes  # not repeated
+    assert {k: (out / "runs" / k / "record.json").stat().st_mtime_ns for k in finished} == mtimes, text  # not repeated
     resumed = [r for r in _records(out).values() if r["resumed_from"]]
-    assert resumed, "an interrupted run resumed from its checkpoint"
+    assert resumed, ("an interrupted run resumed from its checkpoint", first)
     clean = tmp_path / "clean"
     once = _launch(path, clean)
     text, _ = once.communicate(timeout=600)
     assert once.returncode == 0, text
     got = _without_clock(json.loads((out / "results.json").read_text()))
     want = _without_clock(json.loads((clean / "results.json").read_text()))
-    assert got == want
+    differ = [f"{t}/{a}/{k}" for t in want["mpe"] for a in want["mpe"][t] for k in want["mpe"][t][a]
+              if got["mpe"].get(t, {}).get(a, {}).get(k) != want["mpe"][t][a][k]]
+    assert got == want, (differ, _records(out))
 
 
 def test_evaluating_does_not_change_the_training_run(ray_session, tmp_path):
