@@ -47,6 +47,10 @@ _BUDGET_KEYS = {"env_steps"}
 _RESOURCE_KEYS = {"cpus_per_run", "gpus_per_run"}
 _REFERENCE_KEYS = {"env", "task", "algo", "metric", "value", "ci", "source", "budget", "note"}
 _METRICS = ("return", "win_rate")
+_RUNNER_KEYS = {  # config keys every run gets from the runner, and the suite key that sets them
+    "seed": "the suite's seeds", "log_dir": "the run's folder under --out", "progress": "the runner's progress view",
+    "eval_episodes": "the suite's evaluation", "checkpoint_every": "the suite's checkpoint_every",
+}
 _LABEL = re.compile(r"^[a-z0-9_\-]+$")  # marl-eval lower-cases keys and refuses commas in algorithm names
 
 
@@ -230,7 +234,8 @@ def _algos(raw: Any) -> Dict[str, Dict[str, Any]]:
 
     if isinstance(raw, list):  # [mappo, qmix]: no overrides
         raw = {a: {} for a in raw}
-    _known_keys("algos", raw, set(raw) if isinstance(raw, dict) else set())
+    if not isinstance(raw, dict):
+        raise MarlError(f"Suite key algos must map algorithm names to overrides, got {raw!r}.")
     valid = sorted(list_algos())
     out = {}
     for label, over in raw.items():
@@ -245,7 +250,8 @@ def _algos(raw: Any) -> Dict[str, Dict[str, Any]]:
 def _envs(raw: Any, algos: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     from marl.env.registry import list_envs, scenarios_of
 
-    _known_keys("envs", raw, set(raw) if isinstance(raw, dict) else set())
+    if not isinstance(raw, dict):
+        raise MarlError(f"Suite key envs must map env families to their tasks, got {raw!r}.")
     families = sorted(list_envs())
     out = {}
     for family, e in raw.items():
@@ -273,6 +279,10 @@ def _check_config(family: str, label: str, algo_overrides: Dict[str, Any], env_o
     from marl.config import load_config
 
     over = {**{k: v for k, v in algo_overrides.items() if k != "algo"}, **env_overrides}
+    for k in over:
+        if k in _RUNNER_KEYS:
+            raise MarlError(f"Suite algorithm {label!r} on env {family!r} sets {k!r}, which the benchmark runner sets "
+                            f"for every run ({_RUNNER_KEYS[k]}).")
     try:
         load_config(algo_overrides.get("algo", label), family, over)
     except MarlError as e:

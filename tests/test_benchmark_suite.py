@@ -54,6 +54,8 @@ def test_runs_carry_seed_env_overrides_and_keys():
     ({"algos": {"qmix": {"lrr": 0.1}}}, ["lrr", "'lr'"]),
     ({"algos": {"qmix": {"gamma": 2.0}}}, ["gamma", "2.0"]),
     ({"envs": {"matrix": {"tasks": ["two_step"], "overrides": {"vdn": {}}}}}, ["vdn", "qmix"]),
+    ({"algos": {"qmix": {"seed": 3}}}, ["'seed'", "the suite's seeds"]),
+    ({"algos": {"qmix": {"checkpoint_every": 3}}}, ["'checkpoint_every'", "runner"]),
     ({"seeds": 0}, ["seeds", "0"]),
     ({"seeds": [1, 1]}, ["repeat"]),
     ({"budget": {"env_steps": -5}}, ["budget.env_steps", "-5"]),
