@@ -160,7 +160,8 @@ def _execute(suite: Suite, out_dir: Path, runs: List[RunSpec], todo: List[RunSpe
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=2.0)
             for ref in ready:
-                view.finished(pending.pop(ref), _record_or_error(ref))
+                spec = pending.pop(ref)
+                view.finished(spec, _record_or_error(ref, runner.slot_of(out_dir, spec)))
             view.refresh(list(pending.values()))
     except KeyboardInterrupt:
         _cancel(pending, view)
@@ -170,13 +171,19 @@ def _execute(suite: Suite, out_dir: Path, runs: List[RunSpec], todo: List[RunSpe
     return False
 
 
-def _record_or_error(ref) -> Dict[str, Any]:
+def _record_or_error(ref, slot: Path) -> Dict[str, Any]:
+    """The run's record; when its process died (a killed worker, out of memory) the run could not
+    write one, so the driver marks its record failed (a relaunch resumes it from its checkpoint)."""
     import ray
 
     try:
         return ray.get(ref)
-    except Exception as e:  # noqa: BLE001 - the task's process died (killed worker, out of memory)
-        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+    except Exception as e:  # noqa: BLE001 - WorkerCrashedError, OutOfMemoryError, ...
+        record = {**(runner.read_record(slot) or {}), "status": "failed",
+                  "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        if slot.is_dir():
+            write_json(slot / runner.RECORD, record)
+        return record
 
 
 def _cancel(pending: Dict[Any, RunSpec], view: "ProgressView", grace_s: float = 120.0) -> None:

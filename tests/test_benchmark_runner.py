@@ -165,3 +165,27 @@ def test_evaluating_does_not_change_the_training_run(ray_session, tmp_path):
     plain, evaluated = train([]), train([protocol])
     assert len(protocol.series) >= 4 and protocol.absolute["return"]
     assert all((a == b).all() for a, b in zip(plain, evaluated))
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_recorded_failed_and_the_relaunch_resumes_it(tmp_path):
+    suite = {**TINY, "seeds": 1, "budget": {"env_steps": 20000}, "evaluation": {"interval": 5000, "episodes": 4},
+             "envs": {"mpe": {"tasks": ["simple_spread"], "kwargs": {"num_envs": 16}}}, "algos": {"mappo": {"epochs": 2}}}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    out = tmp_path / "b"
+    proc = _launch(path, out)
+    slot = out / "runs" / "mpe/simple_spread/mappo/seed_0"
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(slot.glob("*/checkpoints/checkpoint_*")):
+        time.sleep(0.2)
+    os.kill(json.loads((slot / "record.json").read_text())["pid"], signal.SIGKILL)  # the OOM killer, say
+    text, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, text
+    rec = json.loads((slot / "record.json").read_text())
+    assert rec["status"] == "failed" and "WorkerCrashedError" in rec["error"], rec
+    again = _launch(path, out)
+    text, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, text
+    rec = json.loads((slot / "record.json").read_text())
+    assert rec["status"] == "done" and rec["resumed_from"], rec
