@@ -191,8 +191,8 @@ def _cancel(pending: Dict[Any, RunSpec], view: "ProgressView", grace_s: float = 
     a second Ctrl-C stops waiting (the runs resume from their last periodic checkpoint)."""
     import ray
 
-    print(f"\n[benchmark] interrupted: stopping {len(pending)} runs (each saves a checkpoint; Ctrl-C again to "
-          f"stop waiting)", flush=True)
+    print(f"\n[benchmark] interrupted: stopping the running runs (each saves a checkpoint; Ctrl-C again to stop "
+          f"waiting); {len(pending)} runs not finished", flush=True)
     for ref in pending:
         ray.cancel(ref, force=False)
     try:
