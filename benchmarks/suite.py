@@ -134,11 +134,12 @@ def load_suite(name_or_path: str) -> Suite:
             out of range (seeds, budget, interval, episodes, resources).
     """
     path = Path(name_or_path)
-    if not path.suffix and not path.exists():
-        if name_or_path not in bundled_suites():
+    if not path.is_file():  # a bundled name, even where a folder of that name sits here (an output folder)
+        if name_or_path in bundled_suites():
+            path = SUITE_DIR / f"{name_or_path}.yaml"
+        elif not path.suffix:
             raise MarlError(f"No benchmark suite {name_or_path!r}: bundled suites are {bundled_suites()}, or give "
                             f"the path of a YAML file.{closest(name_or_path, bundled_suites())}")
-        path = SUITE_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         raise MarlError(f"Benchmark suite file {str(path)!r} does not exist.")
     try:

@@ -74,7 +74,7 @@ def test_bad_suites_name_the_bad_value_and_the_closest_choice(changes, words):
         assert w in str(e.value), (w, str(e.value))
 
 
-def test_unknown_suite_names_and_files(tmp_path):
+def test_unknown_suite_names_and_files(tmp_path, monkeypatch):
     with pytest.raises(MarlError, match="'smoke'"):
         load_suite("smok")
     with pytest.raises(MarlError, match="does not exist"):
@@ -83,6 +83,9 @@ def test_unknown_suite_names_and_files(tmp_path):
     bad.write_text("envs: [unclosed")
     with pytest.raises(MarlError, match="not valid YAML"):
         load_suite(str(bad))
+    (tmp_path / "smoke").mkdir()  # an output folder named like a bundled suite, in the working directory
+    monkeypatch.chdir(tmp_path)
+    assert load_suite("smoke").name == "smoke"
     user = tmp_path / "mine.yaml"
     user.write_text(yaml.safe_dump(BASE))
     assert load_suite(str(user)).name == "t"
