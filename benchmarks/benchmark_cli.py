@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a suite (finished runs of an earlier launch are skipped)")
     run.add_argument("suite", help="a bundled suite name or a YAML file")
     run.add_argument("--seeds", nargs="+", type=int, default=None, help="run these seeds instead of the suite's")
-    run.add_argument("--out", default=None, help="output folder (default benchmarks/<suite name>)")
+    run.add_argument("--out", default=None, help="output folder (default marl_benchmarks/<suite name>)")
     run.add_argument("--address", default=None, help="Ray cluster address ('auto', 'host:6379'); default: local Ray")
     run.add_argument("--no-retry-failed", action="store_true", help="leave runs that failed earlier as they are")
     run.add_argument("--no-report", action="store_true", help="do not write report.md at the end")

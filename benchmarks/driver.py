@@ -34,7 +34,7 @@ def benchmark(suite: Union[str, Suite], out: Optional[str] = None, *, seeds: Opt
 
     Args:
         suite: a bundled suite name (``"smoke"``, ``"mpe"``, ...), a YAML path, or a :class:`Suite`.
-        out: output folder (default ``benchmarks/<suite name>``); a folder of an earlier launch
+        out: output folder (default ``marl_benchmarks/<suite name>``); a folder of an earlier launch
             of the same suite continues it: finished runs are skipped, interrupted ones resume.
         seeds: run these seeds instead of the suite's.
         address: a Ray cluster to run on (``"auto"``, ``"<host>:6379"``); default: a local Ray.
@@ -50,7 +50,7 @@ def benchmark(suite: Union[str, Suite], out: Optional[str] = None, *, seeds: Opt
     suite = load_suite(suite) if isinstance(suite, str) else suite
     if seeds:
         suite = suite.with_seeds(seeds)
-    out_dir = Path(out or Path("benchmarks") / suite.name).resolve()
+    out_dir = Path(out or Path("marl_benchmarks") / suite.name).resolve()
     runs = suite.runs()
     check_runs(suite)
     runner.open_output(out_dir, suite)
