@@ -24,8 +24,10 @@ TINY = {
 
 
 def _records(out):
+    # a fixed depth (<env>/<task>/<algo>/seed_<k>): a recursive walk would enter checkpoint folders
+    # that a running run prunes while the walk is under way
     return {p.parent.relative_to(out / "runs").as_posix(): json.loads(p.read_text())
-            for p in sorted((out / "runs").rglob("record.json"))}
+            for p in sorted((out / "runs").glob("*/*/*/*/record.json"))}
 
 
 def _without_clock(data):
@@ -56,10 +58,10 @@ def test_smoke_suite_runs_reports_and_relaunch_skips_finished_runs(ray_session, 
     assert "two_step" in report and "IQM" in report
     assert list(out.glob("*.png")), "the report has figures"
     before = {k: r["wall_clock_s"] for k, r in _records(out).items()}
-    mtimes = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("record.json")}
+    mtimes = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/*/*/*/record.json")}
     again = marl.benchmark("smoke", str(out), progress=False, report=False)
     assert again["done"] == 4
-    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("record.json")} == mtimes  # nothing re-ran
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/*/*/*/record.json")} == mtimes  # nothing re-ran
     assert {k: r["wall_clock_s"] for k, r in _records(out).items()} == before
     assert json.loads((out / "results.json").read_text()) == data
 
@@ -100,12 +102,20 @@ def test_output_folders_are_checked_before_anything_runs(ray_session, tmp_path):
 def _halfway(out):
     """A run is done and another is training past its first checkpoint (so SIGINT interrupts a run
     that has something to resume from)."""
-    if not (out / "runs").exists():
+    try:
+        records = _records(out)
+        running = [k for k, r in records.items() if r["status"] == "running"]
+        return any(r["status"] == "done" for r in records.values()) and any(
+            list((out / "runs" / k).glob("*/checkpoints/checkpoint_*")) for k in running)
+    except (OSError, ValueError):  # a folder pruned or a file replaced while we looked: look again
         return False
-    records = _records(out)
-    running = [k for k, r in records.items() if r["status"] == "running"]
-    return any(r["status"] == "done" for r in records.values()) and any(
-        list((out / "runs" / k).glob("*/checkpoints/checkpoint_*")) for k in running)
+
+
+def _has_checkpoint(slot):
+    try:
+        return bool(list(slot.glob("*/checkpoints/checkpoint_*")))
+    except OSError:  # a checkpoint pruned while we looked
+        return False
 
 
 def _launch(suite_file, out):
@@ -177,7 +187,7 @@ def test_a_killed_worker_is_recorded_failed_and_the_relaunch_resumes_it(tmp_path
     proc = _launch(path, out)
     slot = out / "runs" / "mpe/simple_spread/mappo/seed_0"
     deadline = time.time() + 300
-    while time.time() < deadline and not list(slot.glob("*/checkpoints/checkpoint_*")):
+    while time.time() < deadline and not _has_checkpoint(slot):
         time.sleep(0.2)
     os.kill(json.loads((slot / "record.json").read_text())["pid"], signal.SIGKILL)  # the OOM killer, say
     text, _ = proc.communicate(timeout=300)
