@@ -118,9 +118,8 @@ def open_output(out: Path, suite: Suite) -> None:
     if marker.is_file():
         saved = json.loads(marker.read_text())
         want = {"suite": suite.name, **protocol_of(suite)}
-        diff = {k: (saved.get(k), v) for k, v in want.items() if saved.get(k) != v}
-        if diff:
-            raise MarlError(f"{out} holds runs of another suite or protocol ({', '.join(f'{k}: {a!r} there, {b!r} now' for k, (a, b) in diff.items())}); "
+        if any(saved.get(k) != v for k, v in want.items()):
+            raise MarlError(f"{out} holds runs of another suite or protocol ({_differences(saved, want)}); "
                             f"give another --out, or the same settings to continue it.")
         return
     out.mkdir(parents=True, exist_ok=True)
@@ -141,10 +140,14 @@ def check_record(record: Dict[str, Any], spec: RunSpec) -> None:
     """
     saved = record.get("spec", {})
     now = json.loads(json.dumps(dataclasses.asdict(spec)))
-    diff = sorted(k for k in now if saved.get(k) != now[k])
-    if diff:
-        raise MarlError(f"Run {spec.key} in this folder was made with other settings ({', '.join(f'{k}: {saved.get(k)!r} there, {now[k]!r} now' for k in diff)}); "
+    if any(saved.get(k) != v for k, v in now.items()):
+        raise MarlError(f"Run {spec.key} in this folder was made with other settings ({_differences(saved, now)}); "
                         f"give another --out to run the changed suite.")
+
+
+def _differences(saved: Dict[str, Any], now: Dict[str, Any]) -> str:
+    """``"env_steps: 1024 there, 2048 now"`` for every key of ``now`` that ``saved`` holds otherwise."""
+    return ", ".join(f"{k}: {saved.get(k)!r} there, {v!r} now" for k, v in sorted(now.items()) if saved.get(k) != v)
 
 
 def collect(out: Path, runs: List[RunSpec]) -> Dict[str, Dict[str, Any]]:
@@ -162,11 +165,13 @@ def partial_steps(slot: Path) -> int:
     best = 0
     for csv_path in slot.glob("*/progress.csv"):
         try:
-            with open(csv_path, "rb") as f:
-                lines = f.read().splitlines()
-            header = lines[0].decode().split(",")
-            row = lines[-1].decode().split(",")
-            best = max(best, int(float(row[header.index("env_steps")]))) if len(lines) > 1 else best
+            with open(csv_path, "rb") as f:  # the header and the last row only: polled every 2 s per run
+                header = f.readline().decode().rstrip().split(",")
+                start = f.tell()
+                f.seek(max(start, f.seek(0, os.SEEK_END) - 4096))
+                rows = f.read().splitlines()
+            if rows:
+                best = max(best, int(float(rows[-1].decode().split(",")[header.index("env_steps")])))
         except (OSError, ValueError, IndexError):
             continue  # a file being replaced: read it next time
     return best
