@@ -1,7 +1,8 @@
-"""``marl bench [throughput|smax|agents] [--json PATH] ...``: run a benchmark, print its report.
+"""``marl bench [throughput|smax|agents|vs-benchmarl|speed] [--json PATH] ...``: run a benchmark, print its report.
 
 The benchmarks return result dataclasses (:mod:`marl.benchmarks.throughput`,
-:mod:`~marl.benchmarks.smax`, :mod:`~marl.benchmarks.agents`); this module
+:mod:`~marl.benchmarks.smax`, :mod:`~marl.benchmarks.agents`,
+:mod:`~marl.benchmarks.speed`); this module
 parses the command line, prints each result's text report and, with
 ``--json PATH``, writes its figures as JSON (:func:`marl.benchmarks.common.write_json`).
 """
@@ -16,7 +17,7 @@ from marl.benchmarks.common import write_json
 __all__ = ["build_parser", "run_command", "main"]
 
 _POSITIVE = ("iters", "num_envs", "rollout_length", "epochs", "vmas_num_envs")
-_NOT_THROUGHPUT = ("what", "map", "algo", "agents", "set", "json")  # options of the other benchmarks
+_NOT_THROUGHPUT = ("what", "map", "algo", "agents", "set", "json", "benchmarl_python", "sections")  # options of the other benchmarks
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,9 +27,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Training throughput (env steps/s of whole iterations): marl MAPPO vs RLlib's stock "
                     "multi-agent PPO on mpe2 simple_spread, and marl MAPPO on VMAS simple_spread.",
     )
-    p.add_argument("what", nargs="?", default="throughput", choices=["throughput", "smax", "agents"],
+    p.add_argument("what", nargs="?", default="throughput",
+                   choices=["throughput", "smax", "agents", "vs-benchmarl", "speed"],
                    help="throughput: marl vs RLlib on MPE (and VMAS); smax: QMIX and MAPPO on SMAX; "
-                        "agents: the plain agent network vs HPN, DPN and ASN on SMAX")
+                        "agents: the plain agent network vs HPN, DPN and ASN on SMAX; vs-benchmarl: marl vs "
+                        "BenchMARL MAPPO on VMAS; speed: all of these and the MPE backends, with the speed goals")
+    p.add_argument("--benchmarl-python", default=None, metavar="PATH",
+                   help="python of BenchMARL's own environment (vs-benchmarl, speed; default $MARL_BENCHMARL_PYTHON)")
+    p.add_argument("--sections", default=None, metavar="A,B",
+                   help="speed: only these sections (mpe_rllib, vmas_benchmarl, smax_qmix, mpe_backends, hpn)")
     p.add_argument("--json", default=None, metavar="PATH",
                    help="also write the figures (every side, ratios, settings, load) to PATH as JSON")
     p.add_argument("--algo", default="qmix", help="algorithm of the agents benchmark (default qmix)")
@@ -52,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run_command(ns: argparse.Namespace) -> Any:
     """Run the benchmark ``ns.what`` with the parsed options; returns its result dataclass.
     The SMAX benchmarks run at least 4 iterations (3 are warm-up for QMIX)."""
+    if ns.what in ("vs-benchmarl", "speed"):
+        return _speed(ns)
     if ns.what == "agents":
         from marl.benchmarks import agents
         from marl.config import parse_cli_overrides
@@ -65,6 +74,21 @@ def run_command(ns: argparse.Namespace) -> Any:
     from marl.benchmarks import throughput
 
     return throughput.run(**{k: v for k, v in vars(ns).items() if k not in _NOT_THROUGHPUT})
+
+
+def _speed(ns: argparse.Namespace) -> Any:
+    """``vs-benchmarl`` (needs BenchMARL's python) or the whole ``speed`` table."""
+    from marl.benchmarks import speed
+    from marl.benchmarks.benchmarl_anchor import SETUP_HINT, benchmarl_python
+    from marl.errors import MarlError
+
+    python = benchmarl_python(ns.benchmarl_python)
+    if ns.what == "speed":
+        only = ns.sections.split(",") if ns.sections else None
+        return speed.run(iters=ns.iters, benchmarl_python=python, only=only)
+    if python is None:
+        raise MarlError(f"marl bench vs-benchmarl needs BenchMARL's python: {SETUP_HINT}.")
+    return speed.run_vs_benchmarl(python, num_envs=ns.vmas_num_envs, iters=ns.iters, seconds=ns.seconds)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

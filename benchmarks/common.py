@@ -183,9 +183,9 @@ def fmt_load(load) -> str:
 
 def side_header(label: str, last: str) -> str:
     """Header of a table of sides whose last column is ``last``."""
-    return f"{label:<6} {'env_steps/s':>12} {'sample_s/it':>12} {'learn_s/it':>11} {'iters':>6} {last}"
+    return f"{label:<9} {'env_steps/s':>12} {'sample_s/it':>12} {'learn_s/it':>11} {'iters':>6} {last}"
 
 
 def side_row(r: SideResult, last: str) -> str:
     """One side's row under :func:`side_header`."""
-    return f"{r.name:<6} {r.steps_per_s:>12.1f} {r.sample_s:>12.4f} {r.learn_s:>11.4f} {r.iterations:>6d} {last}"
+    return f"{r.name:<9} {r.steps_per_s:>12.1f} {r.sample_s:>12.4f} {r.learn_s:>11.4f} {r.iterations:>6d} {last}"

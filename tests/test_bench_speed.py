@@ -1,0 +1,128 @@
+"""``marl bench vs-benchmarl`` / ``marl bench speed``: the BenchMARL child protocol, the goal table, errors.
+
+BenchMARL is not a dependency (it pins its own torchrl): the test that drives the real child runs
+only where ``MARL_BENCHMARL_PYTHON`` names BenchMARL's interpreter (docs/engine.md, "Throughput").
+"""
+import json
+import os
+import sys
+
+import pytest
+
+from marl.benchmarks import speed
+from marl.benchmarks.benchmarl_anchor import BenchmarlAnchor, benchmarl_python
+from marl.benchmarks.common import SideResult
+from marl.errors import MarlError
+
+
+def _side(name, steps, wall, learn=0.1):
+    return SideResult(name=name, env_steps=steps, wall_s=wall, iterations=4, sample_s=0.05, learn_s=learn, cpu_s=wall)
+
+
+def test_benchmarl_python_resolution(tmp_path, monkeypatch):
+    monkeypatch.delenv("MARL_BENCHMARL_PYTHON", raising=False)
+    assert benchmarl_python(None) is None
+    exe = tmp_path / "python"
+    exe.write_text("")
+    monkeypatch.setenv("MARL_BENCHMARL_PYTHON", str(exe))
+    assert benchmarl_python(None) == str(exe)
+    with pytest.raises(MarlError, match="does not exist.*pip install benchmarl"):
+        benchmarl_python(str(tmp_path / "missing"))
+
+
+def test_child_without_benchmarl_fails_with_its_stderr_and_the_setup_hint():
+    # this interpreter has no BenchMARL: the child dies at import, the error carries its traceback
+    try:
+        import benchmarl  # noqa: F401
+        pytest.skip("BenchMARL is installed in this environment")
+    except ImportError:
+        pass
+    with pytest.raises(MarlError, match=r"(?s)exited with code 1.*benchmarl==1.5.2.*ModuleNotFoundError"):
+        BenchmarlAnchor(sys.executable, num_envs=8)
+
+
+def test_vs_benchmarl_ratio_and_json():
+    res = speed.VsBenchmarlResult(sides={"marl": _side("marl", 40_000, 1.0, learn=0.2),
+                                         "benchmarl": _side("benchmarl", 10_000, 1.0, learn=0.3)},
+                                  settings={"B": 512})
+    assert res.ratio == pytest.approx(4.0)
+    assert res.learn_ratio == pytest.approx(1.5)
+    data = json.loads(json.dumps(res.to_dict()))
+    assert data["ratio"] == pytest.approx(4.0) and data["sides"]["benchmarl"]["env_steps_per_s"] == 10_000
+    assert "ratio marl/benchmarl: 4.00x" in res.report()
+
+
+class _Ratio:
+    def __init__(self, ratio):
+        self.ratio = ratio
+
+    def report(self):
+        return f"ratio {self.ratio}"
+
+    def to_dict(self):
+        return {"ratio": self.ratio}
+
+
+class _Qmix:
+    sides = [_side("qmix", 5_000, 2.0), _side("mappo", 9_000, 1.0)]
+
+    def report(self):
+        return "smax"
+
+    def to_dict(self):
+        return {}
+
+
+class _Hpn:
+    ratios = {"mlp": 1.0, "hpn": 0.5}
+
+    def report(self):
+        return "agents"
+
+    def to_dict(self):
+        return {"ratios": self.ratios}
+
+
+def test_speed_goal_table_reads_each_section():
+    res = speed.SpeedResult(sections={"mpe_rllib": _Ratio(3.2), "vmas_benchmarl": _Ratio(1.1), "smax_qmix": _Qmix(),
+                                      "hpn": _Hpn()},
+                            skipped={"mpe_backends": "not asked"}, load_start=(0, 0, 0), load_end=(0, 0, 0), total_s=1)
+    goals = {g["section"]: g for g in res.goals()}
+    assert goals["mpe_rllib"]["met"] and not goals["vmas_benchmarl"]["met"]
+    assert goals["smax_qmix"]["value"] == pytest.approx(2_500) and not goals["smax_qmix"]["met"]
+    assert goals["hpn"]["value"] == 0.5 and not goals["hpn"]["met"]
+    text = res.report()
+    assert "mpe_backends: skipped (not asked)" in text and "NO" in text
+    assert json.loads(json.dumps(res.to_dict()))["goals"][0]["section"] == "mpe_rllib"
+
+
+def test_speed_rejects_unknown_sections_and_skips_benchmarl_without_its_python():
+    with pytest.raises(MarlError, match="Unknown speed section 'mpe_ril'.*mpe_rllib"):
+        speed.run(only=["mpe_ril"])
+    res = speed.run(only=["vmas_benchmarl"], benchmarl_python=None, progress=lambda s: None)
+    assert res.sections == {} and "pip install benchmarl" in res.skipped["vmas_benchmarl"]
+
+
+def test_cli_vs_benchmarl_without_python_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.delenv("MARL_BENCHMARL_PYTHON", raising=False)
+    from marl.cli import main as marl_main
+
+    try:
+        code = marl_main(["bench", "vs-benchmarl"])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2
+    assert "needs BenchMARL's python" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.environ.get("MARL_BENCHMARL_PYTHON"), reason="BenchMARL's python not given")
+def test_real_benchmarl_child_runs_timed_iterations():
+    anchor = BenchmarlAnchor(os.environ["MARL_BENCHMARL_PYTHON"], num_envs=16, rollout_length=10, epochs=1,
+                             minibatches=1, max_steps=20)
+    try:
+        its = [anchor.train_one() for _ in range(3)]
+    finally:
+        anchor.stop()
+    assert all(i["frames"] == 160 and i["wall_s"] > 0 for i in its)
+    res = anchor.result()
+    assert res.iterations == 2 and res.env_steps == 320 and res.settings["benchmarl"]
