@@ -28,6 +28,7 @@ import yaml
 
 from marl.benchmarks import stats
 from marl.benchmarks.stats import ABSOLUTE, fmt
+from marl.benchmarks.targets import target_lines, time_to_target
 from marl.errors import MarlError
 
 __all__ = ["validate_marl_eval", "write_report", "build_report", "render_markdown"]
@@ -245,6 +246,7 @@ def build_report(data: Mapping[str, Any], suite: Mapping[str, Any], provenance: 
         report["envs"][env] = _env_section(env, data[env], env_refs, out, reps, seed)
     known = set(data)
     report["unmatched_references"] = [_ref_fields(r) for r in refs if str(r.get("env", "")).lower() not in known]
+    report["targets"] = time_to_target(data, [t for t in suite.get("targets") or [] if isinstance(t, dict)])
     return report
 
 
@@ -516,6 +518,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         for task, t in s["tasks"].items():
             lines += _task_lines(env, task, t, s["metric"])
         lines += _improvement_lines(env, s) + _reference_lines(env, s)
+    lines += target_lines(report.get("targets", []))
     if report.get("unmatched_references"):
         lines += ["## References without results", ""]
     for r in report.get("unmatched_references", []):

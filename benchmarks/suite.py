@@ -19,6 +19,8 @@ A suite (bundled ones in ``configs/benchmarks/<name>.yaml``, or any YAML path)::
     references:                   # published numbers shown beside ours (report)
       - {env: smax, task: 2s3z, algo: mappo, metric: win_rate, value: 1.0, ci: null,
          source: "...", budget: "10M env steps"}
+    targets:                      # time to target (report): env steps and seconds to first reach it
+      - {env: smax, task: 3m, algo: qmix, metric: win_rate, value: 0.9}
 
 :func:`load_suite` checks every name (top-level keys, families, tasks, algorithms,
 config keys of every (env, algorithm) pair) and raises :class:`~marl.errors.MarlError`
@@ -40,12 +42,13 @@ from marl.errors import MarlError, closest
 
 SUITE_DIR = Path(__file__).resolve().parent.parent / "configs" / "benchmarks"
 _TOP = {"name", "description", "seeds", "budget", "evaluation", "checkpoint_every", "resources", "envs", "algos",
-        "references"}
+        "references", "targets"}
 _ENV_KEYS = {"tasks", "kwargs", "overrides"}
 _EVAL_KEYS = {"interval", "episodes", "absolute_factor"}
 _BUDGET_KEYS = {"env_steps"}
 _RESOURCE_KEYS = {"cpus_per_run", "gpus_per_run"}
 _REFERENCE_KEYS = {"env", "task", "algo", "metric", "value", "ci", "source", "budget", "note"}
+_TARGET_KEYS = {"env", "task", "algo", "metric", "value"}
 _METRICS = ("return", "win_rate")
 _RUNNER_KEYS = {  # config keys every run gets from the runner, and the suite key that sets them
     "seed": "the suite's seeds", "log_dir": "the run's folder under --out", "progress": "the runner's progress view",
@@ -95,6 +98,7 @@ class Suite:
     envs: Dict[str, Dict[str, Any]]
     algos: Dict[str, Dict[str, Any]]
     references: List[Dict[str, Any]] = field(default_factory=list)
+    targets: List[Dict[str, Any]] = field(default_factory=list)
     description: str = ""
     source: Dict[str, Any] = field(default_factory=dict)
     seeds_given: bool = False  # seeds came from with_seeds (--seeds), not from the file
@@ -176,10 +180,37 @@ def parse_suite(raw: Dict[str, Any], default_name: str = "suite") -> Suite:
     )
     suite.envs = _envs(raw["envs"], suite.algos)
     suite.references = _references(raw.get("references") or [], suite)
+    suite.targets = _targets(raw.get("targets") or [], suite)
     return suite
 
 
 # ------------------------------------------------------------------ checks
+def _targets(raw: Any, suite: Suite) -> List[Dict[str, Any]]:
+    """``targets`` (docs/benchmarks.md, "Time to target"): each names a task of the suite, a metric
+    and a number; ``algo`` (optional) one of its algorithms."""
+    if not isinstance(raw, list):
+        raise MarlError(f"Suite key targets must be a list of mappings, got {raw!r}.")
+    tasks = [f"{env}/{task}" for env, e in suite.envs.items() for task in e["tasks"]]
+    for i, t in enumerate(raw):
+        _known_keys(f"targets[{i}]", t, _TARGET_KEYS)
+        missing = [k for k in ("env", "task", "metric", "value") if k not in t]
+        if missing:
+            raise MarlError(f"targets[{i}] lacks {missing}; each target needs env, task, metric, value.")
+        if f"{t['env']}/{t['task']}" not in tasks:
+            name = f"{t['env']}/{t['task']}"
+            raise MarlError(f"targets[{i}] names {name!r}, not a task of this suite (tasks: {', '.join(tasks)})."
+                            f"{closest(name, tasks)}")
+        if t.get("algo") is not None and t["algo"] not in suite.algos:
+            raise MarlError(f"targets[{i}].algo {t['algo']!r} is not an algorithm of this suite "
+                            f"({', '.join(suite.algos)}).{closest(str(t['algo']), list(suite.algos))}")
+        if t["metric"] not in _METRICS:
+            raise MarlError(f"targets[{i}].metric {t['metric']!r} is not one of {list(_METRICS)}."
+                            f"{closest(str(t['metric']), _METRICS)}")
+        if isinstance(t["value"], bool) or not isinstance(t["value"], (int, float)):
+            raise MarlError(f"targets[{i}].value must be a number, got {t['value']!r}.")
+    return [dict(t) for t in raw]
+
+
 def _known_keys(where: str, d: Any, valid: set) -> None:
     if not isinstance(d, dict):
         raise MarlError(f"Suite key {where!r} must be a mapping, got {d!r}.")

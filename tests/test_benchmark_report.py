@@ -356,3 +356,31 @@ def test_marl_eval_reads_the_results(env, metrics):
         for algo in ALGOS:
             assert matrices[metric][algo].shape == (3, 2)            # runs x tasks
             assert curves[metric][algo].shape == (3, 2, len(STEPS))  # runs x tasks x evaluations
+
+
+def _series(points):
+    """marl-eval run from ``[(step_count, elapsed_time, scores), ...]``."""
+    return {f"step_{i}": {"step_count": s, "elapsed_time": t, "return": list(v)} for i, (s, t, v) in enumerate(points)}
+
+
+def test_time_to_target_by_hand():
+    from marl.benchmarks.targets import first_reach, target_lines, time_to_target
+
+    # seed_0 reaches -40 at its third evaluation (mean -39), seed_1 at its second (mean -40 exactly: >=),
+    # seed_2 never (its best mean is -41); the evaluations are listed out of order on purpose
+    data = {"mpe": {"simple_spread": {"mappo": {
+        "seed_0": _series([(20_000, 30.0, [-45, -43]), (0, 0.0, [-80]), (40_000, 61.5, [-38, -40])]),
+        "seed_1": _series([(0, 0.0, [-79]), (20_000, 28.0, [-40, -40]), (40_000, 55.0, [-30])]),
+        "seed_2": _series([(0, 0.0, [-81]), (20_000, 29.0, [-41, -41])]),
+    }, "qmix": {"seed_0": _series([(0, 0.0, [-60]), (20_000, 40.0, [-39])])}}}}
+    assert first_reach(data["mpe"]["simple_spread"]["mappo"]["seed_0"], "return", -40) == (40_000, 61.5)
+    rows = time_to_target(data, [{"env": "mpe", "task": "simple_spread", "metric": "return", "value": -40}])
+    mappo = next(r for r in rows if r["algo"] == "mappo")
+    assert (mappo["runs"], mappo["reached"]) == (3, 2)
+    assert mappo["median_steps"] == 30_000 and mappo["median_seconds"] == pytest.approx((61.5 + 28.0) / 2)
+    assert mappo["per_seed"]["seed_2"] is None
+    only_qmix = time_to_target(data, [{"env": "mpe", "task": "simple_spread", "algo": "qmix", "metric": "return",
+                                       "value": -40}])
+    assert [r["algo"] for r in only_qmix] == ["qmix"] and only_qmix[0]["median_steps"] == 20_000
+    text = "\n".join(target_lines(rows))
+    assert "| mpe | simple_spread | mappo | return >= -40 | 2/3 | 30,000 | 45 |" in text and "not reached" in text

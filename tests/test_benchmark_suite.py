@@ -100,3 +100,22 @@ def test_command_line_lists_suites_and_refuses_a_bad_one_with_exit_2(capsys):
     assert "Did you mean 'smoke'?" in capsys.readouterr().err
     assert main(["benchmark", "report", "/nonexistent/folder"]) == 2
     assert "marl benchmark run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target, words", [
+    ({"env": "mpe", "task": "simple_sprad", "metric": "return", "value": -40}, "not a task of this suite.*simple_spread"),
+    ({"env": "mpe", "task": "simple_spread", "algo": "mapo", "metric": "return", "value": -40}, "mapo.*mappo"),
+    ({"env": "mpe", "task": "simple_spread", "metric": "reward", "value": -40}, "reward.*return"),
+    ({"env": "mpe", "task": "simple_spread", "metric": "return", "value": "high"}, "must be a number"),
+    ({"env": "mpe", "task": "simple_spread", "metric": "return"}, r"lacks \['value'\]"),
+    ({"env": "mpe", "task": "simple_spread", "metric": "return", "value": -40, "seeds": 3}, "seeds"),
+])
+def test_bad_targets_are_named(target, words):
+    from marl.benchmarks.suite import parse_suite
+
+    raw = {"name": "t", "budget": {"env_steps": 1000}, "evaluation": {"interval": 500},
+           "envs": {"mpe": {"tasks": ["simple_spread"]}}, "algos": {"mappo": {}}, "targets": [target]}
+    with pytest.raises(MarlError, match=words):
+        parse_suite(raw)
+    raw["targets"] = [{"env": "mpe", "task": "simple_spread", "metric": "return", "value": -40}]
+    assert parse_suite(raw).targets == raw["targets"]
