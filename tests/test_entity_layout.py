@@ -34,7 +34,9 @@ def raw_worlds(env):
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("N", [3, 5])
 def test_simple_spread_layout_matches_the_world(N, fast):
-    env = make_env("mpe", "simple_spread", N=N, num_envs=2, fast=fast)
+    # mpe2's worlds are read directly: the mpe2 backends (the torch backend has the same layout:
+    # tests/test_mpe_backends.py)
+    env = make_env("mpe", "simple_spread", N=N, num_envs=2, fast=fast, **({"backend": "mpe2"} if fast else {}))
     lay = env.info.entity_layout["agent"]
     assert check_entity_layout(env.info.entity_layout, env.info) == env.info.entity_layout
     assert lay["own"] == [(0, 4)] and lay["n_normal_actions"] == 5 and lay["action_targets"] == {}

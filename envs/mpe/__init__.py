@@ -381,6 +381,32 @@ class MPEEnv(MultiAgentEnv):
         )
 
 
+BACKENDS = (None, "torch", "mpe2")
+
+
+def _batched(scenario: str, num_envs: int, continuous: bool, max_cycles: int, backend: Optional[str],
+             kwargs: Dict[str, Any]) -> MultiAgentEnv:
+    """:class:`MPEEnv` or :class:`~marl.envs.mpe.batched.TorchMPEEnv` as ``backend`` asks (``None``: torch
+    where it implements the scenario and options)."""
+    from marl.envs.mpe.batched import SCENARIOS, TorchMPEEnv, unsupported_options
+
+    name, _ = resolve_scenario(scenario)
+    seed = kwargs.pop("seed", None)
+    check_kwargs(f"MPE scenario '{name}'", kwargs, valid_kwargs(name))
+    missing = unsupported_options(name, kwargs)
+    if backend == "torch" and missing:
+        offered = "; ".join(f"{k} (options: {', '.join(v.options) or 'none'})" for k, v in SCENARIOS.items())
+        raise MarlError(f"The torch MPE backend does not implement {', '.join(missing)}; it implements {offered}. "
+                        f"Use backend='mpe2' (or leave backend unset to pick it automatically).")
+    if backend == "mpe2" or missing:
+        return MPEEnv(name, num_envs, continuous, max_cycles, seed=seed, **kwargs)
+    reference = MPEEnv(name, 1, continuous, max_cycles, **kwargs)  # checks kwargs; its world gives the constants
+    try:
+        return TorchMPEEnv(reference, num_envs, continuous, max_cycles, seed=seed)
+    finally:
+        reference.close()
+
+
 def _build_raw_envs(name: str, B: int, continuous: bool, max_cycles: int, kwargs: Dict[str, Any]) -> List[Any]:
     """``B`` mpe2 ``raw_env`` copies; bad kwargs become a :class:`MarlError` naming the valid ones."""
     valid = valid_kwargs(name)
@@ -407,6 +433,7 @@ def make(
     continuous_actions: bool = False,
     max_cycles: int = 25,
     fast: bool = True,
+    backend: Optional[str] = None,
     **scenario_kwargs,
 ) -> MultiAgentEnv:
     """Registry factory of the ``"mpe"`` family: ``make_env("mpe", "simple_spread", N=3)``.
@@ -416,17 +443,28 @@ def make(
         num_envs: ``B`` (default 32).
         continuous_actions: continuous ``Box(0, 1)`` actions.
         max_cycles: episode length (default 25).
-        fast: ``True`` (default) -> :class:`MPEEnv`; ``False`` -> the generic
+        fast: ``True`` (default) -> a batched env (``backend``); ``False`` -> the generic
             :class:`~marl.envs.pettingzoo.PettingZooEnv` over ``parallel_env``
             (same tensors, slower; kept as a reference / fallback).
+        backend: ``"torch"`` (:class:`~marl.envs.mpe.batched.TorchMPEEnv`: all copies as
+            tensors; the scenarios of :data:`~marl.envs.mpe.batched.SCENARIOS` with their
+            default options), ``"mpe2"`` (:class:`MPEEnv`: mpe2's own code per copy, the
+            reference), or ``None`` (default): torch where it supports the scenario and
+            options, else mpe2.
         **scenario_kwargs: scenario options (``N``, ``local_ratio``, ...) and ``seed``.
     Raises:
-        MarlError: no / unknown scenario or bad kwargs (the message lists the valid ones).
+        MarlError: no / unknown scenario or bad kwargs (the message lists the valid ones); an
+            unknown ``backend``; ``backend="torch"`` for a scenario or option it does not implement.
     """
     if scenario is None:
         raise MarlError(f"make_env('mpe', scenario) needs a scenario. Valid choices: {', '.join(scenarios())}.")
+    if backend not in BACKENDS:
+        raise unknown_choice("MPE backend", backend, [b for b in BACKENDS if b])
     if fast:
-        return MPEEnv(scenario, num_envs, continuous_actions, max_cycles, **scenario_kwargs)
+        return _batched(scenario, int(num_envs), continuous_actions, max_cycles, backend, scenario_kwargs)
+    if backend == "torch":
+        raise MarlError("backend='torch' is a batched env; fast=False builds mpe2's parallel_env copies. "
+                        "Pass one of them.")
     name, module = resolve_scenario(scenario)
     seed = scenario_kwargs.pop("seed", None)
     check_kwargs(f"MPE scenario '{name}'", scenario_kwargs, valid_kwargs(name))
