@@ -40,6 +40,7 @@ from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
 from marl.env import MarlError
 
+CRITICS = ("state", "team", "obs")  # PPOConfig.critic
 REDISTRIBUTIONS = ("none", "causal_shift")  # reward_redistribution choices (legem: value decomposition only)
 NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
 
@@ -52,8 +53,9 @@ class PPOConfig(AgentNetConfig, EngineConfig):
 
     LAYER = "PPO"
 
-    critic: str = key("input of the value function: global state + agent id (MAPPO) or own observation (IPPO)",
-                      choices=("state", "obs"))
+    critic: str = key("value function: global state + agent id, one row per agent (state); global state once per "
+                      "env step with one value head per agent (team, MLP actors); own observation (obs, IPPO)",
+                      choices=CRITICS)
     gamma: float = key("discount factor", gt=0, le=1)
     gae_lambda: float = key("GAE lambda", ge=0, le=1)
     clip: float = key("PPO clip epsilon of the policy ratio", gt=0)
@@ -102,8 +104,9 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         self.recurrent = self.actor.state_size > 0
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((c["n_actions"],), float(c.get("log_std_init", -0.5))))
+        self.team = bool(c.get("team_critic", False))
         if not self.inference_only:
-            self.critic = MLP(c["critic_dim"], 1, hidden, int(c["layers"]), act, ln)
+            self.critic = MLP(c["critic_dim"], int(c.get("critic_heads", 1)), hidden, int(c["layers"]), act, ln)
             self.value_norm = ValueNorm()
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -127,6 +130,8 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
     def _actor_train(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
         """Distribution inputs ``[M', A]`` of a minibatch (see :meth:`_forward_train`)."""
         obs = batch["obs"]
+        if self.team:  # [M, N, D]: all agents of M env steps
+            obs = obs.reshape(-1, obs.shape[-1])
         out = self.actor.unroll(obs if self.recurrent else obs.unsqueeze(1), batch.get("h0"), batch.get("starts"))
         return out.reshape(-1, out.shape[-1])
 
@@ -176,9 +181,13 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
 
         MLP: ``obs [M, D]``, ``critic_in [M, C]``. GRU: ``obs [M, L, D]``,
         ``h0 [M, H]``, ``starts [M, L]`` bool; outputs are flattened to ``M*L`` rows.
-        Returns ``dist_in`` ``[M', A]`` and ``values`` ``[M']`` (normalised units).
+        Team critic: ``obs [M, N, D]``, ``critic_in [M, S]`` (one row per env step), outputs
+        flattened to ``M*N`` rows. Returns ``dist_in`` ``[M', A]`` and ``values`` ``[M']``
+        (normalised units).
         """
         dist_in = self._actor_train(batch)
+        if self.team:
+            return {"dist_in": dist_in, "values": self.critic(batch["critic_in"]).reshape(-1)}
         critic_in = batch["critic_in"].reshape(dist_in.shape[0], -1)
         return {"dist_in": dist_in, "values": self.critic(critic_in).squeeze(-1)}
 
@@ -191,8 +200,9 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
 
     def values(self, critic_in: torch.Tensor) -> torch.Tensor:
-        """Normalised values ``[...]`` for critic inputs ``[..., C]``."""
-        return self.critic(critic_in).squeeze(-1)
+        """Normalised values ``[...]`` for critic inputs ``[..., C]`` (team critic: ``[..., N]``, one per agent)."""
+        out = self.critic(critic_in)
+        return out if self.team else out.squeeze(-1)
 
 
 # ============================================================ learner
@@ -220,12 +230,14 @@ class PPOLearner(RunAccess, TorchLearner):
         """Values, GAE, returns and normalised advantages for one module's rows ``[R, T]``."""
         cfg = self.cfg
         module = self.module[mid].unwrapped()
+        if module.team:
+            return self._prepare_team(mid, module, b)
         vn = module.value_norm if cfg.value_norm else None
         v_norm = module.values(b["critic_in"])  # [R, T+1] normalised
-        v_final = module.values(b["final_critic_in"])  # [R, T]
+        term, trunc = b["terminated"], b["truncated"]
+        v_final = final_values(module, b["final_critic_in"], trunc, v_norm[:, :-1])  # [R, T]
         denorm = vn.denormalize if vn is not None else (lambda x: x)
         v, vf = denorm(v_norm), denorm(v_final)
-        term, trunc = b["terminated"], b["truncated"]
         next_v = next_values(v, vf, term, trunc)
         adv = gae(b["rewards"], v[:, :-1], next_v, term | trunc, cfg.gamma, cfg.gae_lambda)
         returns = adv + v[:, :-1]
@@ -251,6 +263,35 @@ class PPOLearner(RunAccess, TorchLearner):
         self.metrics.log_value((mid, "value_mean"), float(v[:, :-1][active].mean()) if active.any() else 0.0, window=1)
         return out
 
+    @torch.no_grad()
+    def _prepare_team(self, mid: str, module: "PPOModule", b: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """:meth:`_prepare` for the team critic: per-agent columns ``[B, N, T(+1), ...]``, critic
+        columns ``[B, T(+1), S]`` (one row per env copy, see :func:`rollout_to_sequences`). Returns
+        minibatch rows of one env step each: ``[B*T, N, ...]``, ``critic_in [B*T, S]``."""
+        cfg = self.cfg
+        denorm = module.value_norm.denormalize if cfg.value_norm else (lambda x: x)
+        term, trunc = b["terminated"], b["truncated"]  # [B, N, T]
+        v_norm = module.values(b["critic_in"]).movedim(-1, 1)  # [B, N, T+1]
+        v_final = final_values(module, b["final_critic_in"], trunc[:, 0], v_norm[..., :-1].movedim(1, -1))
+        v, vf = denorm(v_norm), denorm(v_final.movedim(-1, 1))
+        adv = gae(b["rewards"], v[..., :-1], next_values(v, vf, term, trunc), term | trunc, cfg.gamma, cfg.gae_lambda)
+        returns, active = adv + v[..., :-1], b["alive"]
+        if cfg.advantage_norm:
+            adv = normalize_advantages(adv, active)
+        self.metrics.log_value((mid, "explained_variance"), explained_variance(v[..., :-1], returns, active), window=1)
+        self.metrics.log_value((mid, "value_mean"), float(v[..., :-1][active].mean()) if active.any() else 0.0, window=1)
+
+        def steps(x):  # [B, N, T, ...] -> [B*T, N, ...]
+            x = x.movedim(1, 2)
+            return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+        out = {"obs": steps(b["obs"][:, :, :-1]), "actions": steps(b["actions"]), "logp_old": steps(b["logp"]),
+               "advantages": steps(adv), "returns": steps(returns), "values_old": steps(v_norm[..., :-1]),
+               "active": steps(active), "critic_in": b["critic_in"][:, :-1].reshape(-1, b["critic_in"].shape[-1])}
+        if "avail" in b:
+            out["avail"] = steps(b["avail"])
+        return out
+
     def _minibatches(self, mid: str, data: Dict[str, torch.Tensor], recurrent: bool):
         """Yield ``num_minibatches`` minibatches of one shuffled epoch.
 
@@ -258,7 +299,9 @@ class PPOLearner(RunAccess, TorchLearner):
         chunks of ``chunk_length`` steps starting from the stored hidden state.
         """
         K = self.cfg.num_minibatches
-        if recurrent:
+        if self.module[mid].unwrapped().team:  # rows are env steps already (_prepare_team)
+            flat = data
+        elif recurrent:
             R, T = data["actions"].shape[:2]
             L = self.cfg.chunk_length if T % self.cfg.chunk_length == 0 else T
             flat = {k: v.reshape(R * (T // L), L, *v.shape[2:]) for k, v in data.items()}
@@ -292,7 +335,9 @@ class PPOLearner(RunAccess, TorchLearner):
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         cfg = self.cfg
         module = self.module[module_id].unwrapped()
-        flat = {k: v.reshape(-1, *v.shape[2:]) if module.recurrent else v for k, v in batch.items() if k not in ("h0", "starts")}
+        nested = module.recurrent or module.team  # [M, L or N, ...] columns -> one row per (step, agent)
+        flat = {k: v.reshape(-1, *v.shape[2:]) if nested else v for k, v in batch.items()
+                if k not in ("h0", "starts", "critic_in")}
         logp, ent = module.log_prob_entropy(fwd_out["dist_in"], flat["actions"], flat.get("avail"))
         returns, active = flat["returns"], flat["active"]
         if cfg.value_norm:
@@ -314,6 +359,21 @@ class PPOLearner(RunAccess, TorchLearner):
 
 
 # ============================================================ batch building
+def final_values(module: "PPOModule", final_in: torch.Tensor, truncated: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Normalised critic values of the final observations, computed only where an episode was
+    truncated (the only place :func:`~marl.algos.policy_gradient.next_values` reads them); zeros
+    elsewhere.
+
+    Args:
+        final_in: critic inputs ``[R, T, C]``; truncated: ``[R, T]`` bool; like: a ``[R, T(, N)]``
+            tensor of the output's shape and dtype.
+    """
+    out = torch.zeros_like(like)
+    if bool(truncated.any()):
+        out[truncated] = module.values(final_in[truncated])
+    return out
+
+
 def critic_inputs(kind: str, obs: torch.Tensor, state: torch.Tensor, n_agents: int) -> torch.Tensor:
     """Critic input per agent.
 
@@ -335,16 +395,17 @@ def rollout_to_sequences(rollout: Dict[str, Any], critic: str) -> MultiAgentBatc
     """Time-major rollout ``[T, B, N, ...]`` -> per-module rows ``[B*N, T, ...]`` for the learner.
 
     Rows are (env copy, agent) sequences so that sharding across learners and
-    GAE along time never cut a sequence.
+    GAE along time never cut a sequence. ``critic="team"``: rows are env copies,
+    per-agent columns ``[B, N, T(+1), ...]`` and the critic's ``[B, T(+1), S]``
+    (the state once per env step).
     """
     policy_batches = {}
     state, final_state = rollout["state"], rollout["final_state"]  # [T+1, B, S], [T, B, S]
+    team = critic == "team"
     for mid, m in rollout["modules"].items():
         N = m["obs"].shape[2]
         cols = {
             "obs": m["obs"],
-            "critic_in": critic_inputs(critic, m["obs"], state, N),
-            "final_critic_in": critic_inputs(critic, m["final_obs"], final_state, N),
             "actions": m["actions"],
             "logp": m["logp"],
             "rewards": m["rewards"],
@@ -358,9 +419,16 @@ def rollout_to_sequences(rollout: Dict[str, Any], critic: str) -> MultiAgentBatc
             cols["h"] = m["h"]
             cols["starts"] = rollout["starts"].unsqueeze(-1).expand_as(m["alive"])
         rows = {}
-        for k, v in cols.items():  # [T(+1), B, N, ...] -> [B*N, T(+1), ...]
+        for k, v in cols.items():  # [T(+1), B, N, ...] -> [B*N, T(+1), ...] (team: [B, N, T(+1), ...])
             v = v.movedim(0, 2)
-            rows[k] = v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]).contiguous().numpy()
+            rows[k] = (v if team else v.reshape(v.shape[0] * v.shape[1], *v.shape[2:])).contiguous().numpy()
+        if team:
+            rows["critic_in"] = state.movedim(0, 1).contiguous().numpy()
+            rows["final_critic_in"] = final_state.movedim(0, 1).contiguous().numpy()
+        else:
+            for k, o, s_ in (("critic_in", m["obs"], state), ("final_critic_in", m["final_obs"], final_state)):
+                v = critic_inputs(critic, o, s_, N).movedim(0, 2)
+                rows[k] = v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]).contiguous().numpy()
         policy_batches[mid] = SampleBatch(rows)
     env_steps = int(rollout["terminated"].numel())
     return MultiAgentBatch(policy_batches, env_steps=env_steps)
@@ -379,10 +447,13 @@ class PPO(Trainer):
     def module_config(cls, cfg: PPOConfig, mapping, mid: str) -> Dict[str, Any]:
         g = mapping.group_info(mid)
         n = mapping.n_agents(mid)
-        critic_dim = mapping.obs_dim(mid) if cfg.critic == "obs" else mapping.info.state_dim + n
+        critic_dim = {"obs": mapping.obs_dim(mid), "state": mapping.info.state_dim + n,
+                      "team": mapping.info.state_dim}[cfg.critic]
         mc = {
             "obs_dim": mapping.obs_dim(mid),
             "critic_dim": critic_dim,
+            "critic_heads": n if cfg.critic == "team" else 1,
+            "team_critic": cfg.critic == "team",
             "n_actions": g.n_actions,
             "discrete": g.discrete,
             "hidden": cfg.hidden,
@@ -425,11 +496,15 @@ class PPO(Trainer):
             MarlError: ``num_minibatches`` above the rows (names both and the keys that set them).
         """
         c = config_view(cfg)
+        if c.critic == "team" and c.recurrent:
+            raise MarlError("critic=team evaluates the critic once per env step for MLP actors; with recurrent=true "
+                            "use critic=state (one row per agent).")
         T = c.rollout_length  # rows per (env copy, agent): steps, or chunks of a GRU (one if chunk_length does not divide T)
         if c.recurrent:
             T = T // c.chunk_length if T % c.chunk_length == 0 else 1
         envs = mapping.info.num_envs * max(1, c.num_env_runners)
-        rows = min(envs * mapping.n_agents(m) for m in mapping.modules) * T // max(1, c.num_learners)
+        per_copy = (lambda m: 1) if c.critic == "team" else mapping.n_agents  # team: rows are env steps
+        rows = min(envs * per_copy(m) for m in mapping.modules) * T // max(1, c.num_learners)
         if c.num_minibatches > rows:
             raise MarlError(f"num_minibatches={c.num_minibatches} is more than the {rows} rows a learner gets per "
                             f"update (rollout_length x env copies x agents of a module / learners); use at most "

@@ -18,7 +18,8 @@ Pairs alternate: one marl iteration (``trainer.train()``), then one BenchMARL
 iteration (the child's ``go``), so load from other processes hits both sides
 alike. Same settings on both sides: ``B`` VMAS copies, ``T`` steps per copy
 per iteration, ``E`` epochs of ``K`` minibatches, MLPs 2x``hidden`` ReLU for
-actor and critic, a centralised critic, discrete actions, ``max_steps`` per
+actor and critic, a centralised critic evaluated once per env step with a value
+per agent (marl ``critic=team``, BenchMARL ``share_param_critic``), discrete actions, ``max_steps`` per
 episode, one torch thread. The first iteration of each side is warm-up.
 """
 from __future__ import annotations

@@ -103,11 +103,12 @@ def run_vs_benchmarl(python: str, num_envs: int = 512, rollout_length: int = 25,
         with ray_for_bench():
             ours = bench_ours(num_envs, rollout_length, epochs, iters, seconds, family="vmas",
                               scenario="simple_spread", env_kwargs={"max_steps": max_steps}, name="marl",
-                              between=anchor.train_one, hidden=64, num_minibatches=minibatches)
+                              between=anchor.train_one, hidden=64, num_minibatches=minibatches, critic="team")
         theirs = anchor.result()
     finally:
         anchor.stop()
     settings = {"B": num_envs, "T": rollout_length, "E": epochs, "K": minibatches, "hidden": "2x64 relu",
+                "critic": "centralised, once per env step (marl critic=team, BenchMARL share_param_critic)",
                 "max_steps": max_steps, "actions": "discrete", "iters": iters, "seconds": seconds}
     return VsBenchmarlResult(sides={"marl": ours, "benchmarl": theirs}, settings=settings)
 

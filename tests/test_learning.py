@@ -51,3 +51,12 @@ def test_iql_settles_for_seven_on_two_step(ray_session, run_dir):
     """Independent learners average over the partner's uniform exploration: agent 0
     values 2B at max((0+1)/2, (1+8)/2) = 4.5 < 7, so IQL takes 2A's sure 7."""
     assert _two_step_return("iql", 0, run_dir) == 7.0
+
+
+def test_mappo_team_critic_beats_random_on_simple_spread(ray_session, run_dir):
+    # the critic evaluated once per env step with one value head per agent (critic=team)
+    env = marl.make_env("mpe", "simple_spread", num_envs=128)
+    res = env.fit("mappo", stop={"env_steps": 250_000}, log_dir=run_dir, progress=False, critic="team",
+                  num_minibatches=4, eval_episodes=200, seed=1)
+    print("greedy eval after 250k env steps (team critic):", res.eval)
+    assert res.eval["episode_return_mean"] > -55.0, res.eval

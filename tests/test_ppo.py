@@ -187,3 +187,68 @@ def test_critic_inputs_ippo_vs_mappo():
 
 def test_masked_mean_ignores_masked():
     assert masked_mean(torch.tensor([1.0, 100.0]), torch.tensor([True, False])).item() == 1.0
+
+
+# ---------------------------------------------------------------- team critic, final values
+def _team_module(n_agents=3, state_dim=6):
+    cfg = dict(obs_dim=4, critic_dim=state_dim, critic_heads=n_agents, team_critic=True, n_actions=3, discrete=True,
+               hidden=16, layers=2, activation="relu", layer_norm=True, recurrent=False, policy_gain=1.0,
+               log_std_init=-0.5)
+    return PPOModule(observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+                     action_space=gym.spaces.Discrete(3), model_config=cfg)
+
+
+def test_final_values_only_where_truncated():
+    from marl.algos.ppo import final_values
+
+    torch.manual_seed(0)
+    m = _module()
+    final_in = torch.randn(5, 7, 6)
+    trunc = torch.zeros(5, 7, dtype=torch.bool)
+    trunc[1, 3] = trunc[4, 6] = True
+    v = final_values(m, final_in, trunc, torch.empty(5, 7))
+    full = m.values(final_in)
+    assert torch.allclose(v[trunc], full[trunc]) and bool((v[~trunc] == 0).all())
+    assert bool((final_values(m, final_in, torch.zeros_like(trunc), torch.empty(5, 7)) == 0).all())
+    t = _team_module()  # team critic: [B, T, S] inputs, [B, T, N] values
+    tv = final_values(t, final_in, trunc, torch.empty(5, 7, 3))
+    assert torch.allclose(tv[trunc], t.values(final_in)[trunc]) and bool((tv[~trunc] == 0).all())
+
+
+def test_team_critic_rows_and_advantages_by_hand():
+    """Team layout: one critic row per env step; GAE per agent on the team critic's head of that agent."""
+    from types import SimpleNamespace
+
+    from marl.algos.policy_gradient import gae, next_values
+    from marl.algos.ppo import PPOLearner, rollout_to_sequences
+
+    torch.manual_seed(1)
+    T, B, N, S = 6, 2, 3, 6
+    term = torch.zeros(T, B, dtype=torch.bool)
+    trunc = torch.zeros(T, B, dtype=torch.bool)
+    term[2, 0], trunc[4, 1] = True, True
+    mod = {"obs": torch.randn(T + 1, B, N, 4), "final_obs": torch.randn(T, B, N, 4),
+           "actions": torch.randint(0, 3, (T, B, N)), "logp": torch.randn(T, B, N), "rewards": torch.randn(T, B, N),
+           "alive": torch.ones(T, B, N, dtype=torch.bool)}
+    rollout = {"state": torch.randn(T + 1, B, S), "final_state": torch.randn(T, B, S), "terminated": term,
+               "truncated": trunc, "modules": {"shared": mod}}
+    cols = {k: torch.as_tensor(v) for k, v in rollout_to_sequences(rollout, "team").policy_batches["shared"].items()}
+    assert cols["critic_in"].shape == (B, T + 1, S) and cols["obs"].shape == (B, N, T + 1, 4)
+    assert torch.equal(cols["rewards"][1, 2], mod["rewards"][:, 1, 2])  # [B, N, T]: copy 1, agent 2
+    m = _team_module(N, S)
+    cfg = SimpleNamespace(gamma=0.9, gae_lambda=0.8, value_norm=False, advantage_norm=False)
+    fake = SimpleNamespace(cfg=cfg, metrics=SimpleNamespace(log_value=lambda *a, **k: None))
+    out = PPOLearner._prepare_team(fake, "shared", m, cols)
+    assert out["obs"].shape == (B * T, N, 4) and out["critic_in"].shape == (B * T, S)
+    with torch.no_grad():  # by hand for copy b=1, agent n=2 (its episode truncated at t=4)
+        v = m.values(rollout["state"][:, 1])[:, 2]  # [T+1]
+        vf = torch.zeros(T)
+        vf[4] = m.values(rollout["final_state"][4, 1])[2]
+        adv = gae(mod["rewards"][:, 1, 2], v[:-1], next_values(v, vf, term[:, 1], trunc[:, 1]), term[:, 1] | trunc[:, 1],
+                  0.9, 0.8)
+    rows = torch.arange(T) + T * 1  # env-step rows of copy 1
+    assert torch.allclose(out["advantages"][rows, 2], adv, atol=1e-6)
+    assert torch.allclose(out["returns"][rows, 2], adv + v[:-1], atol=1e-6)
+    fwd = m._forward_train({"obs": out["obs"][:4], "critic_in": out["critic_in"][:4]})
+    assert fwd["dist_in"].shape == (4 * N, 3) and fwd["values"].shape == (4 * N,)
+    assert torch.allclose(fwd["values"].view(4, N), out["values_old"][:4], atol=1e-6)
