@@ -27,6 +27,10 @@ def load_mpe2_world(env: TorchMPEEnv, ref: MPEEnv) -> None:
         w.c[b] = torch.tensor(np.stack([a.state.c for a in raw.world.agents]))
         if env.info.scenario == "simple_speaker_listener":
             env.scenario.goal[b] = raw.world.landmarks.index(raw.world.agents[0].goal_b)
+        if env.info.scenario == "simple_reference":
+            env.scenario.goal[b] = torch.tensor([raw.world.landmarks.index(a.goal_b) for a in raw.world.agents])
+        if env.info.scenario == "simple_adversary":
+            env.scenario.goal[b] = raw.world.landmarks.index(raw.world.agents[0].goal_a)
     env.steps[:] = torch.tensor([raw.steps for raw in ref._envs])
     env._observe()
 
@@ -57,6 +61,8 @@ def _compare(s_ref, s, what):
 @pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
 @pytest.mark.parametrize("scenario, kw", [
     ("simple_spread", {}), ("simple_spread", {"N": 4, "local_ratio": 0.0}), ("simple_speaker_listener", {}),
+    ("simple_reference", {}), ("simple_reference", {"local_ratio": 0.2}), ("simple_adversary", {}),
+    ("simple_adversary", {"N": 3}),
 ])
 def test_torch_backend_equals_mpe2_step_by_step(scenario, kw, continuous):
     B, T = 8, 25
@@ -140,6 +146,7 @@ def test_check_env_and_same_info_as_mpe2(scenario):
 def test_backend_choice_and_errors():
     assert isinstance(marl.make_env("mpe", "simple_spread", num_envs=2), TorchMPEEnv)  # the default
     assert isinstance(marl.make_env("mpe", "simple_tag", num_envs=2), MPEEnv)  # not implemented in torch: mpe2
+    assert isinstance(marl.make_env("mpe", "simple_adversary", num_envs=2), TorchMPEEnv)
     assert isinstance(marl.make_env("mpe", "simple_spread", num_envs=2, num_agent_neighbors=1), MPEEnv)
     with pytest.raises(MarlError, match="Unknown MPE backend 'jax'.*mpe2.*torch"):
         marl.make_env("mpe", "simple_spread", backend="jax")

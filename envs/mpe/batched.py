@@ -16,9 +16,9 @@ of non-silent agents), mpe2's action decoding (discrete ``0..4`` = no-op, -x,
 scenarios' observations, rewards and ``local_ratio`` blend, and ``max_cycles``
 truncation. Physics runs in float64 as mpe2's numpy code does and in the same
 order of additions, so observations and rewards (float32) match mpe2 step for
-step from the same state and actions (``tests/test_mpe_backends.py``; the
-tolerance there is 1e-5 absolute, where the only source of difference is the
-last bits of ``logaddexp``).
+step from the same state and actions (``tests/test_mpe_backends.py``: 0.0
+difference measured; the test allows 1e-5, since ``logaddexp`` could differ in
+its last bits between numpy and torch builds).
 
 What differs: the random draws. Initial positions (uniform in ``[-1, 1]^2``)
 and simple_speaker_listener's goal come from one ``torch.Generator`` for all
@@ -26,8 +26,10 @@ copies, seeded by ``reset(seed)``; mpe2 seeds each copy's numpy generator. The
 distributions are mpe2's; the streams are not. Options outside what the
 scenarios' defaults use (simple_spread's ``curriculum``,
 ``terminate_on_success``, ``num_agent_neighbors``, ``num_landmark_neighbors``;
-action or communication noise) are refused here, and the default backend falls
-back to mpe2 for them.
+simple_adversary's neighbour options; action or communication noise) are
+refused here, and the default backend falls back to mpe2 for them. Scenarios:
+:data:`SCENARIOS` (simple_spread, simple_speaker_listener, simple_reference,
+simple_adversary: the mpe benchmark suite's four).
 """
 from __future__ import annotations
 

@@ -248,7 +248,97 @@ class SimpleSpeakerListener(TorchScenario):
         self.goal = None if state["goal"] is None else state["goal"].clone()
 
 
-SCENARIOS: Dict[str, type] = {"simple_spread": SimpleSpread, "simple_speaker_listener": SimpleSpeakerListener}
+def _dist(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``sqrt(sum((a - b)^2))`` over the last axis (mpe2's distance, same operation order)."""
+    return torch.sqrt(torch.sum(torch.square(a - b), -1))
+
+
+class SimpleReference(TorchScenario):
+    """mpe2 ``simple_reference_v3``: two agents that move and talk (``dim_c=10``); agent ``i``'s
+    goal is that the other agent reaches landmark ``g_i``. Observation ``[vel, landmarks - pos,
+    colour of g_i, other's comm]``; agent reward minus the other agent's distance to ``g_i``,
+    global reward their mean (``local_ratio`` blend)."""
+
+    options = ("local_ratio",)
+    COLORS = torch.tensor([[0.75, 0.25, 0.25], [0.25, 0.75, 0.25], [0.25, 0.25, 0.75]], dtype=F64)
+
+    def __init__(self, raw: Any):
+        super().__init__(raw)
+        self.goal: Optional[torch.Tensor] = None  # [B, 2] landmark index of each agent's goal
+
+    def reset(self, world: TorchWorld, rows: torch.Tensor, generator: torch.Generator) -> None:
+        if self.goal is None:
+            self.goal = torch.zeros(world.B, 2, dtype=torch.long)
+        self.goal[rows] = torch.randint(0, 3, (int(rows.sum()), 2), generator=generator)
+        super().reset(world, rows, generator)
+
+    def observation(self, world: TorchWorld) -> torch.Tensor:
+        B, A = world.B, world.A
+        parts = []
+        for i in range(A):
+            rel = (world.pos[:, A:] - world.pos[:, i, None]).reshape(B, -1)
+            parts += [world.vel[:, i], rel, self.COLORS[self.goal[:, i]], world.c[:, 1 - i]]
+        return torch.cat(parts, -1)
+
+    def reward(self, world: TorchWorld) -> torch.Tensor:
+        rows = torch.arange(world.B)
+        goal_pos = world.pos[rows[:, None], world.A + self.goal]  # [B, 2, p]
+        other = world.pos[:, [1, 0]]  # agent i's goal_a is the other agent
+        return -_dist(other, goal_pos)
+
+    def global_reward(self, world: TorchWorld) -> torch.Tensor:
+        r = self.reward(world)
+        return (0 + r[:, 0] + r[:, 1]) / 2
+
+    def get_state(self) -> Dict[str, Any]:
+        return {"goal": None if self.goal is None else self.goal.clone()}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        self.goal = None if state["goal"] is None else state["goal"].clone()
+
+
+class SimpleAdversary(SimpleSpeakerListener):
+    """mpe2 ``simple_adversary_v3`` (``N`` good agents, one adversary first, ``N`` landmarks, one of
+    them the goal): good agents see ``[goal - pos, landmarks - pos, others - pos]``, the adversary
+    ``[landmarks - pos, others - pos]``; the adversary gets minus its goal distance, each good agent
+    the adversary's goal distance minus the closest good agent's."""
+
+    options = ("N",)
+
+    def __init__(self, raw: Any):
+        TorchScenario.__init__(self, raw)
+        self.goal = None
+        self.others = _others(self.n_agents)
+
+    def reset(self, world: TorchWorld, rows: torch.Tensor, generator: torch.Generator) -> None:
+        if self.goal is None:
+            self.goal = torch.zeros(world.B, dtype=torch.long)
+        self.goal[rows] = torch.randint(0, world.E - world.A, (int(rows.sum()),), generator=generator)
+        TorchScenario.reset(self, world, rows, generator)
+
+    def _goal_pos(self, world: TorchWorld) -> torch.Tensor:
+        return world.pos[torch.arange(world.B), world.A + self.goal]  # [B, p]
+
+    def observation(self, world: TorchWorld) -> torch.Tensor:
+        B, A = world.B, world.A
+        pos = world.pos[:, :A]
+        rel = world.pos[:, None, :, :] - pos[:, :, None, :]  # [B, A, E, p]: entity - agent
+        landmarks = rel[:, :, A:].reshape(B, A, -1)
+        others = rel[:, torch.arange(A)[:, None], self.others].reshape(B, A, -1)
+        goal = self._goal_pos(world)[:, None] - pos  # [B, A, p]
+        adversary = torch.cat([landmarks[:, 0], others[:, 0]], -1)
+        good = torch.cat([goal[:, 1:], landmarks[:, 1:], others[:, 1:]], -1).reshape(B, -1)
+        return torch.cat([adversary, good], -1)
+
+    def reward(self, world: TorchWorld) -> torch.Tensor:
+        d = _dist(world.pos[:, :world.A], self._goal_pos(world)[:, None])  # [B, A] agent -> goal
+        adv_rew = 0 + d[:, 0]
+        good = -d[:, 1:].min(-1).values + adv_rew
+        return torch.cat([-d[:, :1], good[:, None].expand(world.B, world.A - 1)], -1)
+
+
+SCENARIOS: Dict[str, type] = {"simple_spread": SimpleSpread, "simple_speaker_listener": SimpleSpeakerListener,
+                              "simple_reference": SimpleReference, "simple_adversary": SimpleAdversary}
 
 
 def scenario_names() -> List[str]:
