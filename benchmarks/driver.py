@@ -10,13 +10,16 @@ writes the results of the finished ones and says how to continue.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from marl.errors import MarlError, RunInterrupted
 from marl.rundir import write_json, write_yaml
@@ -157,18 +160,41 @@ def _execute(suite: Suite, out_dir: Path, runs: List[RunSpec], todo: List[RunSpe
     pending = {task.remote(spec, suite, str(runner.slot_of(out_dir, spec))): spec for spec in todo}
     view = ProgressView(suite, out_dir, runs, todo, show=progress)
     try:
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=2.0)
-            for ref in ready:
-                spec = pending.pop(ref)
-                view.finished(spec, _record_or_error(ref, runner.slot_of(out_dir, spec)))
-            view.refresh(list(pending.values()))
+        with term_as_interrupt():
+            _wait(pending, view, out_dir)
     except KeyboardInterrupt:
         _cancel(pending, view)
         return True
     finally:
         view.close()
     return False
+
+
+def _wait(pending: Dict[Any, RunSpec], view: "ProgressView", out_dir: Path) -> None:
+    """Collect finished runs until none is pending, refreshing the progress view."""
+    import ray
+
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=2.0)
+        for ref in ready:
+            spec = pending.pop(ref)
+            view.finished(spec, _record_or_error(ref, runner.slot_of(out_dir, spec)))
+        view.refresh(list(pending.values()))
+
+
+@contextlib.contextmanager
+def term_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a cluster scheduler's or ``kill``'s stop) behaves as Ctrl-C while the runs are waited on:
+    the running runs save a checkpoint and the relaunch resumes them. Outside the main thread (where
+    Python cannot set handlers) it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _record_or_error(ref, slot: Path) -> Dict[str, Any]:

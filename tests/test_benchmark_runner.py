@@ -204,3 +204,18 @@ def test_a_killed_worker_is_recorded_failed_and_the_relaunch_resumes_it(tmp_path
     assert again.returncode == 0, text
     rec = json.loads((slot / "record.json").read_text())
     assert rec["status"] == "done" and rec["resumed_from"], rec
+
+
+def test_sigterm_is_ctrl_c_while_runs_are_waited_on():
+    # a scheduler's SIGTERM takes the Ctrl-C path (checkpoints, relaunch hint); the old handler comes back after
+    import os
+    import signal
+
+    from marl.benchmarks.driver import term_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        with term_as_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler interrupts this
+    assert signal.getsignal(signal.SIGTERM) is before
