@@ -461,7 +461,7 @@ def make(
     if backend not in BACKENDS:
         raise unknown_choice("MPE backend", backend, [b for b in BACKENDS if b])
     if fast:
-        return _batched(scenario, int(num_envs), continuous_actions, max_cycles, backend, scenario_kwargs)
+        return _batched(scenario, check_num_envs(num_envs), continuous_actions, max_cycles, backend, scenario_kwargs)
     if backend == "torch":
         raise MarlError("backend='torch' is a batched env; fast=False builds mpe2's parallel_env copies. "
                         "Pass one of them.")
