@@ -44,6 +44,8 @@ setup(
         "smacv2": ["smacv2 @ git+https://github.com/oxwhirl/smacv2.git"],
         # LLM self-play (text games, MARS, Advantage Alignment): HF models, LoRA, OpenSpiel games
         "llm": ["transformers>=4.45", "peft>=0.13", "open_spiel>=1.5"],
+        # Gymnasium multi-agent envs of EPyMARL's benchmarks (make_env("gymnasium", ...)): LBF and RWARE
+        "gym-envs": ["lbforaging>=2.0", "rware>=2.0"],
         # fast generation on GPU runners (generator="vllm")
         "vllm": ["transformers>=4.45", "peft>=0.13", "vllm"],
     },

@@ -19,6 +19,13 @@ register_env(
     "VMAS vectorized multi-agent simulator (torch-native batch)",
     scenarios="marl.envs.vmas:scenarios",
 )
+register_env(  # before "pettingzoo": that family's object factory takes any callable, a gym.Env class too
+    "gymnasium",
+    "marl.envs.gym_ma:make",
+    "Gymnasium multi-agent envs with tuple spaces (lbforaging, rware; EPyMARL's gymma convention)",
+    scenarios="marl.envs.gym_ma:scenarios",
+    from_object="marl.envs.gym_ma:from_object",
+)
 register_env(
     "pettingzoo",
     "marl.envs.pettingzoo:make",

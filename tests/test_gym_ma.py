@@ -1,0 +1,128 @@
+"""The Gymnasium multi-agent adapter (make_env("gymnasium", ...)): LBF and RWARE through the env
+contract, equality with the env stepped directly, and the adapter's rules on a toy env."""
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import marl
+from marl.errors import MarlError
+from test_envs import run_contract
+
+lbforaging = pytest.importorskip("lbforaging")
+rware = pytest.importorskip("rware")
+
+LBF = "lbforaging:Foraging-8x8-2p-2f-v3"
+
+
+@pytest.mark.parametrize("name, limit", [(LBF, 10), ("lbforaging:Foraging-2s-8x8-3p-2f-coop-v3", 10),
+                                         ("rware:rware-tiny-2ag-v2", 25), ("rware:rware-tiny-4ag-v2", 25)])
+def test_contract(name, limit):
+    env = marl.make_env("gymnasium", name, num_envs=3, time_limit=limit)
+    assert env.info.family == "gymnasium" and env.info.kind == "cooperative" and env.info.episode_limit == limit
+    run_contract(env, limit=limit)
+
+
+@pytest.mark.parametrize("common", [False, True])
+def test_same_observations_and_rewards_as_the_env_itself(common):
+    env = marl.make_env("gymnasium", LBF, num_envs=2, common_reward=common)
+    ref = [gym.make("Foraging-8x8-2p-2f-v3", disable_env_checker=True) for _ in range(2)]
+    s = env.reset(seed=7)
+    obs = [r.reset(seed=7 + b)[0] for b, r in enumerate(ref)]
+    gen = torch.Generator().manual_seed(0)
+    total = 0.0
+    for t in range(40):
+        want = np.stack([np.concatenate([np.asarray(o, np.float32) for o in obs[b]]) for b in range(2)])
+        assert np.array_equal(s.state.numpy(), want), t
+        acts = env.random_actions(s, gen)
+        s = env.step(acts)
+        outs = [ref[b].step(tuple(int(a) for a in acts["agent"][b])) for b in range(2)]
+        obs = [o[0] for o in outs]
+        rew = np.array([o[1] for o in outs], np.float32)  # [B, N]
+        if common:
+            rew = np.repeat(rew.sum(1, keepdims=True), 2, 1)
+        assert np.allclose(s.reward["agent"].numpy(), rew), t
+        total += float(rew.sum())
+        if s.done.any():
+            break
+    assert total > 0 or t == 39  # LBF pays when food is loaded
+
+
+class _Toy(gym.Env):
+    """Two agents with different spaces; scripted ends and masks to check the adapter's rules."""
+
+    def __init__(self, end_at=3, term_as_list=True, reward_list=True, masks=True):
+        self.observation_space = gym.spaces.Tuple((gym.spaces.Box(0, 9, (2,), np.float32), gym.spaces.Discrete(3)))
+        self.action_space = gym.spaces.Tuple((gym.spaces.Discrete(4), gym.spaces.Discrete(2)))
+        self.end_at, self.term_as_list, self.reward_list, self.masks = end_at, term_as_list, reward_list, masks
+        self.t = 0
+
+    def _obs(self):
+        return (np.array([self.t, 1.0], np.float32), self.t % 3)
+
+    def _info(self):
+        return {"action_mask": [[1, 0, 1, 0], [0, 1]]} if self.masks else {}
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), self._info()
+
+    def step(self, actions):
+        self.t += 1
+        done = self.t >= self.end_at
+        rew = [float(actions[0]), 10.0 * actions[1]] if self.reward_list else 5.0
+        term = [done, done] if self.term_as_list else done
+        return self._obs(), rew, term, False, self._info()
+
+
+def test_toy_rules_groups_masks_rewards_and_ends():
+    env = marl.make_env(_Toy, num_envs=2, time_limit=5)
+    assert list(env.info.groups) == ["agent_0", "agent_1"]  # different spaces: one group each
+    assert env.info.groups["agent_1"].obs_dim == 3  # Discrete(3) -> one-hot
+    s = env.reset(seed=0)
+    assert s.avail_actions["agent_0"][0, 0].tolist() == [True, False, True, False]
+    assert s.obs["agent_1"][0, 0].tolist() == [1.0, 0.0, 0.0]
+    s = env.step({"agent_0": torch.tensor([[2], [0]]), "agent_1": torch.tensor([[1], [1]])})
+    assert s.reward["agent_0"][:, 0].tolist() == [2.0, 0.0] and s.reward["agent_1"][:, 0].tolist() == [10.0, 10.0]
+    a = {"agent_0": torch.zeros(2, 1, dtype=torch.long), "agent_1": torch.ones(2, 1, dtype=torch.long)}
+    s = env.step(a)
+    s = env.step(a)  # the env ends at its 3rd step (before the time limit): a termination
+    assert s.terminated.all() and not s.truncated.any()
+    env = marl.make_env(_Toy, num_envs=1, time_limit=2, end_at=2, common_reward=True, reward_scalarisation="mean")
+    s = env.reset(seed=0)
+    a = {"agent_0": torch.tensor([[0]]), "agent_1": torch.tensor([[1]])}
+    env.step(a)
+    s = env.step(a)  # time limit and env end together: a truncation (the value bootstraps)
+    assert s.truncated.all() and not s.terminated.any()
+    assert s.reward["agent_0"].item() == s.reward["agent_1"].item() == 5.0  # mean of [0, 10]
+
+
+def test_scalar_reward_and_bool_end_and_no_masks():
+    env = marl.make_env(_Toy, num_envs=1, term_as_list=False, reward_list=False, masks=False)
+    s = env.reset(seed=0)
+    assert s.avail_actions["agent_0"].all()
+    a = {"agent_0": torch.zeros(1, 1, dtype=torch.long), "agent_1": torch.zeros(1, 1, dtype=torch.long)}
+    for _ in range(3):
+        s = env.step(a)
+    assert s.reward["agent_0"].item() == 5.0 and s.reward["agent_1"].item() == 5.0 and s.terminated.all()
+
+
+def test_names_and_errors():
+    with pytest.raises(MarlError, match="needs '<module>:<env id>'"):
+        marl.make_env("gymnasium")
+    with pytest.raises(MarlError, match="Unknown Gymnasium env id 'Foraging-8x8-2p-2f-v9'.*Did you mean "
+                                        "'Foraging-8x8-2p-2f-v3'"):
+        marl.make_env("gymnasium", "lbforaging:Foraging-8x8-2p-2f-v9")
+    with pytest.raises(MarlError, match="Cannot import module 'lbforagin'"):
+        marl.make_env("gymnasium", "lbforagin:Foraging-8x8-2p-2f-v3")
+    with pytest.raises(MarlError, match="needs Tuple spaces with one entry per agent"):
+        marl.make_env("gymnasium", "CartPole-v1")
+    with pytest.raises(MarlError, match="Unknown reward_scalarisation 'max'"):
+        marl.make_env("gymnasium", LBF, reward_scalarisation="max")
+    with pytest.raises(MarlError, match="time_limit must be a positive int"):
+        marl.make_env("gymnasium", LBF, time_limit=0)
+    with pytest.raises(MarlError, match="wraps that one instance"):
+        marl.make_env(_Toy(), num_envs=4)
+    assert marl.make_env(_Toy(), num_envs=1).num_envs == 1
+    assert LBF in marl.list_envs(with_scenarios=True)["gymnasium"]
