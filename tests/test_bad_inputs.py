@@ -200,8 +200,12 @@ ENVS = [
     ("pettingzoo builtins:eval", mk("pettingzoo", "builtins:eval"), PZ, "'builtins:eval' is builtin_function_or_method 'eval'"),
     ("pettingzoo shutil:rmtree", mk("pettingzoo", "shutil:rmtree"), PZ, "'shutil:rmtree' is function 'rmtree'"),
     ("pettingzoo module without env", mk("pettingzoo", "os"), PZ, "Module 'os' has none of parallel_env, env, raw_env"),
-    ("pettingzoo module typo", mk("pettingzoo", "mpe2.simple_sprad_v3"), PZ,
+    ("pettingzoo module typo", mk("pettingzoo", "mpe2.simple_sprad_v3"), "marl.envs.pettingzoo.names",
      "Unknown PettingZoo env module 'mpe2.simple_sprad_v3'. Did you mean 'mpe2.simple_spread_v3'?"),
+    ("pettingzoo short name typo", mk("pettingzoo", "classic.tictacto_v3"), "marl.envs.pettingzoo.names",
+     "Unknown PettingZoo env module 'classic.tictacto_v3'. Did you mean 'classic.tictactoe_v3'?"),
+    ("pettingzoo third-party module typo", mk("pettingzoo", "mypkg_envs.arena_v1"), PZ,
+     "Unknown PettingZoo env module 'mypkg_envs.arena_v1'."),
     ("pettingzoo registry id", mk("pettingzoo", "classic/tictactoe-v9"), "marl.envs.pettingzoo", "Unknown PettingZoo env id 'classic/tictactoe-v9'."),
     ("pettingzoo without a name", mk("pettingzoo"), "marl.envs.pettingzoo", "make_env('pettingzoo', name) needs a name"),
 ]

@@ -507,7 +507,9 @@ def _resolve_ctor(name: str) -> Callable[..., Any]:
         return lambda **kw: pettingzoo.make(kind, name, **kw)
     from pettingzoo import AECEnv, ParallelEnv
 
-    return named_env_constructor(name, (ParallelEnv, AECEnv), "PettingZoo", scenarios)
+    from marl.envs.pettingzoo.names import resolve_name
+
+    return named_env_constructor(resolve_name(name), (ParallelEnv, AECEnv), "PettingZoo", scenarios)
 
 
 _ADAPTER_KWARGS = ("kind", "teams", "shared_reward", "episode_limit", "seed", "entity_layout")
