@@ -42,9 +42,9 @@ class Policy:
             MarlError: groups, agent ids or shapes other than the policy's env has (the message
                 lists the expected ``[B, N_g, D_g]`` per group).
         """
-        if isinstance(obs, Step):
+        if isinstance(obs, Step):  # group-keyed, even where a group is named as its one agent
             obs, avail_actions, done = obs.obs, obs.avail_actions, obs.done
-        if isinstance(obs, Mapping) and obs and next(iter(obs)) in self.mapping.info.agents:
+        elif _agent_keyed(obs, self.mapping.info):
             return self._act_single(obs)
         avail_actions = avail_actions or {}
         check_inputs(self.mapping.info, obs, avail_actions, done)
@@ -180,3 +180,15 @@ def check_env_fits(info: EnvInfo, env: Any) -> None:
                 f"This policy acts for group '{name}' with {g.n_agents} agents, obs [{g.obs_dim}], actions "
                 f"{g.action_space}; env {env.info.family}:{env.info.scenario} has {got} (groups {list(theirs)}). "
                 f"To act in another scenario load the run for it: marl.load(run, env=env) (HPN / DPN agents).")
+
+
+def _agent_keyed(obs: Any, info: Any) -> bool:
+    """``obs`` maps agent ids to single observations (not groups to ``[B, N_g, D]`` batches). A
+    one-agent group may carry its agent's name (the players of a zero-sum game): a 3-D value under
+    such a key is that group's batch."""
+    if not isinstance(obs, Mapping) or not obs:
+        return False
+    key = next(iter(obs))
+    if key not in info.agents:
+        return False
+    return not (key in info.groups and np.ndim(obs[key]) == 3)

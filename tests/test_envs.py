@@ -401,7 +401,10 @@ def test_pettingzoo_parallel_masks_early_leavers_and_truncation():
 
 
 def test_pettingzoo_aec_tictactoe_masks_and_teams():
-    env = make_env("pettingzoo", "classic/tictactoe-v3", num_envs=4, seed=0)
+    # a zero-sum game is competitive by default, one team (and group) per player; declared as one
+    # cooperative team, both players share the group "player" (the masks below are checked that way)
+    assert make_env("pettingzoo", "classic/tictactoe-v3", num_envs=1).info.kind == "competitive"
+    env = make_env("pettingzoo", "classic/tictactoe-v3", num_envs=4, seed=0, kind="cooperative")
     info = env.info
     assert info.agents == ["player_1", "player_2"] and list(info.groups) == ["player"]
     assert info.groups["player"].obs_dim == 18 and info.groups["player"].n_actions == 9
@@ -440,9 +443,11 @@ def test_pettingzoo_discrete_obs_one_hot_by_instance():
     inst = pettingzoo.make("parallel", "classic/rps-v2", max_cycles=3)
     env = make_env(inst, num_envs=3)  # by instance: copy 0 is inst, others deep copies
     assert env._envs[0] is inst and len({id(e) for e in env._envs}) == 3
-    assert env.info.groups["player"].obs_dim == 4 and env.info.episode_limit == 3
+    assert env.info.kind == "competitive" and list(env.info.groups) == ["player_0", "player_1"]  # zero-sum
+    assert env.info.groups["player_0"].obs_dim == 4 and env.info.episode_limit == 3
     s = env.reset(seed=0)
-    assert torch.equal(s.obs["player"].sum(-1), torch.ones(3, 2))  # one-hot
+    for g in ("player_0", "player_1"):
+        assert torch.equal(s.obs[g].sum(-1), torch.ones(3, 1))  # one-hot
     for t in range(3):
         s = env.step(env.random_actions(s))
     assert s.truncated.all()

@@ -47,3 +47,21 @@ def test_make_env_takes_short_names(written):
     s = env.reset(seed=0)
     env.step(env.random_actions(s))
     assert env.num_envs == 2
+
+
+def test_zero_sum_games_are_competitive_with_one_team_per_player():
+    env = marl.make_env("pettingzoo", "tictactoe_v3", num_envs=2)
+    assert env.info.kind == "competitive"
+    assert env.info.teams == {"player_1": ["player_1"], "player_2": ["player_2"]}
+    assert marl.make_env("pettingzoo", "connect_four", num_envs=1).info.kind == "competitive"
+    declared = marl.make_env("pettingzoo", "tictactoe_v3", num_envs=1, kind="cooperative")
+    assert declared.info.kind == "cooperative"  # what the user declares wins
+    assert marl.make_env("pettingzoo", "simple_spread_v3", num_envs=1).info.kind == "cooperative"
+
+
+def test_zero_sum_game_trains_and_evaluates_per_player(ray_session, run_dir):
+    # each player is its own team (and its own group, named as the player): evaluation reports both sides
+    env = marl.make_env("pettingzoo", "tictactoe_v3", num_envs=8)
+    res = env.fit("ippo", stop={"iterations": 2}, progress=False, eval_episodes=16, rollout_length=10, log_dir=run_dir)
+    assert res.eval["return_player_1_mean"] == pytest.approx(-res.eval["return_player_2_mean"])
+    assert res.eval["episode_return_mean"] == pytest.approx(0.0)

@@ -181,6 +181,10 @@ class PettingZooEnv(MultiAgentEnv):
             if list(e.possible_agents) != agents:
                 raise MarlError(f"Env copies disagree on possible_agents: {agents} vs {list(e.possible_agents)}.")
         self._io = [_AgentIO(first.observation_space(a), first.action_space(a), a) for a in agents]
+        if kind is None and not teams:  # a known zero-sum game: one team per player (names.ZERO_SUM)
+            from marl.envs.pettingzoo.names import known_kind
+
+            kind = known_kind(_env_name(first))
         kind, team_of = default_teams(agents, kind, teams)
         groups = build_groups(
             agents,

@@ -13,11 +13,19 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from marl.errors import MarlError, closest
 
-__all__ = ["known_modules", "resolve_name"]
+__all__ = ["known_modules", "resolve_name", "known_kind", "ZERO_SUM"]
+
+# PettingZoo games where one player's gain is the other's loss (classic board and card games,
+# two-player Atari duels): competitive, one team per player (PettingZoo's docs of each env)
+ZERO_SUM = frozenset({
+    "chess", "connect_four", "go", "leduc_holdem", "rps", "texas_holdem", "texas_holdem_no_limit", "tictactoe",
+    "boxing", "combat_plane", "combat_tank", "double_dunk", "flag_capture", "ice_hockey", "othello", "pong",
+    "space_war", "surround", "tennis", "video_checkers",
+})
 
 _VERSIONED = re.compile(r"^([a-z0-9_]+?)_v(\d+)$")
 _FAMILIES = ("classic", "butterfly", "sisl", "atari", "magent")
@@ -102,3 +110,10 @@ def resolve_name(name: str) -> str:
     if len(hits) > 1:
         raise MarlError(f"PettingZoo env '{name}' is ambiguous: {', '.join(sorted(hits))}. Name one of them.")
     return hits[0]
+
+
+def known_kind(env_name: str) -> Optional[str]:
+    """``"competitive"`` for the games of :data:`ZERO_SUM` (``env_name``: PettingZoo's
+    ``metadata["name"]``, e.g. ``"tictactoe_v3"``), else ``None`` (the adapter's default rule)."""
+    m = _VERSIONED.match(env_name.rsplit(".", 1)[-1])
+    return "competitive" if m and m.group(1) in ZERO_SUM else None
