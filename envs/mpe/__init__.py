@@ -1,10 +1,15 @@
-"""MPE (``mpe2``) as a batched :class:`~marl.env.MultiAgentEnv`, with a fast path.
+"""MPE (``mpe2``) as a batched :class:`~marl.env.MultiAgentEnv`: two backends.
+
+``make_env("mpe", scenario, backend=...)``: ``"torch"``
+(:mod:`marl.envs.mpe.batched`, every copy as tensors; the default for the
+scenarios it implements) or ``"mpe2"`` (:class:`MPEEnv` below, mpe2's own code
+per copy: the reference the torch backend is tested against step by step).
 
 :func:`make` builds :class:`MPEEnv` for every scenario ``mpe2`` ships (found by
 scanning the ``mpe2`` package for ``<name>_vN`` modules). Names are accepted with
 or without the ``_vN`` suffix (``"simple_spread"`` == ``"simple_spread_v3"``).
 
-Fast path. ``mpe2.<scenario>.parallel_env`` goes through the AEC -> parallel
+The mpe2 backend. ``mpe2.<scenario>.parallel_env`` goes through the AEC -> parallel
 wrapper: per agent it runs the AEC bookkeeping (agent selector, reward
 accumulation, dict rebuilding, order-enforcing checks) and computes every
 observation twice (``last()`` before each AEC step, then again at the end).
