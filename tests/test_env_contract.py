@@ -213,8 +213,8 @@ def test_objects_go_to_the_families_that_accept_them(monkeypatch):
     register_env("toyfam", "toy_envs:MatchEnv", "test family", from_object="test_env_contract:toy_from_object")
     env = make_env(Marker(), num_envs=3)
     assert isinstance(env, MatchEnv) and env.num_envs == 3 and env.spec is None
-    with pytest.raises(MarlError, match=r"Cannot build an env from int 42: .*constructor or module .*\(pettingzoo, "
-                                        r"toyfam\)"):
+    with pytest.raises(MarlError, match=r"Cannot build an env from int 42: .*constructor or module .*\(.*"
+                                        r"pettingzoo, toyfam\)"):
         make_env(42)
 
 
