@@ -35,6 +35,8 @@ setup(
         "rliable>=1.2",
         "arch>=5.3.1,<8",
         "pandas<3",
+        # ratings of competitive populations (marl league): OpenSkill's Plackett-Luce model
+        "openskill>=6.2",
     ],
     extras_require={
         "dev": ["pytest>=8", "pytest-timeout"],

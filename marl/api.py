@@ -97,6 +97,7 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
         MarlError: unknown algorithm or config key, an env the algorithm cannot
             handle, or a mapping that puts agents with different spaces in one module.
     """
+    from marl.engine.opponents import check_opponents
     from marl.text import TextEnv  # the text-game contract (imports RLlib's env base)
 
     if not isinstance(env, (MultiAgentEnv, TextEnv)):
@@ -107,6 +108,8 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
     _check_before_ray(cfg)
     env = _with_num_envs(env, cfg.num_envs, isinstance(env, TextEnv))
     mapping = PolicyMapping(env.info, share=cfg.share, agent_id=cfg.agent_id)
+    if not isinstance(env, TextEnv):  # text games check their co-players against the game's bots
+        check_opponents(cfg.opponents, env.info)
     algo_cls.check_mapping(cfg, mapping)
     algo_cls.check_run(cfg, env, mapping)
     return cfg, algo_cls, env, mapping

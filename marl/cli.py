@@ -1,9 +1,10 @@
-"""Command line: ``marl train | eval | list | bench``.
+"""Command line: ``marl train | eval | league | list | bench``.
 
     marl train env=mpe:simple_spread algo=mappo stop.env_steps=1000000 lr=7e-4
     marl train env=mpe:simple_adversary algo=ippo env.num_envs=16 share=group
     marl eval marl_runs/<run>            # or a checkpoint folder; episodes=100
     marl eval marl_runs/<run> env=smax:8m     # transfer: act on another scenario (HPN / DPN agents)
+    marl league marl_runs/<run> bots=[random] episodes=50   # cross-play matrix + ratings of its checkpoints
     marl list
     marl bench throughput --iters 10     # from the marl.benchmarks plugin
 
@@ -18,6 +19,7 @@ import importlib
 import json
 import shlex
 import sys
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from marl.errors import MarlError, RunInterrupted
@@ -151,7 +153,28 @@ def _list(_: List[str]) -> int:
     return 0
 
 
-COMMANDS: Dict[str, Callable[[List[str]], int]] = {"train": _train, "eval": _eval, "list": _list}
+def _league(items: List[str]) -> int:
+    """``marl league <run or checkpoint>... [bots=[random]] [episodes=50] [out=DIR] [seed=0]`` (marl.league)."""
+    from marl.config import parse_cli_overrides
+    from marl.league import run_league
+
+    items = _flag_options(items)
+    paths = [i for i in items if "=" not in i]
+    opts = parse_cli_overrides([i for i in items if "=" in i])
+    unknown = sorted(set(opts) - {"bots", "episodes", "out", "seed"})
+    if unknown or not paths:
+        raise MarlError(f"usage: marl league <run or checkpoint>... [bots=[random]] [episodes=50] [out=DIR] [seed=0]"
+                        + (f"; unknown option(s) {unknown}" if unknown else "; no run or checkpoint folder given"))
+    bots = opts.get("bots", ["random"])
+    bots = [bots] if isinstance(bots, str) else list(bots or [])
+    report = run_league(paths, bots, _positive_int("episodes", opts.get("episodes", 50)), opts.get("out"),
+                        int(opts.get("seed", 0)))
+    print(Path(report["out"], "league.md").read_text())
+    print(f"written to {report['out']}")
+    return 0
+
+
+COMMANDS: Dict[str, Callable[[List[str]], int]] = {"train": _train, "eval": _eval, "list": _list, "league": _league}
 _PLUGIN_COMMANDS: Dict[str, str] = {}
 
 

@@ -82,15 +82,19 @@ class Policy:
         return out
 
     def evaluate_episodes(self, episodes: int, env: Optional[MultiAgentEnv] = None, env_spec: Optional[EnvSpec] = None,
-                          num_envs: Optional[int] = None, **unused: Any) -> Dict[str, float]:
+                          num_envs: Optional[int] = None, opponent: Optional[str] = "random",
+                          **unused: Any) -> Dict[str, float]:
         """Mean of each episode statistic (``<stat>_mean``) over ``episodes`` greedy episodes of
         ``env``, or of the scenario ``env_spec`` rebuilds with ``num_envs`` copies (default
-        ``min(episodes, 32)``).
+        ``min(episodes, 32)``). On an env with two or more teams (a competitive game) the policy
+        also plays ``episodes`` games in each seat against the bot ``opponent``
+        (:func:`marl.competitive.versus`): ``vs_<opponent>/<seat>/win_rate``, ``draw_rate``,
+        ``loss_rate`` and ``score`` (win 1, draw 1/2), each in [0, 1].
 
         Raises:
             MarlError: ``episodes`` is not a positive whole number, neither ``env`` nor
-                ``env_spec`` is given, or ``env`` has other groups, agent counts or spaces
-                than the policy acts for.
+                ``env_spec`` is given, ``env`` has other groups, agent counts or spaces
+                than the policy acts for, or ``opponent`` is no bot (the message lists them).
         """
         if isinstance(episodes, bool) or not isinstance(episodes, numbers.Integral) or episodes < 1:
             raise MarlError(f"episodes must be a positive whole number, got {episodes!r}.")
@@ -100,7 +104,14 @@ class Policy:
             env = env_spec.make(num_envs=num_envs or min(episodes, 32))
         check_env_fits(self.mapping.info, env)
         stats = run_episodes(env, self, episodes)
-        return {f"{k}_mean": float(np.mean(v)) for k, v in stats.items() if v}
+        out = {f"{k}_mean": float(np.mean(v)) for k, v in stats.items() if v}
+        if opponent is not None and len(env.info.teams) >= 2:
+            from marl.competitive import make_bot, versus
+
+            rates = versus(env, self, make_bot(opponent, env.info), episodes)
+            out.update({f"vs_{opponent}/{seat}/{k}": float(v) for seat, r in rates.items() for k, v in r.items()
+                        if k != "games"})
+        return out
 
 
 def run_episodes(env: MultiAgentEnv, policy: Policy, num_episodes: int, seed: int = 12345) -> Dict[str, List[float]]:

@@ -129,7 +129,8 @@ def test_llm_family_has_no_agent_network_keys_and_tensor_families_no_llm_keys():
     llm = set(algo_defaults("reinforce"))
     assert not llm & {"agent", "hpn_heads", "init_from", "hidden", "critic", "mixer"}
     for algo in ("mappo", "qmix"):
-        assert not set(algo_defaults(algo)) & {"model", "lora", "estimator", "opponents"}
+        assert not set(algo_defaults(algo)) & {"model", "lora", "estimator", "max_new_tokens"}
+        assert "opponents" in algo_defaults(algo)  # an engine key: self-play co-players of competitive envs
     assert not set(algo_defaults("mappo")) & {"mixer", "legem_beta", "buffer_size"}
 
 

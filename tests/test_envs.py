@@ -404,7 +404,7 @@ def test_pettingzoo_aec_tictactoe_masks_and_teams():
     # a zero-sum game is competitive by default, one team (and group) per player; declared as one
     # cooperative team, both players share the group "player" (the masks below are checked that way)
     assert make_env("pettingzoo", "classic/tictactoe-v3", num_envs=1).info.kind == "competitive"
-    env = make_env("pettingzoo", "classic/tictactoe-v3", num_envs=4, seed=0, kind="cooperative")
+    env = make_env("pettingzoo", "classic/tictactoe-v3", num_envs=4, seed=0, kind="cooperative", aec_mode="cycle")
     info = env.info
     assert info.agents == ["player_1", "player_2"] and list(info.groups) == ["player"]
     assert info.groups["player"].obs_dim == 18 and info.groups["player"].n_actions == 9

@@ -46,9 +46,6 @@ class LLMConfig(EngineConfig):
     games_per_iteration: int = key("games per env runner per iteration", ge=1)
     group_size: int = key("consecutive games sharing a seed (baseline group); 1 = the whole batch is one group",
                           ge=1)
-    opponents: Dict[str, float] = key("training co-players (self, pool, or a bot of the game) -> probability")
-    pool_every: int = key("iterations between snapshots into the opponent pool; 0 = never", ge=0)
-    pool_size: int = key("snapshots kept in the opponent pool", ge=1)
     eval_every: int = key("iterations between evaluations against the fixed opponents; 0 = never", ge=0)
     eval_games: int = key("games per fixed opponent in an evaluation", ge=1)
     eval_opponents: Optional[List[str]] = key("bots played in evaluations; null = every bot of the game")

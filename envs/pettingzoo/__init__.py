@@ -26,11 +26,11 @@ the other in Python and their outputs stacked into the tensors described in
   *truncated* if any agent that finished at that last step was truncated,
   otherwise as *terminated*. The copy then resets itself (unseeded, continuing
   its RNG stream); ``final_obs`` / ``final_state`` hold the last observation.
-* **AEC envs**: one batched step is one *cycle*: every live agent acts once,
-  in the env's own turn order, with the action collected for it before the
-  cycle started; rewards of all sub-steps are summed. Because a later agent's
-  action was chosen before earlier agents moved, it may have become illegal
-  under the mask the env reports at its turn; such an action is replaced by a
+* **AEC envs** (:mod:`marl.envs.pettingzoo.aec`): one batched step is one *turn*
+  (the agent to move acts; the others wait with a mask that allows only action
+  0, ignored) for turn-based games, whose observations carry an ``action_mask``,
+  and one *cycle* (every live agent acts once, in turn order) otherwise;
+  ``aec_mode=`` overrides. An action that is illegal at its turn is replaced by a
   uniformly random legal one (per-copy RNG seeded by :meth:`reset`) and counted
   in ``step.info["illegal_actions"]`` (``[B]`` int64).
 * **Seeds**: ``reset(seed)`` resets copy ``b`` with ``seed + b``.
@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, check_entity_layout, unknown_choice
+from marl.envs.pettingzoo.aec import AEC_MODES, AECStepping
 from marl.envs.common import (
     AgentLayout, build_groups, check_kwargs, check_num_envs, default_teams, flat_box, mpe2_modules, named_env_constructor,
 )
@@ -64,6 +65,14 @@ def _is_aec(env: Any) -> bool:
     if isinstance(env, AECEnv):
         return True
     return hasattr(env, "last") and hasattr(env, "agent_selection")
+
+
+def _aec_mode(mode: Optional[str], aec: bool, io: Sequence["_AgentIO"]) -> str:
+    if mode is None:
+        return "turn" if aec and any(x.mask_in_obs for x in io) else "cycle"
+    if mode not in AEC_MODES:
+        raise unknown_choice("aec_mode", mode, list(AEC_MODES))
+    return mode
 
 
 def _is_instance(obj: Any) -> bool:
@@ -123,7 +132,7 @@ class _AgentIO:
         return np.asarray(a, dtype=self.dtype).reshape(self.shape)
 
 
-class PettingZooEnv(MultiAgentEnv):
+class PettingZooEnv(AECStepping, MultiAgentEnv):
     """``B`` copies of a PettingZoo env (Parallel or AEC) as one batched env.
 
     Build it with :meth:`from_object` (an env instance, a constructor, or a
@@ -147,6 +156,8 @@ class PettingZooEnv(MultiAgentEnv):
         entity_layout: optional group -> entity layout (format:
             :class:`~marl.env.EnvInfo`), checked by
             :func:`~marl.env.check_entity_layout` and set as ``info.entity_layout``.
+        aec_mode: AEC envs only: ``"turn"`` or ``"cycle"`` (:mod:`marl.envs.pettingzoo.aec`);
+            ``None``: ``"turn"`` when the observations carry an ``action_mask``.
 
     Shapes: ``obs[g]`` ``[B, N_g, obs_dim_g]`` float32, ``state`` ``[B, sum obs_dim]``,
     ``reward[g]`` ``[B, N_g]`` float32, ``avail_actions[g]`` ``[B, N_g, n_g]`` bool
@@ -170,6 +181,7 @@ class PettingZooEnv(MultiAgentEnv):
         seed: Optional[int] = None,
         family: str = "pettingzoo",
         entity_layout: Optional[Mapping[str, Any]] = None,
+        aec_mode: Optional[str] = None,
     ):
         if not envs:
             raise MarlError("PettingZooEnv needs at least one env copy (num_envs >= 1).")
@@ -181,6 +193,7 @@ class PettingZooEnv(MultiAgentEnv):
             if list(e.possible_agents) != agents:
                 raise MarlError(f"Env copies disagree on possible_agents: {agents} vs {list(e.possible_agents)}.")
         self._io = [_AgentIO(first.observation_space(a), first.action_space(a), a) for a in agents]
+        self.aec_mode = _aec_mode(aec_mode, self._aec, self._io)
         if kind is None and not teams:  # a known zero-sum game: one team per player (names.ZERO_SUM)
             from marl.envs.pettingzoo.names import known_kind
 
@@ -209,9 +222,14 @@ class PettingZooEnv(MultiAgentEnv):
         if entity_layout is not None:
             self.info.entity_layout = check_entity_layout(entity_layout, self.info)
         self._default_seed = seed
-        self._rngs = [np.random.default_rng(seed) for _ in self._envs]
+        self._init_buffers()
+
+    def _init_buffers(self) -> None:
+        """Per-copy RNGs and the observation / alive / mask arrays the copies write into."""
+        self._rngs = [np.random.default_rng(self._default_seed) for _ in self._envs]
         self._started = False
-        B, N = len(self._envs), len(agents)
+        groups = self.info.groups
+        B, N = len(self._envs), len(self.info.agents)
         self._state = np.zeros((B, self.layout.state_dim), np.float32)
         self._alive = np.zeros((B, N), bool)
         self._masks = {
@@ -384,8 +402,7 @@ class PettingZooEnv(MultiAgentEnv):
         if io.n:
             name, j = self._mask_slot[agent]
             m = io.mask(obs, info) if alive else None
-            # an alive agent with no legal action yet (not its turn) may pick any action
-            self._masks[name][b, j] = True if m is None or not m.any() else m
+            self._masks[name][b, j] = True if m is None else self.waiting_mask(io.n) if not m.any() else m
 
     def _reset_copy(self, b: int, env: Any, seed: Optional[int]) -> None:
         if self._aec:
@@ -425,55 +442,6 @@ class PettingZooEnv(MultiAgentEnv):
             self._write(b, a, obs.get(a), infos.get(a) if infos else None, a in present)
         truncd = any(trunc.get(a, False) for a in done_now)
         return ended, truncd, last
-
-    def _step_aec(self, b: int, env: Any, acts: List[Any], rew_row: np.ndarray, illegal: np.ndarray):
-        idx = self.layout.index
-        last_obs: Dict[str, Any] = {}
-        truncd: Dict[str, bool] = {}
-
-        def retire(agent: str) -> None:
-            # keep the leaving agent's last observation, then let PettingZoo remove it
-            last_obs[agent] = env.observe(agent)
-            truncd[agent] = bool(env.truncations[agent]) and not env.terminations[agent]
-            env.step(None)
-
-        acted = set()
-        budget = 4 * len(idx) + 4  # guards against envs whose turn order never returns
-        while env.agents and budget > 0:
-            budget -= 1
-            agent = env.agent_selection
-            if env.terminations[agent] or env.truncations[agent]:
-                retire(agent)
-                continue
-            if agent in acted:
-                break
-            i = idx[agent]
-            io = self._io[i]
-            a = acts[i]
-            if io.n:
-                m = io.mask(env.observe(agent) if io.mask_in_obs else None, env.infos.get(agent))
-                if m is not None and m.any() and not m[int(a)]:
-                    a = int(self._rngs[b].choice(np.flatnonzero(m)))
-                    illegal[b] += 1
-            env.step(io.to_env(a))
-            acted.add(agent)
-            for other in env.agents:
-                rew_row[idx[other]] += env.rewards[other]
-        while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
-            retire(env.agent_selection)
-        present = set(env.agents)
-        ended = not present
-        last = None
-        if ended:
-            last = self._state[b].copy()
-            for a, o in last_obs.items():
-                i = idx[a]
-                last[self.layout.slices[i]] = self._io[i].flat(o)
-        infos = env.infos
-        for a in self.info.agents:
-            alive = a in present
-            self._write(b, a, env.observe(a) if alive else None, infos.get(a), alive)
-        return ended, any(truncd.values()), last
 
 
 def _env_name(env: Any) -> str:
@@ -516,7 +484,7 @@ def _resolve_ctor(name: str) -> Callable[..., Any]:
     return named_env_constructor(resolve_name(name), (ParallelEnv, AECEnv), "PettingZoo", scenarios)
 
 
-_ADAPTER_KWARGS = ("kind", "teams", "shared_reward", "episode_limit", "seed", "entity_layout")
+_ADAPTER_KWARGS = ("kind", "teams", "shared_reward", "episode_limit", "seed", "entity_layout", "aec_mode")
 
 
 def from_object(obj: Any, **kwargs) -> Optional[PettingZooEnv]:
@@ -545,7 +513,7 @@ def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, **kwa
             PettingZoo registry id (``"classic/tictactoe-v3"``); see :meth:`PettingZooEnv.from_name`.
         num_envs: ``B`` (default 8).
         **kwargs: adapter options ``kind``, ``teams``, ``shared_reward``,
-            ``episode_limit``, ``seed``, ``entity_layout``; everything else goes to the env constructor.
+            ``episode_limit``, ``seed``, ``entity_layout``, ``aec_mode``; everything else goes to the env constructor.
     Raises:
         MarlError: no / unknown name, or bad constructor kwargs.
     """

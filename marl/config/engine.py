@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Callable, Dict, Optional, Union
 
 from marl.config.schema import ConfigBase, key
 
 LR_SCHEDULES = ("constant", "linear")
 SHARE_MODES = ("auto", "all", "group", "individual")  # policy mapping modes (marl.mapping.PolicyMapping)
 NON_FINITE = ("raise", "mask", "off")  # what env runners do with NaN/inf from the env (marl.engine.guards)
+
+
+POOL_SAMPLING = ("latest", "uniform")  # which opponent-pool snapshot plays (marl.engine.opponents)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,3 +51,9 @@ class EngineConfig(ConfigBase):
     keep_checkpoints: int = key("checkpoints kept in the run folder (the newest); 0 = all", ge=0)
     progress: bool = key("print a progress bar / line per iteration")
     eval_episodes: int = key("greedy evaluation episodes at the end of fit (tensor envs); 0 = none", ge=0)
+    # competitive envs: who plays the seats the learner does not (docs/competitive.md)
+    opponents: Dict[str, float] = key("training co-players (self, pool, or a bot of the game) -> probability")
+    pool_every: int = key("iterations between snapshots into the opponent pool; 0 = never", ge=0)
+    pool_size: int = key("snapshots kept in the opponent pool", ge=1)
+    pool_sampling: str = key("which pool snapshot plays: latest, or uniform over the pool (tensor envs)",
+                             choices=POOL_SAMPLING)

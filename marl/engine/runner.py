@@ -21,6 +21,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_
 from marl.engine.context import RunAccess
 from marl.engine.resume import rng_state, set_rng_state
 from marl.engine.guards import StepGuard
+from marl.engine.opponents import Opponents
 from marl.env import EpisodeStats, MultiAgentEnv, Step
 from marl.mapping import PolicyMapping
 
@@ -78,6 +79,8 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         self._last: Optional[Step] = None
         self._guard = StepGuard(env.info, self.cfg.non_finite, f"env runner {int(self.worker_index or 0)}")
         self._seed = self.cfg.seed + 10_000 * int(self.worker_index or 0)
+        opp = Opponents(self.cfg, env.info, env.num_envs, self._seed + 7)  # competitive envs' co-players
+        self.opponents = opp if opp.enabled else None
 
     def make_module(self):
         spec = self.config.get_multi_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
@@ -97,6 +100,8 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         self._h = {mid: self.module[mid].initial_state((B, self.mapping.n_agents(mid))) for mid in self.mapping.modules}
         self._starts = torch.ones(B, dtype=torch.bool)
         self._stats = EpisodeStats(self.env.info)
+        if self.opponents is not None:
+            self.opponents.new_episodes(self._starts)
         return step
 
     def module_inputs(self, mid: str, step: Step):
@@ -126,6 +131,8 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         buf: Dict[str, Dict[str, List[torch.Tensor]]] = {mid: defaultdict(list) for mid in self.mapping.modules}
         glob: Dict[str, List[torch.Tensor]] = defaultdict(list)
         step = self._last
+        if self.opponents is not None:
+            self.opponents.start_rollout(self)
         for _ in range(T):
             actions = {}
             for mid, b in buf.items():
@@ -144,7 +151,12 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
                 self._h[mid] = h_next
             glob["state"].append(step.state)
             glob["starts"].append(self._starts)
-            nxt = self._guard(self.env.step(self.mapping.scatter(actions)))  # shapes, NaN/inf (non_finite)
+            joint = self.mapping.scatter(actions)
+            if self.opponents is not None:  # co-players' seats: their actions, not trained on
+                joint, trained = self.opponents.override(self, step, joint)
+                for mid, b in buf.items():
+                    b["alive"][-1] = b["alive"][-1] & self.mapping.gather(mid, trained)
+            nxt = self._guard(self.env.step(joint))  # shapes, NaN/inf (non_finite)
             self._record_step(nxt, buf, glob)
             step = nxt
         self._last = step
@@ -177,6 +189,8 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
                 self._h[mid] = self._h[mid] * (~done).view(-1, 1, 1).to(self._h[mid].dtype)
         self._starts = done.clone()
         self._stats.update(nxt)
+        if self.opponents is not None:
+            self.opponents.episodes_ended(done)
 
     def _final_avail(self, mid: str, nxt: Step) -> torch.Tensor:
         """Legal actions at the last observation of episodes that ended at ``nxt``
@@ -211,6 +225,8 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
                 if isinstance(weights, ray.ObjectRef):
                     weights = ray.get(weights)
                 self.module.set_state(weights)
+                if getattr(self, "opponents", None) is not None:
+                    self.opponents.weights_updated(self)
             if seq > 0:
                 self._weights_seq_no = seq
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
