@@ -20,6 +20,7 @@ No env or algorithm is imported here: bots are registered by name (:func:`regist
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -287,7 +288,8 @@ class CompetitiveEval(Callback):
     policy plays ``episodes`` games per seat against each bot in ``bots`` and against the
     snapshot of itself from ``lag`` evaluations earlier (its *past self*).
 
-    Logged metrics (progress.csv / TensorBoard), per seat ``s``: ``vs_<bot>/<s>/win_rate``,
+    The past self samples from its policy (greedy play against greedy play would replay a
+    single game). Logged metrics (progress.csv / TensorBoard), per seat ``s``: ``vs_<bot>/<s>/win_rate``,
     ``.../draw_rate``, ``.../loss_rate``, ``.../score`` and ``vs_past/<s>/...``. Snapshots live
     in memory only: after a resume the past-self curve restarts.
 
@@ -329,7 +331,9 @@ class CompetitiveEval(Callback):
         opponents = {f"vs_{b}": make_bot(b, self._env.info, seed=self._calls) for b in self.bots}
         if len(self._snapshots) >= self.lag:
             opponents["vs_past"] = self._snapshots[-self.lag]
-        self._snapshots = (self._snapshots + [policy])[-self.lag:]
+        past = copy.copy(policy)
+        past.explore = True  # the past self samples its moves: greedy against greedy replays one game
+        self._snapshots = (self._snapshots + [past])[-self.lag:]
         out = {}
         for label, opp in opponents.items():
             for seat, rates in versus(self._env, policy, opp, self.episodes, seed=self._calls).items():
