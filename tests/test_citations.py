@@ -41,7 +41,7 @@ PAPER = re.compile(r"et al\.?,? (?:\(?\d{4})|arXiv")
 PATH = re.compile(r"(?<![\w/.*<>-])((?:\.\.?/)?(?:[\w-]+/)*[\w-]+\.(?:py|sh|ya?ml|md))(?![\w*<>/-])")
 # files marl writes at run time (not in the repository, but real names a reader meets),
 # and placeholders of examples
-RUN_OUTPUTS = {"config.yaml", "crash_eval.md", "docs/x.md", "report.md", "my_suite.yaml"}  # files runs and users write
+RUN_OUTPUTS = {"config.yaml", "crash_eval.md", "docs/x.md", "report.md", "league.md", "my_suite.yaml"}  # files runs and users write
 
 
 def _sources() -> Iterator[Path]:

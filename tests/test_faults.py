@@ -2,6 +2,7 @@
 restored and training goes on for PPO, value decomposition and LLM self-play; with none left and
 none restartable the run stops with a clear error and keeps its checkpoint (Ray)."""
 import os
+import re
 import time
 
 import numpy as np
@@ -112,7 +113,11 @@ def test_mappo_runner_killed_is_restored_and_training_continues(ray_session, cap
         _wait_alive(handle)
         silent = trainer.train()["marl"]
         assert silent["runners_healthy"] == 1 and silent["env_steps"] - after["env_steps"] == TB
-        assert "[marl] env runner 2 lost (its process was restarted by Ray (pid" in capsys.readouterr().out
+        # Ray answers the first call after the restart either from the new process (marl sees the new
+        # pid) or with ActorUnavailableError ("The actor was restarted"), depending on timing
+        out = capsys.readouterr().out
+        assert re.search(r"\[marl\] env runner 2 lost \((its process was restarted by Ray \(pid"
+                         r"|ActorUnavailableError: .*actor was restarted)", out), out
         _wait_restored(trainer, 2)
         assert trainer.train()["marl"]["env_steps"] - silent["env_steps"] == 2 * TB
         # an error raised inside a runner is the env's error, not a lost runner (and arrives at once)
