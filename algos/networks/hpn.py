@@ -104,7 +104,8 @@ class EntityHyper(nn.Module):
         columns, which CPU matmul kernels run about 30% slower than ``K``.
         """
         lead, K = x.shape[:-2], z.shape[-1]
-        s = torch.matmul(x.transpose(-1, -2), z).reshape(*lead, self.d * K)
+        # x^T made contiguous: the batched matmul runs ~30% faster than on the transposed view
+        s = torch.matmul(x.transpose(-1, -2).contiguous(), z).reshape(*lead, self.d * K)
         a = self.w_in.weight.view(self.d, -1, K).transpose(1, 2).reshape(self.d * K, -1)
         e = s @ a
         if self.w_in.bias is not None:
@@ -130,7 +131,7 @@ class EntityHyper(nn.Module):
     def head_vector(self, h: torch.Tensor) -> torch.Tensor:
         """``h [..., H]`` -> ``u = [h, 1] G`` ``[..., K']`` (:meth:`folded_output`), shared by all entities."""
         g = self.folded_output()
-        return torch.addmm(g[-1], h.reshape(-1, self.hidden), g[:-1]).view(*h.shape[:-1], -1)
+        return torch.addmm(g[-1], h.reshape(-1, self.hidden), g[:-1]).view(*h.shape[:-1], g.shape[1])
 
     def pair(self, z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """``q_j = [z_j, 1] . u``: codes ``z [..., m, K]``, ``u [..., K']`` -> ``[..., m]``. An
@@ -149,6 +150,16 @@ class EntityHyper(nn.Module):
         """The code ``[K]`` of an all-zero entity (``g(0)``, a padding slot or a dead or unseen unit):
         one evaluation stands in for every such entity."""
         return self.codes(like.new_zeros(1, self.d))[0]
+
+    def zero_values(self, h: torch.Tensor) -> torch.Tensor:
+        """``h [R, H]`` -> ``[R]``, the PE output of an all-zero entity: ``[h, 1] (G [g(0), 1])``,
+        a matrix-vector product (no per-entity work)."""
+        z0 = self.zero_code(h)
+        g = self.folded_output()
+        v = g[:, :z0.shape[0]] @ z0
+        if g.shape[1] > z0.shape[0]:
+            v = v + g[:, -1]
+        return torch.addmv(v[-1], h, v[:-1])
 
 
 class HPNNet(AgentNetwork):
@@ -225,12 +236,11 @@ class HPNNet(AgentNetwork):
         parts = [self.normal(h)] if self.normal is not None else []
         for t, _, m in self.inputs.targets:
             hyper, (rows, za) = self.hyper[t], codes[t]
-            u = hyper.head_vector(h)
             if rows is None:
-                parts.append(hyper.pair(za, u))
+                parts.append(hyper.targeted_values(h, za))
                 continue
-            q = hyper.pair(hyper.zero_code(h).unsqueeze(0), u).expand(-1, m)  # g(0): one value per row
-            parts.append(q.index_put((rows,), hyper.pair(za, u.index_select(0, rows))))
+            q = hyper.zero_values(h).unsqueeze(-1).expand(-1, m)
+            parts.append(q.index_put((rows,), hyper.targeted_values(h.index_select(0, rows), za)))
         return torch.cat(parts, -1)
 
     def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None):
