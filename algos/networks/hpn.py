@@ -1,10 +1,10 @@
 """HPN and DPN agent networks: permutation-invariant inputs, permutation-equivariant outputs.
 
-Source: Hao et al. 2022, "Breaking the Curse of Dimensionality in Multiagent
-State Space: A Unified Agent Permutation Framework" (arXiv 2203.05285; ICLR 2023
-as "Boosting MARL via PI and PE Networks"); its official code (pymarl3), agent
-``hpns_rnn``. Equations and tested properties:
-``docs/algorithms/entity_networks.md``.
+Source: Hao et al. 2023, "Boosting Multiagent Reinforcement Learning via
+Permutation Invariant and Permutation Equivariant Networks" (ICLR; arXiv
+2203.05285, first titled "Breaking the Curse of Dimensionality in Multiagent
+State Space"); its official code (pymarl3), agent ``hpns_rnn``. Equations and
+tested properties: ``docs/algorithms/entity_networks.md``.
 
 For each entity type ``t`` with features ``x_j [d_t]`` a generator gives a code
 ``z_j = g(x_j)``; parameters are linear in the code:
@@ -18,11 +18,22 @@ For each entity type ``t`` with features ``x_j [d_t]`` a generator gives a code
   gradient).
 
 PI input layer: ``e = sum_j x_j^T W_in(x_j)`` (no per-entity bias, so an
-all-zero entity adds exactly 0). Because ``W_in`` is linear in ``z``, the sum is
-computed as ``A . vec(sum_j x_j z_j^T) + C . sum_j x_j`` without building one
-``[d, H]`` matrix per entity (``EntityHyper.pool``; equal to the explicit form,
-tested). PE output layer for entity-targeted actions:
+all-zero entity adds exactly 0). PE output layer for entity-targeted actions:
 ``q_j = mean_heads(h . w_out(x_j) + b_out(x_j))``.
+
+How it is computed (same values up to float rounding; ``tests/test_entity_fast_paths.py``
+compares outputs and gradients with the per-entity equations):
+
+* ``W_in`` is linear in ``z``, so ``e = A . vec(sum_j x_j z_j^T) + C . sum_j x_j``:
+  one batched matmul for the pooled outer products and one matmul with ``A``, never
+  one ``[d, H]`` matrix per entity (:meth:`EntityHyper.pool`).
+* The output hypernetworks and the mean over heads fold into one ``[H + 1, K + 1]``
+  matrix, so ``q_j = [z_j, 1] . u`` with ``u = [h, 1] G`` once per row
+  (:meth:`EntityHyper.folded_output`).
+* Rows (agent steps) whose entities of a type are all zero -- padding past an
+  episode's end, dead agents, no unit of the type in sight -- pool to exactly 0 and
+  have the code ``g(0)`` in every slot: they skip the hypernetwork work of that type
+  (:func:`active_rows`).
 """
 from __future__ import annotations
 
