@@ -119,22 +119,36 @@ class ASNNet(AgentNetwork):
             out = mods[0](xf, flat_h, flat_s)
         else:  # one module per unit type; an entity's type is the argmax of its unit-type bits at each step
             a, b = self.inputs.unit_types[t]
-            kind = F.one_hot(xf[..., a:b].argmax(-1), b - a).to(x.dtype)  # [M*m, L, U]
+            kind = xf[..., a:b].argmax(-1)  # [M*m, L]
             if self.recurrent and L > 1 and not bool((kind == kind[:, :1]).all()):
                 out = self._switching_stream(mods, xf, kind, flat_h, flat_s)
-            else:  # every entity keeps its type: each module can unroll the whole sequence alone
-                out = sum(kind[..., u:u + 1] * mod(xf, flat_h, flat_s) for u, mod in enumerate(mods))
+            elif self.recurrent:  # every entity keeps its type: each module unrolls the sequences of its entities
+                out = self._typed_rows(mods, xf, kind[:, 0], flat_h, flat_s)
+            else:  # no state: every (entity, step) is a row of its own
+                out = self._typed_rows(mods, xf.reshape(M * m * L, 1, d), kind.reshape(-1), None, None)
         return out.view(M, m, L, -1).permute(0, 2, 1, 3)
 
-    @staticmethod
-    def _switching_stream(mods, xf, kind, h, starts) -> torch.Tensor:
+    def _typed_rows(self, mods, xf, kind, h, starts) -> torch.Tensor:
+        """Each unit-type module on the rows of its type only, batched: ``xf [R, L, d]``, types
+        ``kind [R]`` -> ``[R, L, A]``. Equal to running every module on every row and keeping the
+        row's own output, at ``1/U`` of the work."""
+        out = xf.new_zeros(xf.shape[0], xf.shape[1], self.hidden)
+        for u, mod in enumerate(mods):
+            rows = (kind == u).nonzero().squeeze(1)
+            if rows.numel():
+                pick = lambda v: None if v is None else v.index_select(0, rows)  # noqa: E731
+                out = out.index_copy(0, rows, mod(xf.index_select(0, rows), pick(h), pick(starts)))
+        return out
+
+    def _switching_stream(self, mods, xf, kind, h, starts) -> torch.Tensor:
         """Unit-type modules when an entity's type changes inside the sequence (e.g. its features
         are zeroed when it dies or leaves sight): step by step, each step continuing from the
-        state of the module chosen at the previous step, as acting does. ``xf [R, L, d]`` -> ``[R, L, A]``."""
+        state of the module chosen at the previous step, as acting does. ``xf [R, L, d]``,
+        ``kind [R, L]`` -> ``[R, L, A]``."""
         outs = []
         for t in range(xf.shape[1]):
             s = None if starts is None else starts[:, t:t + 1]
-            out = sum(kind[:, t:t + 1, u:u + 1] * mod(xf[:, t:t + 1], h, s) for u, mod in enumerate(mods))
+            out = self._typed_rows(mods, xf[:, t:t + 1], kind[:, t], h, s)
             h = out[:, 0]
             outs.append(out)
         return torch.cat(outs, 1)

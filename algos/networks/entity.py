@@ -12,7 +12,7 @@ weights load into a network built for a scenario with more or fewer entities
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -32,6 +32,21 @@ def entity_dim(spec: Dict[str, Any]) -> int:
     """Features per entity of one type."""
     fields = spec.get("fields") or [(spec["start"], spec["dim"])]
     return sum(int(d) for _, d in fields)
+
+
+def contiguous_block(spec: Dict[str, Any]) -> Optional[Tuple[int, int, int]]:
+    """``(start, m, d)`` when the type's features are one block of ``m`` entities x ``d``
+    features (``start``/``dim``), so they can be read as a view; ``None`` for ``fields``."""
+    if spec.get("fields"):
+        return None
+    return int(spec["start"]), int(spec["count"]), int(spec["dim"])
+
+
+def own_range(own: List[int]) -> Optional[Tuple[int, int]]:
+    """``(a, b)`` when the own features are the contiguous range ``a..b-1`` (read as a view); else ``None``."""
+    if own and own == list(range(own[0], own[-1] + 1)):
+        return own[0], own[-1] + 1
+    return None
 
 
 class EntityInputs(nn.Module):
@@ -65,6 +80,10 @@ class EntityInputs(nn.Module):
         self.unit_types = {t: tuple(layout["entities"][t]["unit_type"]) for t in self.types if layout["entities"][t].get("unit_type")}
         for t in self.types:
             self.register_buffer(f"idx_{t}", entity_index(layout["entities"][t]), persistent=False)
+        # a type stored as one contiguous block (``start``/``dim``) is read as a view; only
+        # ``fields`` layouts need the index gather (a copy)
+        self.blocks = {t: contiguous_block(layout["entities"][t]) for t in self.types}
+        self.own_range = own_range(own)
         self.obs_dim, self.id_dim, self.last_action_dim = int(obs_dim), int(id_dim), int(last_action_dim)
         self.own_dim = len(own)
         self.n_normal = int(layout.get("n_normal_actions", 0))
@@ -90,13 +109,26 @@ class EntityInputs(nn.Module):
     def split(self, x: torch.Tensor):
         """``x [..., D]`` -> ``own [..., d_own]``, ``{type: [..., m_t, d_t]}``,
         agent index ``[...]`` long (``None`` without a one-hot), last action ``[..., A]`` (or ``None``)."""
-        own = x[..., self.own_idx]
-        ents = {t: x[..., getattr(self, f"idx_{t}")] for t in self.types}
+        own = x[..., self.own_range[0]:self.own_range[1]] if self.own_range else x[..., self.own_idx]
+        ents = self.entities(x)
         d = self.obs_dim
         agent = x[..., d:d + self.id_dim].argmax(-1) if self.id_dim else None
         d += self.id_dim
         last = x[..., d:d + self.last_action_dim] if self.last_action_dim else None
         return own, ents, agent, last
+
+    def entities(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """``x [..., D]`` -> ``{type: [..., m_t, d_t]}``: views of ``x`` for contiguous types,
+        gathered copies for ``fields`` layouts."""
+        out = {}
+        for t in self.types:
+            block = self.blocks[t]
+            if block is None:
+                out[t] = x[..., getattr(self, f"idx_{t}")]
+            else:
+                start, m, d = block
+                out[t] = x[..., start:start + m * d].unflatten(-1, (m, d))
+        return out
 
     def non_target(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` with the features of action-targeted entities zeroed (ASN's ``env_input: non_target``)."""
