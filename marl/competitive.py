@@ -16,11 +16,16 @@ maximum, *loss* otherwise.
   Plackett-Luce model (Weng & Lin 2011, JMLR 12; ``openskill`` package), reported as
   ``mu``, ``sigma`` and the conservative ``ordinal = mu - 3 sigma``.
 
+Envs that play whole games themselves (text games, whose players are language models
+and the game's own bots) register a game runner (:func:`register_game_runner`); every
+function here then takes them as it takes a batched env, seats being the game's players.
+
 No env or algorithm is imported here: bots are registered by name (:func:`register_bot`).
 """
 from __future__ import annotations
 
 import copy
+import importlib
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -94,6 +99,53 @@ def make_bot(name: str, info: EnvInfo, seed: int = 0) -> Any:
     return _BOTS[name](info, seed)
 
 
+# --------------------------------------------------------------------------- game runners
+# Envs that play whole games themselves (text games: a game is a conversation, its players
+# are language models and the game's own bots) plug in here, so versus, cross_play, the
+# ratings and ``marl league`` take them unchanged. Core never imports them: a runner is
+# registered, or named by the env class as a "module:Class" string imported on first use.
+_GAME_RUNNERS: List[Tuple[Callable[[Any], bool], Any]] = []
+
+
+def register_game_runner(accepts: Callable[[Any], bool], runner: Any) -> None:
+    """Play the envs for which ``accepts(env)`` is true with ``runner``, an object with
+    ``seats(env) -> [seat]``, ``bot(env, name, seed) -> player``, ``check_player(player, env)``
+    (raises :class:`MarlError` for a player that cannot play ``env``) and
+    ``play(env, seating, episodes, seed) -> [[return of each seat] per game]``."""
+    _GAME_RUNNERS.insert(0, (accepts, runner))
+
+
+def game_runner(env: Any) -> Optional[Any]:
+    """The runner of ``env``: a registered one, else the one its class names in a
+    ``game_runner = "module:Class"`` attribute (imported on first use, so the env's module
+    need not import its algorithm family), else ``None`` for a batched tensor env (played here)."""
+    found = next((r for accepts, r in _GAME_RUNNERS if accepts(env)), None)
+    path = getattr(type(env), "game_runner", None)
+    if found is None and isinstance(path, str):
+        module, _, name = path.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        found = cls()
+        register_game_runner(lambda e, c=type(env): isinstance(e, c), found)
+    return found
+
+
+def env_seats(env: Any) -> List[str]:
+    """The seats of ``env``: its runner's seats, else :func:`seats_of` its info."""
+    runner = game_runner(env)
+    return runner.seats(env) if runner is not None else seats_of(env.info)
+
+
+def bot_for(env: Any, name: str, seed: int = 0) -> Any:
+    """The bot ``name`` for ``env``: the game's own bot where a runner plays ``env`` (text
+    games: ``env.bots()``), else :func:`make_bot`.
+
+    Raises:
+        MarlError: an unknown bot name (the message lists the valid ones).
+    """
+    runner = game_runner(env)
+    return runner.bot(env, name, seed) if runner is not None else make_bot(name, env.info, seed)
+
+
 # --------------------------------------------------------------------------- games
 
 
@@ -157,13 +209,18 @@ def play(env: MultiAgentEnv, seating: Mapping[str, Any], episodes: int, seed: in
         MarlError: a seat missing from or unknown to ``seating``, or ``episodes`` < 1.
     """
     info = env.info
-    seats = seats_of(info)
+    seats = env_seats(env)
     if sorted(seating) != sorted(seats):
         raise MarlError(f"seating names seats {sorted(seating)}; this env's seats (teams) are {seats}.")
     if episodes < 1:
         raise MarlError(f"episodes must be >= 1, got {episodes}.")
-    groups = _team_groups(info)
     records = {s: Record() for s in seats}
+    runner = game_runner(env)
+    if runner is not None:  # the env plays whole games itself (text games)
+        for returns in runner.play(env, seating, episodes, seed):
+            _count(records, seats, [float(r) for r in returns])
+        return records
+    groups = _team_groups(info)
     step = env.reset(seed=seed)
     for p in seating.values():
         p.reset()
@@ -196,10 +253,23 @@ def versus(env: MultiAgentEnv, player: Any, opponent: Any, episodes: int, seed: 
     """``player`` in each seat in turn, ``opponent`` in every other seat: seat -> rates
     (:meth:`Record.rates`) of ``player`` over ``episodes`` games per seat."""
     out = {}
-    for s in seats_of(env.info):
-        seating = {t: (player if t == s else opponent) for t in seats_of(env.info)}
+    seats = env_seats(env)
+    for s in seats:
+        seating = {t: (player if t == s else opponent) for t in seats}
         out[s] = play(env, seating, episodes, seed)[s].rates()
     return out
+
+
+def versus_metrics(env: Any, player: Any, opponent: str, episodes: int, seed: int = 0) -> Dict[str, float]:
+    """:func:`versus` against the bot named ``opponent`` (:func:`bot_for`), flattened to the
+    metric names every evaluation reports: ``vs_<opponent>/<seat>/{win_rate, draw_rate,
+    loss_rate, score}``, each in [0, 1].
+
+    Raises:
+        MarlError: an unknown bot name (the message lists the valid ones).
+    """
+    rates = versus(env, player, bot_for(env, opponent, seed), episodes, seed)
+    return {f"vs_{opponent}/{seat}/{k}": float(v) for seat, r in rates.items() for k, v in r.items() if k != "games"}
 
 
 # --------------------------------------------------------------------------- populations
@@ -234,7 +304,7 @@ def cross_play(env: MultiAgentEnv, players: Mapping[str, Any], episodes: int, se
         MarlError: fewer than two players, or an env with fewer than two seats.
     """
     names = list(players)
-    seats = seats_of(env.info)
+    seats = env_seats(env)
     if len(names) < 2 or len(seats) < 2:
         raise MarlError(f"cross_play needs >= 2 players and a game with >= 2 seats (teams); got players {names} and "
                         f"seats {seats}.")

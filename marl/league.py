@@ -2,7 +2,8 @@
 
     marl league <run or checkpoint> [<run or checkpoint> ...] [bots=[random]] [episodes=50] [out=DIR]
 
-A run folder stands for all its checkpoints (oldest first), a checkpoint folder for itself.
+A run folder stands for all its checkpoints (oldest first), a checkpoint folder for itself;
+runs of tensor algorithms and of LLM self-play on text games alike (their bots are the game's own).
 Every ordered pair plays ``episodes`` games per seating (:func:`marl.competitive.cross_play`);
 the results go to a new folder ``out`` (default ``marl_league/<time>``), never into a run folder:
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from marl.checkpoint import is_checkpoint, list_checkpoints, resolve_checkpoint
-from marl.competitive import League, cross_play, make_bot, ratings
+from marl.competitive import League, bot_for, cross_play, game_runner, ratings
 from marl.errors import MarlError
 
 
@@ -63,13 +64,20 @@ def run_league(paths: Sequence[str], bots: Sequence[str] = ("random",), episodes
     spec = results[0].env_spec
     if spec is None:
         raise MarlError(f"{ckpts[0]} has no env spec to rebuild its env (an env built by hand).")
-    env = spec.make(num_envs=min(episodes, 32))
+    env = spec.make()
+    runner = game_runner(env)
+    if runner is None:  # a batched env: play up to 32 games at once
+        env.close()
+        env = spec.make(num_envs=min(episodes, 32))
     players: Dict[str, Any] = {}
     for name, res in zip(_names(ckpts), results):
-        check_env_fits(res.policy.mapping.info, env)
+        if runner is not None:
+            runner.check_player(res.policy, env)
+        else:
+            check_env_fits(res.policy.mapping.info, env)
         players[name] = res.policy
     for b in bots:
-        players[f"bot:{b}"] = make_bot(b, env.info, seed)
+        players[f"bot:{b}"] = bot_for(env, b, seed)
     folder = _new_folder(out)
     league = cross_play(env, players, episodes, seed)
     ratings(league, seed)

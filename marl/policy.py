@@ -106,11 +106,9 @@ class Policy:
         stats = run_episodes(env, self, episodes)
         out = {f"{k}_mean": float(np.mean(v)) for k, v in stats.items() if v}
         if opponent is not None and len(env.info.teams) >= 2:
-            from marl.competitive import make_bot, versus
+            from marl.competitive import versus_metrics
 
-            rates = versus(env, self, make_bot(opponent, env.info), episodes)
-            out.update({f"vs_{opponent}/{seat}/{k}": float(v) for seat, r in rates.items() for k, v in r.items()
-                        if k != "games"})
+            out.update(versus_metrics(env, self, opponent, episodes))
         return out
 
 

@@ -158,6 +158,8 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
     players: List[str] = ["player_0", "player_1"]
     simultaneous = False
     kind = "mixed"
+    # plays whole games for marl.competitive (versus, cross-play, marl league); imported on first use
+    game_runner = "marl.algos.llm.matches:TextGameRunner"
     max_decisions = 100  # per agent and game; subclasses set the true bound
 
     def __init__(self, scenario: str, *, invalid_action: str = "penalty", invalid_penalty: float = 0.0,

@@ -178,8 +178,16 @@ class TextPolicy:
         return {k: float(np.mean(v)) for k, v in stats.items()}
 
     def evaluate_episodes(self, episodes: int, opponent: str = "random", **unused: Any) -> Dict[str, float]:
-        """``Result.evaluate`` for text games: :meth:`evaluate` over ``episodes`` games."""
-        return self.evaluate(opponent=opponent, games=episodes)
+        """``Result.evaluate`` for text games: :meth:`evaluate` over ``episodes`` games and, against a
+        bot, the competitive metrics of tensor games (``vs_<bot>/<seat>/win_rate``, ``draw_rate``,
+        ``loss_rate``, ``score``; :func:`marl.competitive.versus_metrics`) over ``episodes`` more
+        games per seat."""
+        from marl.competitive import versus_metrics
+
+        out = self.evaluate(opponent=opponent, games=episodes)
+        if opponent != "self":
+            out.update(versus_metrics(self.make_env(), self, opponent, episodes))
+        return out
 
 
 # ============================================================ algorithm
