@@ -12,6 +12,9 @@ network call it the same way (``docs/algorithms/entity_networks.md``,
 * ``unroll(x [M, L, D], h0 [M, S] | None, starts [M, L] bool | None) -> out [M, L, A]``:
   a training sequence; where ``starts[m, t]`` the state is zeroed before step ``t``
   (an episode began there). ``h0 = None`` is the zero state.
+* ``sequence(x [M, L, D], lengths [M] | None) -> out [M, L, A]``: whole episodes from the
+  zero state, of which only the first ``lengths[m]`` steps are used; a network may skip the
+  padding after them (:func:`packed_sequence`), whose outputs are then zero.
 
 Feed-forward networks ignore ``h``/``h0``/``starts`` and return ``h' = None``.
 """
@@ -22,6 +25,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 
 class AgentNetwork(nn.Module):
@@ -58,9 +62,43 @@ class AgentNetwork(nn.Module):
         -> ``[M, L, A]``."""
         return self(x, h0, starts)[0] if self.state_size else self(x)[0]
 
-    def sequence(self, x: torch.Tensor) -> torch.Tensor:
-        """Whole episodes from the zero state: ``[M, L, D] -> [M, L, A]``."""
+    def sequence(self, x: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Whole episodes from the zero state: ``x [M, L, D]`` -> ``[M, L, A]``.
+
+        ``lengths [M]`` (int, ``1 <= lengths <= L``): steps of each row that are used. This
+        default computes the padding too (its outputs are whatever the network makes of it);
+        a network overrides this to skip it (:class:`~marl.algos.networks.rnn.RNNAgent`).
+        Either way the first ``lengths[m]`` outputs equal :meth:`unroll`'s.
+        """
+        if lengths is not None:  # padding may hold anything (even NaN), which would reach the weight gradients
+            x = torch.where(step_mask(lengths, x.shape[1]).unsqueeze(-1), x, 0.0)
         return self.unroll(x)
+
+
+def step_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
+    """``[M, steps]`` bool, true at the first ``lengths[m]`` steps of row ``m``."""
+    return torch.arange(steps, device=lengths.device) < lengths.unsqueeze(-1)
+
+
+def packed_sequence(x: torch.Tensor, lengths: torch.Tensor, fn) -> torch.Tensor:
+    """``fn`` on the first ``lengths[m]`` steps of each row of ``x [M, L, D]`` only; padding is zero.
+
+    ``fn(PackedSequence) -> PackedSequence`` of the same layout: row-wise layers applied to
+    ``.data`` (the used steps, time-major) and ``nn.GRU`` called on the packed sequence, which
+    steps each time with only the rows still running. Value-decomposition batches are padded
+    to their longest episode (often 2-3x the mean length), so this skips most of the work of
+    a training unroll; outputs of the used steps equal the padded computation's.
+
+    Returns:
+        ``[M, L, A]``, zero after ``lengths[m]``.
+    """
+    packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    return pad_packed_sequence(fn(packed), batch_first=True, total_length=x.shape[1])[0]
+
+
+def repack(packed: PackedSequence, data: torch.Tensor) -> PackedSequence:
+    """``packed``'s layout (batch sizes, row order) around new ``data [sum(lengths), ...]``."""
+    return PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
 
 
 def gru_unroll(gru: nn.GRU, z: torch.Tensor, h0: Optional[torch.Tensor], starts: Optional[torch.Tensor]) -> torch.Tensor:

@@ -7,13 +7,13 @@ default initialisation, as in pymarl.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from marl.algos.networks.base import AgentNetwork, recurrent_layer
+from marl.algos.networks.base import AgentNetwork, packed_sequence, recurrent_layer, repack
 
 
 class RNNAgent(AgentNetwork):
@@ -37,6 +37,19 @@ class RNNAgent(AgentNetwork):
     def forward(self, x: torch.Tensor, h0=None, starts=None):
         z = recurrent_layer(self.rnn, F.relu(self.fc1(x)), h0, starts)
         return self.fc2(z), (z if self.recurrent else None)
+
+    def sequence(self, x: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Whole episodes ``x [M, L, D]`` -> ``[M, L, A]``; with ``lengths [M]`` only the used steps
+        are computed (:func:`~marl.algos.networks.base.packed_sequence`; zeros after them)."""
+        if lengths is None:
+            return self.unroll(x)
+
+        def layers(p):
+            z = F.relu(self.fc1(p.data))
+            z = self.rnn(repack(p, z))[0].data if self.recurrent else F.relu(self.rnn(z))
+            return repack(p, self.fc2(z))
+
+        return packed_sequence(x, lengths, layers)
 
 
 def build_rnn_agent(c: Dict[str, Any], n_actions: int) -> RNNAgent:
