@@ -84,8 +84,8 @@ def packed_sequence(x: torch.Tensor, lengths: torch.Tensor, fn) -> torch.Tensor:
     """``fn`` on the first ``lengths[m]`` steps of each row of ``x [M, L, D]`` only; padding is zero.
 
     ``fn(PackedSequence) -> PackedSequence`` of the same layout: row-wise layers applied to
-    ``.data`` (the used steps, time-major) and ``nn.GRU`` called on the packed sequence, which
-    steps each time with only the rows still running. Value-decomposition batches are padded
+    ``.data`` (the used steps, time-major) and a GRU that steps each time with only the rows still
+    running (:func:`packed_gru`). Value-decomposition batches are padded
     to their longest episode (often 2-3x the mean length), so this skips most of the work of
     a training unroll; outputs of the used steps equal the padded computation's.
 
@@ -123,6 +123,30 @@ def gru_unroll(gru: nn.GRU, z: torch.Tensor, h0: Optional[torch.Tensor], starts:
         h = hn.squeeze(0)
         outs.append(out)
     return torch.cat(outs, 1)
+
+
+def packed_gru(gru: nn.GRU, z: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+    """A one-layer ``nn.GRU`` from the zero state over packed steps: ``z [sum(lengths), H_in]`` in
+    ``PackedSequence`` layout (time-major, ``batch_sizes[t]`` rows at step ``t``) -> states ``[sum(lengths), H]``.
+
+    The same gate equations, weights and operation order as ``nn.GRU`` (Cho et al. 2014, arXiv 1406.1078,
+    as PyTorch implements it), written out because ``nn.GRU`` on a packed sequence narrows its whole input
+    at every step, and autograd then builds a zero-filled gradient of the whole input per step (a backward
+    quadratic in the episode length). Here the input gates of all steps are one matmul, split per step,
+    and the backward joins the per-step pieces once.
+    """
+    H = gru.hidden_size
+    gi = F.linear(z, gru.weight_ih_l0, gru.bias_ih_l0)
+    h, states = z.new_zeros(int(batch_sizes[0]), H), []
+    for gi_t in gi.split(batch_sizes.tolist()):
+        h = h[: gi_t.shape[0]]  # rows are sorted by decreasing length: the finished ones are last
+        i_r, i_z, i_n = gi_t.chunk(3, 1)
+        h_r, h_z, h_n = F.linear(h, gru.weight_hh_l0, gru.bias_hh_l0).chunk(3, 1)
+        r, u = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+        n = torch.tanh(i_n + r * h_n)
+        h = (h - n) * u + n  # (1 - u) n + u h, in ATen's order
+        states.append(h)
+    return torch.cat(states)
 
 
 def recurrent_layer(layer: nn.Module, z: torch.Tensor, h0: Optional[torch.Tensor] = None,

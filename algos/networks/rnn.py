@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from marl.algos.networks.base import AgentNetwork, packed_sequence, recurrent_layer, repack
+from marl.algos.networks.base import AgentNetwork, packed_gru, packed_sequence, recurrent_layer, repack
 
 
 class RNNAgent(AgentNetwork):
@@ -46,7 +46,7 @@ class RNNAgent(AgentNetwork):
 
         def layers(p):
             z = F.relu(self.fc1(p.data))
-            z = self.rnn(repack(p, z))[0].data if self.recurrent else F.relu(self.rnn(z))
+            z = packed_gru(self.rnn, z, p.batch_sizes) if self.recurrent else F.relu(self.rnn(z))
             return repack(p, self.fc2(z))
 
         return packed_sequence(x, lengths, layers)
