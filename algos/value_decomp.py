@@ -44,6 +44,7 @@ from marl.algos.networks.config import AgentNetConfig
 from marl.algos.networks.mixers import QMixer
 from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
 from marl.algos.q_learning import check_q_bound, double_q_next, epsilon_at, epsilon_greedy, masked_td_loss, merge_moments, on_mask
+from marl.algos.value_decomp_inputs import PackedEpisodes, agent_inputs
 from marl.config import EngineConfig, config_view, key
 from marl.engine.context import RunAccess
 from marl.engine.replay import JointEpisodeBuffer, check_buffer_size
@@ -185,34 +186,31 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         return {"actions": a.squeeze(1)}
 
     # --- training
-    def agent_inputs(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """``obs [E, T+1, N, D]``, ``actions [E, T, N]`` -> ``[E * N, T+1, D (+ A)]``: one row per agent's
-        episode, with the one-hot last action (zero at ``t = 0``); one tensor for online and target nets."""
-        E, T1, N, D = obs.shape
-        x = obs.new_zeros(E, N, T1, D + (self.n_actions if self.use_last_action else 0))
-        x[..., :D] = obs.transpose(1, 2)
-        if self.use_last_action:
-            x[:, :, 1:, D:].scatter_(-1, actions.transpose(1, 2).long().unsqueeze(-1), 1.0)
-        return x.view(E * N, T1, -1)
-
-    @staticmethod
-    def q_rows(net: AgentNetwork, x: torch.Tensor, n_agents: int, steps: Optional[torch.Tensor]) -> torch.Tensor:
-        """``net`` on :meth:`agent_inputs` rows from the zero state -> ``Q [E, T+1, N, A]``; ``steps [E]`` (length + 1):
-        used steps, after which the net may skip the padding (:meth:`~marl.algos.networks.base.AgentNetwork.sequence`)."""
-        q = net.sequence(x, None if steps is None else steps.repeat_interleave(n_agents))
-        return q.reshape(-1, n_agents, *q.shape[1:]).transpose(1, 2)
+    @property
+    def last_dim(self) -> int:
+        """Size of the last-action one-hot in the input (0 without ``last_action``)."""
+        return self.n_actions if self.use_last_action else 0
 
     def q_sequence(self, net: AgentNetwork, obs: torch.Tensor, actions: torch.Tensor, steps=None) -> torch.Tensor:
-        """Unroll ``net`` over whole episodes: ``obs [E, T+1, N, D]``, ``actions [E, T, N]`` -> ``Q [E, T+1, N, A]``."""
-        return self.q_rows(net, self.agent_inputs(obs, actions), obs.shape[2], steps)
+        """Unroll ``net`` over whole episodes from the zero state: ``obs [E, T+1, N, D]``, ``actions [E, T, N]``,
+        ``steps [E]`` (optional: used steps, length + 1; the network may skip the rest) -> ``Q [E, T+1, N, A]``."""
+        N = obs.shape[2]
+        q = net.sequence(agent_inputs(obs, actions, self.last_dim), None if steps is None else steps.repeat_interleave(N))
+        return q.reshape(-1, N, *q.shape[1:]).transpose(1, 2)
 
     def _forward_train(self, batch: Dict[str, torch.Tensor], **kwargs) -> Dict[str, torch.Tensor]:
-        """Online ``q`` and target ``q_target``: both ``[E, T+1, N, A]`` (padding after ``batch["steps"]``: see :meth:`q_rows`)."""
-        x, n, steps = self.agent_inputs(batch["obs"], batch["actions"]), batch["obs"].shape[2], batch.get("steps")
-        q = self.q_rows(self.net, x, n, steps)
+        """Online ``q`` and target ``q_target``: both ``[E, T+1, N, A]``. With ``batch["steps"]`` and a
+        network that skips padding, both read one packed input of the used steps (zero Q after them)."""
+        obs, actions, steps = batch["obs"], batch["actions"], batch.get("steps")
+        if steps is None or not self.net.skips_padding:
+            with torch.no_grad():
+                q_target = self.q_sequence(self.target, obs, actions, steps)
+            return {"q": self.q_sequence(self.net, obs, actions, steps), "q_target": q_target}
+        packed = PackedEpisodes(steps, obs.shape[2], obs.shape[1])
+        x = packed.inputs(obs, actions, self.last_dim)
         with torch.no_grad():
-            q_target = self.q_rows(self.target, x, n, steps)
-        return {"q": q, "q_target": q_target}
+            q_target = packed.unpack(self.target.packed(x, packed.batch_sizes))
+        return {"q": packed.unpack(self.net.packed(x, packed.batch_sizes)), "q_target": q_target}
 
     def sync_target(self) -> None:
         self.target.load_state_dict(self.net.state_dict())

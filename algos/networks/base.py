@@ -65,14 +65,23 @@ class AgentNetwork(nn.Module):
     def sequence(self, x: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Whole episodes from the zero state: ``x [M, L, D]`` -> ``[M, L, A]``.
 
-        ``lengths [M]`` (int, ``1 <= lengths <= L``): steps of each row that are used. This
-        default computes the padding too (its outputs are whatever the network makes of it);
-        a network overrides this to skip it (:class:`~marl.algos.networks.rnn.RNNAgent`).
-        Either way the first ``lengths[m]`` outputs equal :meth:`unroll`'s.
+        ``lengths [M]`` (int, ``1 <= lengths <= L``): steps of each row that are used. A network
+        with ``skips_padding`` computes only those (:meth:`packed`; zero outputs after them);
+        others see the padding zeroed. Either way the first ``lengths[m]`` outputs equal :meth:`unroll`'s.
         """
+        if lengths is not None and self.skips_padding:
+            return packed_sequence(x, lengths, self.packed)
         if lengths is not None:  # padding may hold anything (even NaN), which would reach the weight gradients
             x = torch.where(step_mask(lengths, x.shape[1]).unsqueeze(-1), x, 0.0)
         return self.unroll(x)
+
+    skips_padding: bool = False  # the network implements packed()
+
+    def packed(self, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+        """Whole episodes from the zero state in ``PackedSequence`` layout: ``x [sum(lengths), D]``
+        (time-major, ``batch_sizes[t]`` rows at step ``t``, rows sorted by decreasing length) ->
+        ``[sum(lengths), A]``. Implemented by networks with ``skips_padding``."""
+        raise NotImplementedError(f"{type(self).__name__} does not skip padding (skips_padding = False)")
 
 
 def step_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
@@ -83,22 +92,16 @@ def step_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
 def packed_sequence(x: torch.Tensor, lengths: torch.Tensor, fn) -> torch.Tensor:
     """``fn`` on the first ``lengths[m]`` steps of each row of ``x [M, L, D]`` only; padding is zero.
 
-    ``fn(PackedSequence) -> PackedSequence`` of the same layout: row-wise layers applied to
-    ``.data`` (the used steps, time-major) and a GRU that steps each time with only the rows still
-    running (:func:`packed_gru`). Value-decomposition batches are padded
-    to their longest episode (often 2-3x the mean length), so this skips most of the work of
-    a training unroll; outputs of the used steps equal the padded computation's.
+    ``fn(data [sum(lengths), D], batch_sizes) -> [sum(lengths), A]`` (:meth:`AgentNetwork.packed`).
+    Value-decomposition batches are padded to their longest episode (often 2-3x the mean
+    length), so this skips most of the work of a training unroll.
 
     Returns:
         ``[M, L, A]``, zero after ``lengths[m]``.
     """
-    packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-    return pad_packed_sequence(fn(packed), batch_first=True, total_length=x.shape[1])[0]
-
-
-def repack(packed: PackedSequence, data: torch.Tensor) -> PackedSequence:
-    """``packed``'s layout (batch sizes, row order) around new ``data [sum(lengths), ...]``."""
-    return PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+    p = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    out = PackedSequence(fn(p.data, p.batch_sizes), p.batch_sizes, p.sorted_indices, p.unsorted_indices)
+    return pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
 
 
 def gru_unroll(gru: nn.GRU, z: torch.Tensor, h0: Optional[torch.Tensor], starts: Optional[torch.Tensor]) -> torch.Tensor:

@@ -7,13 +7,13 @@ default initialisation, as in pymarl.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from marl.algos.networks.base import AgentNetwork, packed_gru, packed_sequence, recurrent_layer, repack
+from marl.algos.networks.base import AgentNetwork, packed_gru, recurrent_layer
 
 
 class RNNAgent(AgentNetwork):
@@ -38,18 +38,13 @@ class RNNAgent(AgentNetwork):
         z = recurrent_layer(self.rnn, F.relu(self.fc1(x)), h0, starts)
         return self.fc2(z), (z if self.recurrent else None)
 
-    def sequence(self, x: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Whole episodes ``x [M, L, D]`` -> ``[M, L, A]``; with ``lengths [M]`` only the used steps
-        are computed (:func:`~marl.algos.networks.base.packed_sequence`; zeros after them)."""
-        if lengths is None:
-            return self.unroll(x)
+    skips_padding = True
 
-        def layers(p):
-            z = F.relu(self.fc1(p.data))
-            z = packed_gru(self.rnn, z, p.batch_sizes) if self.recurrent else F.relu(self.rnn(z))
-            return repack(p, self.fc2(z))
-
-        return packed_sequence(x, lengths, layers)
+    def packed(self, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+        """Used steps only, ``x [sum(lengths), d]`` in packed layout -> ``[sum(lengths), A]``
+        (:meth:`~marl.algos.networks.base.AgentNetwork.packed`; the GRU by :func:`packed_gru`)."""
+        z = F.relu(self.fc1(x))
+        return self.fc2(packed_gru(self.rnn, z, batch_sizes) if self.recurrent else F.relu(self.rnn(z)))
 
 
 def build_rnn_agent(c: Dict[str, Any], n_actions: int) -> RNNAgent:
