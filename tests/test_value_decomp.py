@@ -12,6 +12,7 @@ from marl.algos.networks.mixers import QMixer
 from marl.algos.networks.rnn import RNNAgent
 from marl.algos.q_learning import double_q_next, epsilon_at, epsilon_greedy, masked_td_loss, td_lambda_targets
 from marl.algos.value_decomp import QAgentModule, ValueDecomp, split_joint
+from marl.algos.value_decomp_inputs import PackedEpisodes, agent_inputs
 from marl.engine.replay import JointEpisodeBuffer
 from marl.env import MarlError
 
@@ -220,6 +221,19 @@ def test_fast_learner_loss_and_gradients_equal_the_padded_reference(ray_session,
                 assert (a - b).abs().max() <= 1e-5 * max(1.0, b.abs().max().item())
     finally:
         trainer.stop()
+
+
+@pytest.mark.parametrize("n_actions", [0, 4])
+def test_packed_episode_inputs_equal_the_padded_inputs_at_used_steps(n_actions):
+    torch.manual_seed(5)
+    E, T, N, D = 5, 7, 3, 2
+    obs, actions = torch.randn(E, T + 1, N, D), torch.randint(0, 4, (E, T, N))
+    steps = torch.tensor([8, 1, 4, 8, 2])
+    packed = PackedEpisodes(steps, N, T + 1)
+    padded = agent_inputs(obs, actions, n_actions).view(E, N, T + 1, -1).transpose(1, 2)
+    used = (torch.arange(T + 1) < steps.unsqueeze(-1)).view(E, T + 1, 1, 1)
+    assert packed.batch_sizes.tolist() == [15, 12, 9, 9, 6, 6, 6, 6]  # rows still running at each step
+    assert torch.equal(packed.unpack(packed.inputs(obs, actions, n_actions)), torch.where(used, padded, 0.0))
 
 
 def test_packed_sequence_equals_unroll_on_used_steps():

@@ -26,6 +26,8 @@ class RNNAgent(AgentNetwork):
         recurrent: GRU middle layer, state ``[M, H]``.
     """
 
+    skips_padding = True  # row-wise layers and a GRU: the used steps of a padded batch can be packed
+
     def __init__(self, in_dim: int, n_actions: int, hidden: int = 64, recurrent: bool = True):
         super().__init__()
         self.recurrent, self.hidden = recurrent, hidden
@@ -37,8 +39,6 @@ class RNNAgent(AgentNetwork):
     def forward(self, x: torch.Tensor, h0=None, starts=None):
         z = recurrent_layer(self.rnn, F.relu(self.fc1(x)), h0, starts)
         return self.fc2(z), (z if self.recurrent else None)
-
-    skips_padding = True
 
     def packed(self, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
         """Used steps only, ``x [sum(lengths), d]`` in packed layout -> ``[sum(lengths), A]``
