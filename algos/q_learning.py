@@ -95,6 +95,22 @@ def masked_td_loss(
     return (td**2).sum() / mask.sum().clamp(min=1), y
 
 
+def on_mask(fn, mask: torch.Tensor, *xs: torch.Tensor) -> torch.Tensor:
+    """``fn`` on the entries of ``xs`` where ``mask``, zero elsewhere (differentiable).
+
+    Used for the mixer on the filled steps of a padded batch: a row-wise network gives the
+    same values on the gathered rows as on the padded tensor, at ``mask.sum()`` rows' cost.
+
+    Args:
+        fn: ``fn(*rows) -> [K]``, called on ``x[mask]`` for each ``x``.
+        mask: ``[E, T]`` bool; xs: ``[E, T, ...]``.
+    Returns:
+        ``[E, T]``.
+    """
+    rows = fn(*(x[mask] for x in xs))
+    return rows.new_zeros(mask.shape).masked_scatter(mask, rows)
+
+
 def check_q_bound(team: str, bound: float, values: Dict[str, Tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Stop a diverging learner: ``|Q|`` of a trained entry beyond ``bound`` (``0``: no bound).
 

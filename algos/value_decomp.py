@@ -43,7 +43,8 @@ from marl.algos.networks.base import AgentNetwork
 from marl.algos.networks.config import AgentNetConfig
 from marl.algos.networks.mixers import QMixer
 from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
-from marl.algos.q_learning import check_q_bound, double_q_next, epsilon_at, epsilon_greedy, masked_td_loss, merge_moments
+from marl.algos.q_learning import check_q_bound, double_q_next, epsilon_at, epsilon_greedy, masked_td_loss, merge_moments, on_mask
+from marl.algos.value_decomp_inputs import PackedEpisodes, agent_inputs
 from marl.config import EngineConfig, config_view, key
 from marl.engine.context import RunAccess
 from marl.engine.replay import JointEpisodeBuffer, check_buffer_size
@@ -185,24 +186,31 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         return {"actions": a.squeeze(1)}
 
     # --- training
-    def q_sequence(self, net: AgentNetwork, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Unroll ``net`` over whole episodes from the zero state: ``obs [E, T+1, N, D]``,
-        ``actions [E, T, N]`` -> ``Q [E, T+1, N, A]``."""
-        E, T1, N, _ = obs.shape
-        x = obs
-        if self.use_last_action:
-            last = F.one_hot(actions.long(), self.n_actions).to(obs.dtype)
-            last = torch.cat([torch.zeros_like(last[:, :1]), last], 1)  # zero "last action" at t = 0
-            x = torch.cat([obs, last], -1)
-        x = x.permute(0, 2, 1, 3).reshape(E * N, T1, -1)
-        return net.unroll(x).reshape(E, N, T1, -1).permute(0, 2, 1, 3)
+    @property
+    def last_dim(self) -> int:
+        """Size of the last-action one-hot in the input (0 without ``last_action``)."""
+        return self.n_actions if self.use_last_action else 0
+
+    def q_sequence(self, net: AgentNetwork, obs: torch.Tensor, actions: torch.Tensor, steps=None) -> torch.Tensor:
+        """Unroll ``net`` over whole episodes from the zero state: ``obs [E, T+1, N, D]``, ``actions [E, T, N]``,
+        ``steps [E]`` (optional: used steps, length + 1; the network may skip the rest) -> ``Q [E, T+1, N, A]``."""
+        N = obs.shape[2]
+        q = net.sequence(agent_inputs(obs, actions, self.last_dim), None if steps is None else steps.repeat_interleave(N))
+        return q.reshape(-1, N, *q.shape[1:]).transpose(1, 2)
 
     def _forward_train(self, batch: Dict[str, torch.Tensor], **kwargs) -> Dict[str, torch.Tensor]:
-        """Online ``q`` and target ``q_target``: both ``[E, T+1, N, A]``."""
-        q = self.q_sequence(self.net, batch["obs"], batch["actions"])
+        """Online ``q`` and target ``q_target``: both ``[E, T+1, N, A]``. With ``batch["steps"]`` and a
+        network that skips padding, both read one packed input of the used steps (zero Q after them)."""
+        obs, actions, steps = batch["obs"], batch["actions"], batch.get("steps")
+        if steps is None or not self.net.skips_padding:
+            with torch.no_grad():
+                q_target = self.q_sequence(self.target, obs, actions, steps)
+            return {"q": self.q_sequence(self.net, obs, actions, steps), "q_target": q_target}
+        packed = PackedEpisodes(steps, obs.shape[2], obs.shape[1])
+        x = packed.inputs(obs, actions, self.last_dim)
         with torch.no_grad():
-            q_target = self.q_sequence(self.target, batch["obs"], batch["actions"])
-        return {"q": q, "q_target": q_target}
+            q_target = packed.unpack(self.target.packed(x, packed.batch_sizes))
+        return {"q": packed.unpack(self.net.packed(x, packed.batch_sizes)), "q_target": q_target}
 
     def sync_target(self) -> None:
         self.target.load_state_dict(self.net.state_dict())
@@ -304,10 +312,11 @@ class ValueDecompLearner(RunAccess, TorchLearner):
         elif cfg.mixer == "vdn":
             q_tot, next_tot, r, mask = q_taken.sum(-1), q_next.sum(-1), team_r, filled
         else:
+            # the mixers run on filled steps only: padding costs nothing and its state is never read
             mod = self.module[f"mixer_{team}"]
-            q_tot = mod.forward_train({"qs": q_taken, "state": j["state"][:, :-1]})["q_tot"]
+            q_tot = on_mask(lambda q, s: mod.forward_train({"qs": q, "state": s})["q_tot"], filled, q_taken, j["state"][:, :-1])
             with torch.no_grad():
-                next_tot = mod.unwrapped().target(q_next, j["state"][:, 1:])
+                next_tot = on_mask(mod.unwrapped().target, filled, q_next, j["state"][:, 1:])
             r, mask = team_r, filled
         loss, y = masked_td_loss(q_tot, next_tot, r, term, filled, mask, cfg.gamma, cfg.td_lambda)
         if not torch.isfinite(loss):
@@ -321,22 +330,20 @@ class ValueDecompLearner(RunAccess, TorchLearner):
 
 
 def split_joint(cols: Dict[str, torch.Tensor], modules: List[str]) -> Dict[str, Dict[str, torch.Tensor]]:
-    """Joint columns -> ``{module: {obs, actions, avail, rewards, alive}, JOINT: {state, terminated, filled}}``.
+    """Joint columns -> ``{module: {obs, actions, avail, rewards, alive, steps}, JOINT: {state, terminated,
+    filled}}`` (views of ``cols``, no copies); ``steps [E]`` = episode length + 1, the used observations.
 
-    Observations and states past an episode's end are zeroed, so padding can hold
-    anything (even NaN) without reaching the loss or its gradients.
+    Padding past an episode's end can hold anything (even NaN): the agent networks skip or zero it
+    (:meth:`~marl.algos.networks.base.AgentNetwork.sequence`), the mixers and losses read filled steps only.
     """
     filled = cols["filled"].bool()
-    valid = torch.cat([torch.ones_like(filled[:, :1]), filled], 1)  # index t <= length
-    out: Dict[str, Dict[str, torch.Tensor]] = {m: {} for m in modules}
+    steps = filled.sum(1) + 1
+    out: Dict[str, Dict[str, torch.Tensor]] = {m: {"steps": steps} for m in modules}
     for k, v in cols.items():
         if "/" in k:
             m, field = k.split("/", 1)
-            if field == "obs":
-                v = torch.where(valid.view(*valid.shape, 1, 1), v, torch.zeros_like(v))
             out[m][field] = v
-    state = torch.where(valid.unsqueeze(-1), cols["state"], torch.zeros_like(cols["state"]))
-    out[JOINT] = {"state": state, "terminated": cols["terminated"], "filled": filled}
+    out[JOINT] = {"state": cols["state"], "terminated": cols["terminated"], "filled": filled}
     return out
 
 

@@ -12,6 +12,9 @@ network call it the same way (``docs/algorithms/entity_networks.md``,
 * ``unroll(x [M, L, D], h0 [M, S] | None, starts [M, L] bool | None) -> out [M, L, A]``:
   a training sequence; where ``starts[m, t]`` the state is zeroed before step ``t``
   (an episode began there). ``h0 = None`` is the zero state.
+* ``sequence(x [M, L, D], lengths [M] | None) -> out [M, L, A]``: whole episodes from the
+  zero state, of which only the first ``lengths[m]`` steps are used; a network may skip the
+  padding after them (:func:`packed_sequence`), whose outputs are then zero.
 
 Feed-forward networks ignore ``h``/``h0``/``starts`` and return ``h' = None``.
 """
@@ -22,6 +25,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 
 class AgentNetwork(nn.Module):
@@ -58,9 +62,46 @@ class AgentNetwork(nn.Module):
         -> ``[M, L, A]``."""
         return self(x, h0, starts)[0] if self.state_size else self(x)[0]
 
-    def sequence(self, x: torch.Tensor) -> torch.Tensor:
-        """Whole episodes from the zero state: ``[M, L, D] -> [M, L, A]``."""
+    def sequence(self, x: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Whole episodes from the zero state: ``x [M, L, D]`` -> ``[M, L, A]``.
+
+        ``lengths [M]`` (int, ``1 <= lengths <= L``): steps of each row that are used. A network
+        with ``skips_padding`` computes only those (:meth:`packed`; zero outputs after them);
+        others see the padding zeroed. Either way the first ``lengths[m]`` outputs equal :meth:`unroll`'s.
+        """
+        if lengths is not None and self.skips_padding:
+            return packed_sequence(x, lengths, self.packed)
+        if lengths is not None:  # padding may hold anything (even NaN), which would reach the weight gradients
+            x = torch.where(step_mask(lengths, x.shape[1]).unsqueeze(-1), x, 0.0)
         return self.unroll(x)
+
+    skips_padding: bool = False  # the network implements packed()
+
+    def packed(self, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+        """Whole episodes from the zero state in ``PackedSequence`` layout: ``x [sum(lengths), D]``
+        (time-major, ``batch_sizes[t]`` rows at step ``t``, rows sorted by decreasing length) ->
+        ``[sum(lengths), A]``. Implemented by networks with ``skips_padding``."""
+        raise NotImplementedError(f"{type(self).__name__} does not skip padding (skips_padding = False)")
+
+
+def step_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
+    """``[M, steps]`` bool, true at the first ``lengths[m]`` steps of row ``m``."""
+    return torch.arange(steps, device=lengths.device) < lengths.unsqueeze(-1)
+
+
+def packed_sequence(x: torch.Tensor, lengths: torch.Tensor, fn) -> torch.Tensor:
+    """``fn`` on the first ``lengths[m]`` steps of each row of ``x [M, L, D]`` only; padding is zero.
+
+    ``fn(data [sum(lengths), D], batch_sizes) -> [sum(lengths), A]`` (:meth:`AgentNetwork.packed`).
+    Value-decomposition batches are padded to their longest episode (often 2-3x the mean
+    length), so this skips most of the work of a training unroll.
+
+    Returns:
+        ``[M, L, A]``, zero after ``lengths[m]``.
+    """
+    p = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    out = PackedSequence(fn(p.data, p.batch_sizes), p.batch_sizes, p.sorted_indices, p.unsorted_indices)
+    return pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
 
 
 def gru_unroll(gru: nn.GRU, z: torch.Tensor, h0: Optional[torch.Tensor], starts: Optional[torch.Tensor]) -> torch.Tensor:
@@ -85,6 +126,30 @@ def gru_unroll(gru: nn.GRU, z: torch.Tensor, h0: Optional[torch.Tensor], starts:
         h = hn.squeeze(0)
         outs.append(out)
     return torch.cat(outs, 1)
+
+
+def packed_gru(gru: nn.GRU, z: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+    """A one-layer ``nn.GRU`` from the zero state over packed steps: ``z [sum(lengths), H_in]`` in
+    ``PackedSequence`` layout (time-major, ``batch_sizes[t]`` rows at step ``t``) -> states ``[sum(lengths), H]``.
+
+    The same gate equations, weights and operation order as ``nn.GRU`` (Cho et al. 2014, arXiv 1406.1078,
+    as PyTorch implements it), written out because ``nn.GRU`` on a packed sequence narrows its whole input
+    at every step, and autograd then builds a zero-filled gradient of the whole input per step (a backward
+    quadratic in the episode length). Here the input gates of all steps are one matmul, split per step,
+    and the backward joins the per-step pieces once.
+    """
+    H = gru.hidden_size
+    gi = F.linear(z, gru.weight_ih_l0, gru.bias_ih_l0)
+    h, states = z.new_zeros(int(batch_sizes[0]), H), []
+    for gi_t in gi.split(batch_sizes.tolist()):
+        h = h[: gi_t.shape[0]]  # rows are sorted by decreasing length: the finished ones are last
+        i_r, i_z, i_n = gi_t.chunk(3, 1)
+        h_r, h_z, h_n = F.linear(h, gru.weight_hh_l0, gru.bias_hh_l0).chunk(3, 1)
+        r, u = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+        n = torch.tanh(i_n + r * h_n)
+        h = (h - n) * u + n  # (1 - u) n + u h, in ATen's order
+        states.append(h)
+    return torch.cat(states)
 
 
 def recurrent_layer(layer: nn.Module, z: torch.Tensor, h0: Optional[torch.Tensor] = None,

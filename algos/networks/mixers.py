@@ -42,6 +42,8 @@ class QMixer(nn.Module):
     def forward(self, qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """``qs [..., n]``, ``state [..., S]`` -> ``Q_tot [...]``."""
         w1 = self.hyper_w1(state).abs().view(*state.shape[:-1], self.n, self.embed)
-        h = F.elu(torch.einsum("...n,...ne->...e", qs, w1) + self.hyper_b1(state))
+        # q W1 as a broadcast product summed over the few agents: an einsum / bmm of [1, n] x [n, E]
+        # matrices per row is ~3x slower on CPU for the same values
+        h = F.elu((qs.unsqueeze(-1) * w1).sum(-2) + self.hyper_b1(state))
         w2 = self.hyper_w2(state).abs()
         return (h * w2).sum(-1) + self.value(state).squeeze(-1)

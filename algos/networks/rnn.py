@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from marl.algos.networks.base import AgentNetwork, recurrent_layer
+from marl.algos.networks.base import AgentNetwork, packed_gru, recurrent_layer
 
 
 class RNNAgent(AgentNetwork):
@@ -26,6 +26,8 @@ class RNNAgent(AgentNetwork):
         recurrent: GRU middle layer, state ``[M, H]``.
     """
 
+    skips_padding = True  # row-wise layers and a GRU: the used steps of a padded batch can be packed
+
     def __init__(self, in_dim: int, n_actions: int, hidden: int = 64, recurrent: bool = True):
         super().__init__()
         self.recurrent, self.hidden = recurrent, hidden
@@ -37,6 +39,12 @@ class RNNAgent(AgentNetwork):
     def forward(self, x: torch.Tensor, h0=None, starts=None):
         z = recurrent_layer(self.rnn, F.relu(self.fc1(x)), h0, starts)
         return self.fc2(z), (z if self.recurrent else None)
+
+    def packed(self, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+        """Used steps only, ``x [sum(lengths), d]`` in packed layout -> ``[sum(lengths), A]``
+        (:meth:`~marl.algos.networks.base.AgentNetwork.packed`; the GRU by :func:`packed_gru`)."""
+        z = F.relu(self.fc1(x))
+        return self.fc2(packed_gru(self.rnn, z, batch_sizes) if self.recurrent else F.relu(self.rnn(z)))
 
 
 def build_rnn_agent(c: Dict[str, Any], n_actions: int) -> RNNAgent:
