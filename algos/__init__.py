@@ -22,3 +22,5 @@ register_algo("advantage_alignment", "marl.algos.llm.selfplay:LLMSelfPlay",
               "Advantage Alignment: opponent-aware advantages for social dilemmas (text games)")
 register_algo("grpo", "marl.algos.llm.selfplay:LLMSelfPlay",
               "LLM self-play with a GRPO-style trajectory baseline (text games)")
+register_algo("spiral", "marl.algos.llm.selfplay:LLMSelfPlay",
+              "SPIRAL: zero-sum LLM self-play with role-conditioned advantage estimation (text games)")

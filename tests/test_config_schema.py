@@ -105,7 +105,7 @@ def test_bad_yaml_value_names_its_file():
 @pytest.mark.parametrize("algo, family, key_, owner", [
     ("mappo", "mpe", "mixer", r"'mixer' is a value decomposition key \(iql, qmix, vdn\); mappo does not use it"),
     ("reinforce", "ipd", "hpn_heads", r"'hpn_heads' is an agent network key \(ippo, iql, mappo, qmix, vdn\)"),
-    ("qmix", "mpe", "lora_r", r"'lora_r' is an LLM self-play key \(advantage_alignment, grpo, mars, reinforce\)"),
+    ("qmix", "mpe", "lora_r", r"'lora_r' is an LLM self-play key \(advantage_alignment, grpo, mars, reinforce, spiral\)"),
     ("reinforce", "ipd", "hidden", r"'hidden' is a PPO key \(ippo, mappo\) and a value decomposition key"),
     ("iql", "mpe", "critic", r"'critic' is a PPO key \(ippo, mappo\); iql does not use it"),
 ])
@@ -173,7 +173,7 @@ def test_every_key_gets_a_value_from_the_yaml_for_every_algorithm_and_env_file()
 
 # ------------------------------------------------------------------ schema hygiene
 UNBOUNDED = {"log_std_init"}  # any real number is valid
-FREE_TEXT = {"log_dir", "init_from"}  # paths
+FREE_TEXT = {"log_dir", "init_from", "chat_template"}  # paths, a Jinja template
 
 
 def test_every_key_has_a_one_line_doc_and_a_range_or_choices():

@@ -90,6 +90,38 @@ def test_turn_advantages_aa_uses_co_player_advantage():
     assert aa[id(by[(0, "a", 0)])] == pytest.approx(5.0)  # nothing before round 0
 
 
+def test_rae_role_baseline_is_read_before_its_update():
+    """SPIRAL RAE (arXiv 2506.24119): A = R - b_role, then b_role <- decay b_role + (1 - decay) R."""
+    base = {}
+    A = est.role_ema_advantages(torch.tensor([1.0, -1.0, 1.0]), ["p0", "p1", "p0"], base, decay=0.9)
+    assert torch.allclose(A, torch.tensor([1.0, -1.0, 0.9]))  # p0's second trajectory: 1 - 0.1
+    assert base == pytest.approx({"p0": 0.9 * 0.1 + 0.1 * 1.0, "p1": -0.1})
+    m = torch.tensor([[True, True, True], [True, True, False]])
+    assert torch.allclose(est.turn_discounts(m, 0.5), torch.tensor([[0.25, 0.5, 1.0], [0.5, 1.0, 0.0]]))
+
+
+def test_turn_advantages_rae_carries_baselines_across_batches():
+    turns = _turns([{"a": [1, 0], "b": [0, -1]}, {"a": [0, 3], "b": [0, 0]}])
+    cfg = algo_defaults("spiral").replace(reward_scale=1.0, gamma=1.0, rae_decay=0.5)
+    baselines = {}
+    adv = turn_advantages(turns, cfg, simultaneous=True, group_size=1, baselines=baselines)
+    by = {(t.game, t.seat, t.k): adv[id(t)] for t in turns}
+    # seat a: game 0 R=1 (b=0) -> A=1, b=0.5; game 1 R=3 -> A=2.5, b=1.75; every turn of a game the same (gamma 1)
+    assert by[(0, "a", 0)] == by[(0, "a", 1)] == pytest.approx(1.0)
+    assert by[(1, "a", 0)] == pytest.approx(2.5) and by[(0, "b", 0)] == pytest.approx(-1.0)
+    assert baselines == pytest.approx({"a": 1.75, "b": -0.25})
+    again = turn_advantages(turns, cfg, simultaneous=True, group_size=1, baselines=baselines)
+    assert again[id(turns[0])] == pytest.approx(1.0 - 1.75)  # the next batch starts from the kept baseline
+
+
+def test_zero_advantage_replies_can_be_left_out_of_the_batch():
+    turns = _turns([{"a": [1], "b": [0]}])
+    adv = {id(turns[0]): 0.5, id(turns[1]): 0.0}
+    full = turns_to_batch(turns, adv, {"a": "m", "b": "m"}, 0)
+    kept = turns_to_batch(turns, adv, {"a": "m", "b": "m"}, 0, drop_zero=True)
+    assert len(full["m"]) == 2 and len(kept["m"]) == 1 and float(kept["m"]["advantages"][0]) == 0.5
+
+
 def test_reward_sharing_sums_seats():
     turns = _turns([{"a": [5], "b": [0]}, {"a": [1], "b": [1]}])
     cfg = algo_defaults("reinforce").replace(estimator="reinforce", reward_scale=1.0, reward_sharing="sum", gamma=1.0,

@@ -5,12 +5,13 @@ A *trajectory* is one seat's turns in one game: ``rewards [n, T]`` with a
 reply, or the game's ``t``-th round in simultaneous games). Sources: MARS
 (Yuan, Xu et al. 2025, arXiv 2510.15414, reconstructed from its official code),
 Advantage Alignment (Duque et al. 2025, arXiv 2406.14662; Piche et al. 2025,
-arXiv 2511.19405, whose official code gives the RLOO baseline); formulas and
+arXiv 2511.19405, whose official code gives the RLOO baseline), SPIRAL's
+role-conditioned advantage estimation (Liu et al. 2025, arXiv 2506.24119); formulas and
 choices in ``docs/algorithms/llm_selfplay.md``.
 """
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from typing import Dict, Hashable, Sequence
 
 import torch
 
@@ -137,3 +138,45 @@ def trajectory_group_norm(rewards: torch.Tensor, mask: torch.Tensor, groups: Seq
     total = (rewards * mask).sum(1, keepdim=True)
     norm = normalize_by_key(total, torch.ones_like(total, dtype=torch.bool), groups, eps)
     return norm * mask
+
+
+def role_ema_advantages(returns: torch.Tensor, keys: Sequence[Hashable], baselines: Dict[Hashable, float],
+                        decay: float) -> torch.Tensor:
+    """Role-conditioned advantage estimation (RAE): ``A_i = R_i - b_k`` with ``b_k`` a moving
+    average of the returns of role ``k``, read before it is updated: ``b_k <- decay * b_k + (1 - decay) * R_i``.
+
+    SPIRAL (Liu et al. 2025, arXiv 2506.24119, Sec. 3.3 and its official code: decay 0.95,
+    baseline read before the update, one trajectory at a time). A role seen for the first
+    time starts from ``b_k = 0``. Rows are taken in the order given (callers sort them by game).
+
+    Args:
+        returns: ``[n]`` trajectory returns ``R_i``.
+        keys: ``n`` role keys (a game's seat; SPIRAL: per game and role).
+        baselines: role key -> baseline, updated in place (it carries over between batches).
+        decay: the moving average's decay in [0, 1).
+    Returns:
+        ``[n]`` advantages.
+    """
+    out = torch.zeros_like(returns)
+    for i, k in enumerate(keys):
+        b = float(baselines.get(k, 0.0))
+        r = float(returns[i])
+        out[i] = r - b
+        baselines[k] = decay * b + (1.0 - decay) * r
+    return out
+
+
+def turn_discounts(mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``gamma ** (turns after t)`` on each real turn of a trajectory (1 on its last turn), 0 on padding.
+
+    SPIRAL's turn credit (arXiv 2506.24119, official code): turn ``t`` of ``T`` gets
+    ``gamma^(T-1-t)`` times the trajectory's advantage (gamma 1 there: every turn the same).
+
+    Args:
+        mask: ``[n, T]`` bool, True on real turns.
+    Returns:
+        ``[n, T]`` float.
+    """
+    m = mask.to(torch.float32)
+    after = m.flip(1).cumsum(1).flip(1) - 1  # real turns after t
+    return torch.where(mask, torch.pow(torch.tensor(float(gamma)), after), torch.zeros_like(m))

@@ -7,11 +7,12 @@ from typing import Any, Dict, List, Optional
 
 from marl.config import EngineConfig, key
 
-ESTIMATORS = ("mars", "advantage_alignment", "reinforce", "grpo")
+ESTIMATORS = ("mars", "advantage_alignment", "reinforce", "grpo", "rae")
 REWARD_SHARING = ("none", "sum")
 AA_VARIANTS = ("published", "jit")
 LOSS_AGG = ("seq_mean_token_mean", "token_mean")
 GENERATORS = ("hf", "vllm")
+CONTEXT_POLICIES = ("truncate", "state", "error")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -26,6 +27,8 @@ class LLMConfig(EngineConfig):
     # model
     model: Any = key("local path or hub id (from_pretrained), or a transformers config (from_config); required")
     tokenizer: Any = key("path or tokenizer object (needed for a model built from a config); null = the model's")
+    chat_template: Optional[str] = key("null = the tokenizer's chat template; 'plain' (role: content lines, for base "
+                                       "models without one) or a Jinja template")
     dtype: Optional[str] = key("weights' dtype; null = the checkpoint's", choices=DTYPES)
     lora: bool = key("train LoRA adapters (peft) instead of all weights")
     lora_r: int = key("LoRA rank", ge=1)
@@ -41,6 +44,9 @@ class LLMConfig(EngineConfig):
     top_p: float = key("nucleus sampling mass", gt=0, le=1)
     max_new_tokens: int = key("reply budget in tokens", ge=1)
     constrain_actions: bool = key("sample only the tokens of legal moves")
+    max_context: Optional[int] = key("prompt + reply tokens; null = the model's max positions", ge=1)
+    context_policy: str = key("a prompt that does not fit: truncate (drop the oldest turns, keep rules and state), "
+                              "state (rules and state only) or error", choices=CONTEXT_POLICIES)
     eval_temperature: float = key("sampling temperature against the fixed opponents; 0 = greedy", ge=0)
     # games and opponents
     games_per_iteration: int = key("games per env runner per iteration", ge=1)
@@ -59,6 +65,8 @@ class LLMConfig(EngineConfig):
     aa_gamma: float = key("Advantage Alignment discount", gt=0, le=1)
     aa_variant: str = key("Advantage Alignment sum: published (k < t) or jit (k <= t)", choices=AA_VARIANTS)
     role_norm: bool = key("MARS: normalise advantages per seat role (false = pooled, the ablation)")
+    rae_decay: float = key("RAE (SPIRAL): decay of the per-role moving-average baseline", ge=0, lt=1)
+    filter_zero_advantage: bool = key("drop replies whose advantage is exactly 0 from the update (SPIRAL)")
     # loss and optimisation
     clip: float = key("PPO clip epsilon of the token ratio; 0 = plain REINFORCE surrogate", ge=0)
     dual_clip: float = key("dual-clip constant c for negative advantages", gt=1, off=0)

@@ -10,7 +10,11 @@
   top-p, token budget, optional constrained decoding to the legal moves);
   :class:`VLLMGenerator` does the same through vLLM (``pip install marl[vllm]``);
 * :func:`word_tokenizer` — a whitespace word-level tokenizer with a chat
-  template, for tiny models trained from scratch (no hub access needed).
+  template, for tiny models trained from scratch (no hub access needed);
+* :func:`load_tokenizer` / :func:`check_tokenizer` — the checks a user's own model
+  and tokenizer must pass (chat template, pad token, vocabulary within the
+  embedding table), and :func:`model_context` — the model's position limit that
+  :class:`Generator` fits every prompt into (``docs/llm_models.md``).
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 
-from marl.env import MarlError
+from marl.env import MarlError, unknown_choice
 
 Chat = List[Dict[str, str]]
 
@@ -32,6 +36,14 @@ WORD_CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['content'] }} {% if m['role'] == 'assistant' %}[EOS] {% endif %}{% endfor %}"
 )
 WORD_SPECIALS = ["[PAD]", "[UNK]", "[EOS]", "system", "user", "assistant"]
+
+# For base models that ship no chat template (chat_template="plain"): "role: content" lines, the
+# reply opened by "assistant:". Instruction-tuned models should keep their own template.
+PLAIN_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+CONTEXT_POLICIES = ("truncate", "state", "error")
 
 
 def _transformers():
@@ -102,22 +114,77 @@ def load_causal_lm(model: Any, dtype: Optional[str] = None):
     )
 
 
-def load_tokenizer(tokenizer: Any, model: Any):
+def load_tokenizer(tokenizer: Any, model: Any, chat_template: Optional[str] = None):
     """The tokenizer object: ``tokenizer`` itself, ``AutoTokenizer.from_pretrained(path)``, or
-    the model's own path when ``tokenizer`` is None.
+    the model's own path when ``tokenizer`` is None; then :func:`check_tokenizer`.
 
     Raises:
-        MarlError: no tokenizer can be found (a model built from a config needs ``tokenizer=``).
+        MarlError: no tokenizer can be found (a model built from a config needs ``tokenizer=``),
+            or :func:`check_tokenizer` fails.
     """
     if tokenizer is not None and not isinstance(tokenizer, str):
-        return tokenizer
+        return check_tokenizer(tokenizer, chat_template)
     path = tokenizer or (model if isinstance(model, str) else None)
     if path is None:
         raise MarlError("A model built from a config needs tokenizer= (e.g. marl.algos.llm.policy.word_tokenizer(words)).")
-    tok = _transformers().AutoTokenizer.from_pretrained(path)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+    return check_tokenizer(_transformers().AutoTokenizer.from_pretrained(path), chat_template)
+
+
+def check_tokenizer(tok, chat_template: Optional[str] = None):
+    """Make ``tok`` usable for batched generation and training, without adding tokens.
+
+    * ``chat_template``: ``"plain"`` (:data:`PLAIN_CHAT_TEMPLATE`) or a Jinja string replaces the
+      tokenizer's template; otherwise the tokenizer must have one (prompts are built from it).
+    * A tokenizer without a pad token (GPT-2, Llama and most base models) pads with its EOS
+      token: padded positions are masked out by the attention mask, so no new token (and no
+      silently resized, untrained embedding row) is needed.
+    * Decoder-only generation pads on the left (``padding_side = "left"``).
+
+    Args:
+        tok: a ``transformers`` tokenizer (changed in place and returned).
+        chat_template: None (keep the tokenizer's), ``"plain"`` or a Jinja chat template.
+    Returns:
+        ``tok``.
+    Raises:
+        MarlError: no chat template, or neither a pad nor an EOS token.
+    """
+    if chat_template is not None:
+        tok.chat_template = PLAIN_CHAT_TEMPLATE if chat_template == "plain" else chat_template
+    if not getattr(tok, "chat_template", None):
+        raise MarlError(
+            f"The tokenizer ({type(tok).__name__}, {len(tok)} tokens) has no chat template, and prompts are "
+            f"built from it. Base models often ship none: set chat_template='plain' (role: content lines) or "
+            f"chat_template='<a Jinja template>'; instruction-tuned models have one in tokenizer_config.json.")
+    if tok.eos_token_id is None:
+        raise MarlError(f"The tokenizer ({type(tok).__name__}) has no EOS token: a reply could never end. "
+                        f"Set tokenizer.eos_token to the token the model ends its turns with.")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token  # masked by the attention mask; no embedding resize
+    tok.padding_side = "left"
     return tok
+
+
+def model_context(lm) -> Optional[int]:
+    """The most positions (prompt + reply tokens) ``lm`` can attend over, from its config
+    (``max_position_embeddings``, GPT-2's ``n_positions``, ``n_ctx``, ``seq_length``); None if it names none."""
+    cfg = getattr(lm, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_sequence_length"):
+        v = getattr(cfg, name, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def check_vocabulary(tok, lm) -> None:
+    """Raise a :class:`MarlError` when ``tok`` can produce ids that ``lm``'s embedding table lacks
+    (they would fail inside the model with ``IndexError: index out of range in self``)."""
+    emb = lm.get_input_embeddings() if hasattr(lm, "get_input_embeddings") else None
+    rows = getattr(emb, "num_embeddings", None)
+    if rows is not None and len(tok) > rows:
+        raise MarlError(
+            f"The tokenizer has {len(tok)} tokens but the model embeds only {rows} ids: token ids >= {rows} would "
+            f"fail inside the model. Use the tokenizer saved with the model, or build the model with "
+            f"vocab_size >= {len(tok)} (embeddings are not resized silently: new rows would be untrained).")
 
 
 def apply_lora(lm, r: int = 16, alpha: int = 32, dropout: float = 0.0, target: Any = "all-linear"):
@@ -223,37 +290,116 @@ def _trie(seqs: Sequence[Sequence[int]]) -> Dict[int, Any]:
 class Generator:
     """Replies of a causal LM to a batch of chats, with ``transformers`` ``generate``.
 
+    Every prompt is rendered with the tokenizer's chat template and measured in tokens; a
+    prompt whose tokens plus ``max_new_tokens`` exceed the context (the model's positions,
+    :func:`model_context`, or ``max_context`` if smaller) is shortened by ``context_policy``:
+
+    * ``"truncate"``: drop the oldest (prompt, reply) pairs of the game so far, keeping the
+      system message (rules, role) and the current state, as few as needed;
+    * ``"state"``: keep only the system message and the current state;
+    * ``"error"``: shorten nothing.
+
+    If it still does not fit, a :class:`MarlError` names the game, the token counts and the
+    options. Batches are left-padded with an attention mask (``generate`` derives the
+    positions from it), so a padded row scores its tokens as it would alone.
+
     Args:
-        tokenizer: the model's tokenizer (with a chat template).
+        tokenizer: the model's tokenizer, passed through :func:`check_tokenizer`.
         temperature, top_p: sampling parameters (temperature 0 = greedy).
         max_new_tokens: the token budget of one reply.
         constrain: sample only the token sequences of the legal moves (then end
             of reply), via ``prefix_allowed_tokens_fn`` (for tiny models; ``docs/algorithms/llm_selfplay.md``).
+        max_context: prompt + reply token limit below the model's own (None: the model's).
+        context_policy: ``"truncate"``, ``"state"`` or ``"error"`` (above).
+        label: the game's name in error messages.
+    Attributes:
+        truncated: prompts shortened so far (a counter; :func:`~marl.algos.llm.runner.play` reports it).
+    Raises:
+        MarlError: an unknown ``context_policy``.
     """
 
     def __init__(self, tokenizer, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32,
-                 constrain: bool = False):
+                 constrain: bool = False, max_context: Optional[int] = None, context_policy: str = "truncate",
+                 label: str = "the text game"):
+        if context_policy not in CONTEXT_POLICIES:
+            raise unknown_choice("context_policy", context_policy, CONTEXT_POLICIES)
         self.tok = tokenizer
         self.tok.padding_side = "left"  # decoder-only batches are left-padded for generate
         self.temperature, self.top_p = float(temperature), float(top_p)
         self.max_new_tokens = int(max_new_tokens)
         self.constrain = bool(constrain)
+        self.max_context = int(max_context) if max_context else None
+        self.context_policy = context_policy
+        self.label = label
+        self.truncated = 0
         self.eos = self.tok.eos_token_id
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.eos
-        self._cache: Dict[tuple, List[int]] = {}
+        self._cache: Dict[tuple, Tuple[List[int], bool]] = {}
         self._moves: Dict[str, List[int]] = {}
+        self._checked: Dict[int, Optional[int]] = {}  # id(lm) -> its context limit (vocabulary checked)
 
-    def prompt_ids(self, chat: Chat) -> List[int]:
-        """Token ids of ``chat`` rendered with the chat template and the generation prompt
-        (cached: games revisit the same chats, and template rendering dominated sampling time)."""
-        key = tuple((m["role"], m["content"]) for m in chat)
-        ids = self._cache.get(key)
-        if ids is None:
+    def limit(self, lm) -> Optional[int]:
+        """Prompt + reply tokens allowed with ``lm`` (checks the vocabulary once per model)."""
+        key = id(lm)
+        if key not in self._checked:
+            check_vocabulary(self.tok, lm)
+            own = model_context(lm)
+            if self.max_context and own and self.max_context > own:
+                raise MarlError(f"max_context={self.max_context} exceeds the model's {own} positions.")
+            self._checked[key] = self.max_context or own
+        return self._checked[key]
+
+    def render(self, chat: Chat) -> List[int]:
+        """Token ids of ``chat`` with the chat template and the generation prompt."""
+        text = self.tok.apply_chat_template(list(chat), add_generation_prompt=True, tokenize=False)
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def prompt_ids(self, chat: Chat, limit: Optional[int] = None) -> List[int]:
+        """Token ids of ``chat`` fitted into ``limit`` tokens with the reply (class docstring);
+        cached: games revisit the same chats, and template rendering dominated sampling time.
+
+        Raises:
+            MarlError: the prompt cannot fit (names the game, token counts and options).
+        """
+        key = (limit, tuple((m["role"], m["content"]) for m in chat))
+        hit = self._cache.get(key)
+        if hit is None:
             if len(self._cache) > 200_000:
                 self._cache.clear()
-            text = self.tok.apply_chat_template(list(chat), add_generation_prompt=True, tokenize=False)
-            ids = self._cache[key] = self.tok(text, add_special_tokens=False)["input_ids"]
-        return list(ids)
+            hit = self._cache[key] = self._fit(list(chat), limit)
+        self.truncated += hit[1]
+        return list(hit[0])
+
+    def _fit(self, chat: Chat, limit: Optional[int]) -> Tuple[List[int], bool]:
+        """``(ids, shortened)``: the rendered chat, shortened by ``context_policy`` if it does not fit."""
+        ids = self.render(chat)
+        budget = None if limit is None else limit - self.max_new_tokens
+        if budget is None or len(ids) <= budget:
+            return ids, False
+        head = 1 if chat and chat[0]["role"] == "system" else 0
+        past = len(chat) - head - 1  # messages between the rules and the current state
+        if self.context_policy != "error" and past > 0:
+            # pairs dropped, oldest first (a pair keeps user/assistant alternation for strict templates);
+            # "state" drops them all, "truncate" the fewest that fit (bisection: length falls with each drop)
+            pairs = (past + 1) // 2
+            short = lambda k: chat[:head] + chat[head + min(2 * k, past):]  # noqa: E731
+            lo, hi = (pairs, pairs) if self.context_policy == "state" else (1, pairs)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if len(self.render(short(mid))) <= budget:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            fitted = self.render(short(lo))
+            if len(fitted) <= budget:
+                return fitted, True
+        minimal = len(self.render(chat[:head] + chat[-1:]))
+        raise MarlError(
+            f"{self.label}: the prompt is {len(ids)} tokens (rules and current state alone: {minimal}) and a reply "
+            f"may add max_new_tokens={self.max_new_tokens}, but the context holds {limit} positions "
+            f"(context_policy={self.context_policy!r}). Options: context_policy='truncate' or 'state' (drop the game "
+            f"so far), history='last', prompt_style='compact', a smaller max_new_tokens, or a model with a longer "
+            f"context.")
 
     def action_ids(self, move: str) -> List[int]:
         ids = self._moves.get(move)
@@ -262,14 +408,25 @@ class Generator:
         return ids
 
     @torch.no_grad()
-    def generate(self, lm, chats: Sequence[Chat], legal: Optional[Sequence[Sequence[str]]] = None):
+    def generate(self, lm, chats: Sequence[Chat], legal: Optional[Sequence[Sequence[str]]] = None,
+                 logprobs: bool = False):
         """Sample one reply per chat.
 
+        Args:
+            lm: the causal LM; chats: the chats to answer; legal: per chat, the legal moves
+                (used when ``constrain``).
+            logprobs: also return, per reply, the log-probability of each reply token under
+                the model's unprocessed next-token distribution (before temperature and top-p),
+                the quantity the learner's ``token_logp`` recomputes.
         Returns:
-            ``(prompt_ids, response_ids, texts)``: lists of ``len(chats)``; the
-            response ids end with EOS when the reply ended before the budget.
+            ``(prompt_ids, response_ids, texts)`` (and ``logps`` if ``logprobs``): lists of
+            ``len(chats)``; the response ids end with EOS when the reply ended before the budget.
+        Raises:
+            MarlError: a prompt cannot fit the context (:meth:`prompt_ids`), or the tokenizer's
+                ids exceed the model's vocabulary (:func:`check_vocabulary`).
         """
-        prompts = [self.prompt_ids(c) for c in chats]
+        limit = self.limit(lm)
+        prompts = [self.prompt_ids(c, limit) for c in chats]
         L = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), L), self.pad, dtype=torch.long)
         att = torch.zeros((len(prompts), L), dtype=torch.long)
@@ -280,8 +437,9 @@ class Generator:
         if self.constrain and legal is not None and self.max_new_tokens >= 1:
             single = [[self.action_ids(m) for m in lg] for lg in legal]
             if all(len(i) == 1 for lg in single for i in lg):
-                responses = self._one_token_moves(lm, ids.to(device), att.to(device), single)
-                return prompts, responses, [self.tok.decode(r, skip_special_tokens=True) for r in responses]
+                responses, logps = self._one_token_moves(lm, ids.to(device), att.to(device), single)
+                texts = [self.tok.decode(r, skip_special_tokens=True) for r in responses]
+                return (prompts, responses, texts, logps) if logprobs else (prompts, responses, texts)
         kw: Dict[str, Any] = dict(max_new_tokens=self.max_new_tokens, pad_token_id=self.pad, eos_token_id=self.eos)
         if self.temperature > 0:
             kw.update(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0)
@@ -289,23 +447,32 @@ class Generator:
             kw.update(do_sample=False)
         if self.constrain and legal is not None:
             kw["prefix_allowed_tokens_fn"] = self._allowed_fn([_trie([self.action_ids(m) for m in lg]) for lg in legal], L)
+        if logprobs:
+            kw.update(output_logits=True, return_dict_in_generate=True)
         was_training = lm.training
         lm.eval()
-        out = lm.generate(input_ids=ids.to(device), attention_mask=att.to(device), **kw)[:, L:].cpu()
+        out = lm.generate(input_ids=ids.to(device), attention_mask=att.to(device), **kw)
         lm.train(was_training)
-        responses = [self._cut(row.tolist()) for row in out]
+        seqs = (out.sequences if logprobs else out)[:, L:].cpu()
+        responses = [self._cut(row.tolist()) for row in seqs]
         texts = [self.tok.decode(r, skip_special_tokens=True) for r in responses]
-        return prompts, responses, texts
+        if not logprobs:
+            return prompts, responses, texts
+        logits = torch.stack(out.logits, 1).float().cpu()  # [B, new tokens, vocab], unprocessed
+        lp = torch.log_softmax(logits, -1).gather(-1, seqs.unsqueeze(-1)).squeeze(-1)
+        return prompts, responses, texts, [lp[i, : len(r)].tolist() for i, r in enumerate(responses)]
 
     def _one_token_moves(self, lm, ids: torch.Tensor, att: torch.Tensor, moves: List[List[List[int]]]):
         """Constrained decoding when every legal move is one token: one forward pass,
         logits masked to the legal tokens, then EOS (what ``generate`` with the same
-        constraint samples, without its per-step overhead)."""
+        constraint samples, without its per-step overhead). Returns ``(responses, logps)``,
+        ``logps`` of the move token under the unmasked distribution (EOS: 0, it is forced)."""
         pos = (att.cumsum(-1) - 1).clamp(min=0)  # left padding: positions as generate computes them
         was_training = lm.training
         lm.eval()
         logits = lm(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, -1].float()
         lm.train(was_training)
+        raw = torch.log_softmax(logits, -1)
         allowed = torch.full_like(logits, float("-inf"))
         for i, lg in enumerate(moves):
             allowed[i, [m[0] for m in lg]] = 0.0
@@ -315,8 +482,10 @@ class Generator:
             tok = torch.multinomial(probs, 1).squeeze(1)
         else:
             tok = logits.argmax(-1)
-        responses = [[int(t), self.eos] if self.max_new_tokens > 1 else [int(t)] for t in tok.cpu()]
-        return responses
+        two = self.max_new_tokens > 1
+        responses = [[int(t), self.eos] if two else [int(t)] for t in tok.cpu()]
+        move_lp = raw.gather(-1, tok.unsqueeze(-1)).squeeze(-1).cpu().tolist()
+        return responses, [[lp, 0.0] if two else [lp] for lp in move_lp]
 
     def _cut(self, row: List[int]) -> List[int]:
         return row[: row.index(self.eos) + 1] if self.eos in row else row
@@ -357,10 +526,16 @@ class VLLMGenerator(Generator):
         model = self.engine.llm_engine.model_executor.driver_worker.model_runner.model
         model.load_weights(state_dict.items())
 
-    def generate(self, lm, chats, legal=None):
-        prompts = [self.prompt_ids(c) for c in chats]
+    def generate(self, lm, chats, legal=None, logprobs: bool = False):
+        """:meth:`Generator.generate` through vLLM (legal-move constraints are not applied)."""
+        limit = self.limit(lm)
+        prompts = [self.prompt_ids(c, limit) for c in chats]
         params = self.vllm.SamplingParams(temperature=self.temperature, top_p=self.top_p,
-                                          max_tokens=self.max_new_tokens)
+                                          max_tokens=self.max_new_tokens, logprobs=0 if logprobs else None)
         outs = self.engine.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         responses = [list(o.outputs[0].token_ids) for o in outs]
-        return prompts, responses, [self.tok.decode(r, skip_special_tokens=True) for r in responses]
+        texts = [self.tok.decode(r, skip_special_tokens=True) for r in responses]
+        if not logprobs:
+            return prompts, responses, texts
+        logps = [[float(step[t].logprob) for step, t in zip(o.outputs[0].logprobs, r)] for o, r in zip(outs, responses)]
+        return prompts, responses, texts, logps

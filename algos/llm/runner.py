@@ -79,9 +79,10 @@ class TextEnvRunner(BatchedEnvRunner):
         if torch.cuda.is_available() and (c.num_gpus_per_env_runner > 0 or (
                 c.num_env_runners == 0 and c.num_gpus_per_learner > 0)):
             self.module.foreach_module(lambda mid, mod: mod.to("cuda"))  # generate on the GPU
-        tok = load_tokenizer(c.tokenizer, c.model)
+        tok = load_tokenizer(c.tokenizer, c.model, c.chat_template)
         kw = dict(temperature=c.temperature, top_p=c.top_p, max_new_tokens=c.max_new_tokens,
-                  constrain=c.constrain_actions)
+                  constrain=c.constrain_actions, max_context=c.max_context, context_policy=c.context_policy,
+                  label=self.run.family.label)
         if c.generator == "vllm":
             self.generator = VLLMGenerator(tok, c.model, **kw)
         else:
@@ -273,7 +274,7 @@ def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, An
         lms: module id -> causal LM; generator: a :class:`Generator`.
         non_finite: a NaN / infinite reward raises (``"raise"``), becomes 0 (``"mask"``) or passes (``"off"``).
     """
-    t0 = time.perf_counter()
+    t0, truncated = time.perf_counter(), generator.truncated
     match = _Match(games, seats, seeds)
     match.non_finite = non_finite
     obs = match.reset()
@@ -290,7 +291,8 @@ def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, An
                 match.new_turn(g, a, key[0] == "module", p, resp)
         obs = match.advance(replies)
     metrics: Dict[str, Any] = {"env_steps": match.env_steps, "tokens_generated": match.gen_tokens,
-                               "generate_time_s": match.gen_time, "play_time_s": time.perf_counter() - t0}
+                               "generate_time_s": match.gen_time, "play_time_s": time.perf_counter() - t0,
+                               "prompts_truncated": generator.truncated - truncated}
     for env in games:
         for k, v in env.episode_metrics().items():
             metrics.setdefault(k, []).append(float(v))

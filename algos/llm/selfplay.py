@@ -18,7 +18,12 @@ Estimators (:mod:`marl.algos.llm.advantages`; ``docs/algorithms/llm_selfplay.md`
   co-player's A2 (Duque et al. 2025, arXiv 2406.14662; ``aa_variant``
   ``published`` (k < t) or ``jit`` (k <= t));
 * ``reinforce`` — the same RLOO advantages without the alignment term (naive self-play);
-* ``grpo`` — one group-normalised return per trajectory, seats pooled (MARS Fig. 1 "naive GRPO").
+* ``grpo`` — one group-normalised return per trajectory, seats pooled (MARS Fig. 1 "naive GRPO");
+* ``rae`` — role-conditioned advantage estimation: the trajectory return minus a moving
+  average of that seat's returns kept across iterations (``rae_decay``; SPIRAL, Liu et al.
+  2025, arXiv 2506.24119), ``gamma^(turns left)`` on each turn.
+
+``filter_zero_advantage`` drops replies whose advantage is exactly 0 from the update (SPIRAL).
 
 ``reward_sharing="sum"`` trains every seat on the sum of all seats' rewards
 (the prosocial control; ``docs/algorithms/llm_selfplay.md``, "Measured").
@@ -96,12 +101,15 @@ def _co_player(keys: List[tuple], a: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def turn_advantages(turns: List[Turn], cfg: LLMConfig, simultaneous: bool, group_size: int) -> Dict[int, float]:
+def turn_advantages(turns: List[Turn], cfg: LLMConfig, simultaneous: bool, group_size: int,
+                    baselines: Optional[Dict[Any, float]] = None) -> Dict[int, float]:
     """Advantage of every turn (``id(turn) -> A``) for the estimator ``cfg.estimator`` (module docstring).
 
     Rewards are divided by ``reward_scale`` first. Groups for baselines: games
     sharing a seed when ``group_size`` > 1, else the whole batch; per seat (and
-    apart from bot / past-copy rows of that seat) for RLOO (A1) and MARS, pooled for GRPO.
+    apart from bot / past-copy rows of that seat) for RLOO (A1), MARS and RAE, pooled for GRPO.
+    ``baselines``: RAE's per-seat moving averages (seat key -> value), updated in place;
+    the trainer keeps them across iterations and in checkpoints.
     """
     if not turns:
         return {}
@@ -121,6 +129,14 @@ def turn_advantages(turns: List[Turn], cfg: LLMConfig, simultaneous: bool, group
         adv = est.normalize_by_key(R, mask, seat if cfg.role_norm else [0] * len(keys))
     elif name == "grpo":
         adv = est.trajectory_group_norm(r, mask, group)
+    elif name == "rae":
+        order = sorted(range(len(keys)), key=lambda i: keys[i])  # games in order, as SPIRAL plays them
+        role = [seat[i][0] if seat[i][1] else f"{seat[i][0]}/fixed" for i in order]
+        a = est.role_ema_advantages((r * mask).sum(1)[order], role, {} if baselines is None else baselines,
+                                    cfg.rae_decay)
+        adv = torch.zeros(len(keys), 1)
+        adv[order, 0] = a
+        adv = adv * est.turn_discounts(mask, cfg.gamma)
     else:
         G = est.discounted_returns(r, mask, cfg.gamma)
         adv = est.leave_one_out(G, mask, list(zip(group, seat)))
@@ -129,12 +145,14 @@ def turn_advantages(turns: List[Turn], cfg: LLMConfig, simultaneous: bool, group
     return {tid: float(adv[i, j]) for tid, (i, j) in where.items()}
 
 
-def turns_to_batch(turns: List[Turn], adv: Dict[int, float], seat_to_module: Dict[str, str], pad_id: int) -> MultiAgentBatch:
+def turns_to_batch(turns: List[Turn], adv: Dict[int, float], seat_to_module: Dict[str, str], pad_id: int,
+                   drop_zero: bool = False) -> MultiAgentBatch:
     """One row per trained reply: ``input_ids``, ``attention_mask`` ``[S, L]``, ``loss_mask [S, L-1]``
-    (True where the next token belongs to the reply), ``advantages [S]``; per module."""
+    (True where the next token belongs to the reply), ``advantages [S]``; per module.
+    ``drop_zero``: leave out replies whose advantage is exactly 0 (``filter_zero_advantage``)."""
     per: Dict[str, List[Turn]] = {}
     for t in turns:
-        if t.trained and t.response_ids:
+        if t.trained and t.response_ids and not (drop_zero and adv[id(t)] == 0.0):
             per.setdefault(seat_to_module[t.seat], []).append(t)
     batches, n_tokens = {}, 0
     for mid, ts in per.items():
@@ -191,15 +209,22 @@ class TextPolicy:
 
 
 # ============================================================ algorithm
+def game_label(info) -> str:
+    """A text game's name in messages: ``family:scenario`` (``ipd`` when they are the same)."""
+    return info.scenario if info.scenario == info.family else f"{info.family}:{info.scenario}"
+
+
 @dataclass(frozen=True)
 class TextGameInfo:
     """What the trainer needs to know of the game beside the config (``run.family`` of an LLM run).
 
     Attributes:
         simultaneous: the seats move at once (ipd, stag_hunt, ...): advantages align seats by round.
+        label: ``family:scenario``, the game's name in messages (e.g. a prompt that does not fit).
     """
 
     simultaneous: bool
+    label: str = "the text game"
 
 
 class LLMSelfPlay(Trainer):
@@ -245,7 +270,7 @@ class LLMSelfPlay(Trainer):
     @classmethod
     def family_context(cls, cfg, env, mapping) -> TextGameInfo:
         """The :class:`TextGameInfo` of the game ``env``."""
-        return TextGameInfo(simultaneous=bool(env.simultaneous))
+        return TextGameInfo(simultaneous=bool(env.simultaneous), label=game_label(env.info))
 
     @classmethod
     def check_run(cls, cfg, env, mapping) -> None:
@@ -292,6 +317,23 @@ class LLMSelfPlay(Trainer):
         config.learner_config_dict = learner_cfg
         return config
 
+    # --------------------------------------------------------------- RAE baselines
+    @property
+    def role_baselines(self) -> Dict[Any, float]:
+        """RAE's per-seat moving-average baselines (estimator ``rae``); kept in checkpoints."""
+        return self.__dict__.setdefault("_role_baselines", {})
+
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        state["llm_role_baselines"] = dict(self.role_baselines)
+        return state
+
+    def set_state(self, state):
+        super().set_state(state)
+        if "llm_role_baselines" in state:
+            self.role_baselines.clear()
+            self.role_baselines.update(state["llm_role_baselines"])
+
     # --------------------------------------------------------------- iteration
     def training_step(self) -> StepOutput:
         cfg = self.cfg
@@ -299,11 +341,14 @@ class LLMSelfPlay(Trainer):
         turns, metrics = _merge_parts(parts)
         rollout = {"turns": turns, "metrics": metrics}
         self.run_callbacks.on_rollout(self, rollout)
-        adv = turn_advantages(turns, cfg, self.run.family.simultaneous, cfg.group_size)
-        out = self.update_learners(turns_to_batch(turns, adv, self.run.agent_to_module, self._pad_id()))
+        adv = turn_advantages(turns, cfg, self.run.family.simultaneous, cfg.group_size, self.role_baselines)
+        batch = turns_to_batch(turns, adv, self.run.agent_to_module, self._pad_id(), cfg.filter_zero_advantage)
+        # every reply filtered out (all advantages 0): nothing to learn from this iteration
+        out = self.update_learners(batch) if batch.policy_batches else {}
         gen_time = sum(p["metrics"]["generate_time_s"] for p in parts)
         out.update(tokens_generated_per_s=metrics.pop("tokens_generated") / max(gen_time, 1e-9),
-                   replies_trained=float(sum(t.trained for t in turns)))
+                   replies_trained=float(sum(t.trained for t in turns)),
+                   prompts_truncated=float(metrics.pop("prompts_truncated")))
         every = cfg.eval_every
         if every > 0 and (self.progress["iterations"] + 1) % every == 0:
             out.update(self.evaluate_opponents())
@@ -325,7 +370,7 @@ class LLMSelfPlay(Trainer):
 
     def _pad_id(self) -> int:
         if not hasattr(self, "_pad"):
-            tok = load_tokenizer(self.cfg.tokenizer, self.cfg.model)
+            tok = load_tokenizer(self.cfg.tokenizer, self.cfg.model, self.cfg.chat_template)
             self._pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         return int(self._pad)
 
@@ -340,7 +385,8 @@ class LLMSelfPlay(Trainer):
             out.update({f"vs_{opp}_{k}": float(np.mean(v)) for k, v in stats.items()})
         return out
 
-    GENERATION_KEYS = ("tokenizer", "eval_temperature", "top_p", "max_new_tokens", "constrain_actions")
+    GENERATION_KEYS = ("tokenizer", "chat_template", "eval_temperature", "top_p", "max_new_tokens", "constrain_actions",
+                       "max_context", "context_policy")
 
     @classmethod
     def checkpoint_meta(cls, cfg) -> Dict[str, Any]:
@@ -374,16 +420,19 @@ class LLMSelfPlay(Trainer):
             m.set_state(st)
             m.eval()
             lms[mid] = m.lm
-        tok = load_tokenizer(saved.get("tokenizer"), saved.get("model"))
-        gen = Generator(tok, saved["eval_temperature"], saved["top_p"], saved["max_new_tokens"], saved["constrain_actions"])
+        tok = load_tokenizer(saved.get("tokenizer"), saved.get("model"), saved.get("chat_template"))
         make = spec.make if spec is not None else (lambda: copy.deepcopy(env_object))
+        info = (env_object or make()).info
+        gen = Generator(tok, saved["eval_temperature"], saved["top_p"], saved["max_new_tokens"], saved["constrain_actions"],
+                        max_context=saved.get("max_context"), context_policy=saved.get("context_policy", "truncate"),
+                        label=game_label(info))
         return TextPolicy(lms, gen, agent_to_module, make, float(saved["eval_temperature"]))
 
 
 def _merge_parts(parts: List[Dict[str, Any]]) -> Tuple[List[Turn], Dict[str, Any]]:
     """Concatenate runners' turns (game ids made unique) and metrics."""
     turns: List[Turn] = []
-    metrics: Dict[str, Any] = {"env_steps": 0, "tokens_generated": 0}
+    metrics: Dict[str, Any] = {"env_steps": 0, "tokens_generated": 0, "prompts_truncated": 0}
     offset = 0
     for p in parts:
         games = 0
@@ -395,6 +444,6 @@ def _merge_parts(parts: List[Dict[str, Any]]) -> Tuple[List[Turn], Dict[str, Any
         for k, v in p["metrics"].items():
             if isinstance(v, list):
                 metrics.setdefault(k, []).extend(v)
-            elif k in ("env_steps", "tokens_generated"):
+            elif k in ("env_steps", "tokens_generated", "prompts_truncated"):
                 metrics[k] += v
     return turns, metrics

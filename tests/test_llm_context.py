@@ -1,0 +1,237 @@
+"""LLM self-play with the tokenizers real models ship: a byte-level BPE tokenizer (as GPT-2,
+Llama and Qwen use) trained here on the games' own text, no pad token, a ChatML chat
+template, and a 512-position model. Checks: prompts fit the context (oldest turns dropped,
+or a clear error), pad token and padding side, vocabulary bounds, sampling log-probs equal
+to the learner's under left padding (with and without LoRA), and one training iteration
+of every LLM algorithm on every text-game family (docs/llm_models.md)."""
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+import marl  # noqa: E402
+from marl.algos.llm.policy import CausalLMModule, Generator, check_tokenizer  # noqa: E402
+from marl.algos.llm.runner import Turn  # noqa: E402
+from marl.algos.llm.selfplay import turns_to_batch  # noqa: E402
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# one scenario per text-game family (and both OpenSpiel kinds: a board game, a card game with chance)
+GAMES = {
+    "ipd": ("ipd", None, {"rounds": 10}),
+    "trust_and_split": ("trust_and_split", None, {}),
+    "tic_tac_toe": ("openspiel", "tic_tac_toe", {}),
+    "leduc_poker": ("openspiel", "leduc_poker", {}),
+}
+CONTEXT = 512  # positions of the test model: long games outgrow it, every game's rules + state fit
+
+
+def make_game(name: str, **kw):
+    family, scenario, base = GAMES[name]
+    return marl.make_env(family, scenario, **{**base, **kw}) if scenario else marl.make_env(family, **{**base, **kw})
+
+
+def random_chats(env, seed: int):
+    """Every chat of one game played with random legal moves (free text: a short message)."""
+    rng = random.Random(seed)
+    obs, _ = env.reset(seed=seed)
+    chats = []
+    while obs:
+        moves = {}
+        for a, chat in obs.items():
+            chats.append(chat)
+            legal = env.legal_actions(a)
+            moves[a] = rng.choice(legal) if legal else "let us split it evenly"
+        obs, _, done, _, _ = env.step(moves)
+        if done["__all__"]:
+            break
+    return chats
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    """A byte-level BPE tokenizer trained on the games' prompts: ~1k tokens, EOS <|im_end|>, no pad token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [m["content"] for name in GAMES for s in range(3) for c in random_chats(make_game(name), s) for m in c]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=1000, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>")
+    fast.chat_template = CHATML
+    assert fast.pad_token is None  # as GPT-2's and Llama's
+    return fast
+
+
+def gpt2(vocab: int, n_positions: int = CONTEXT):
+    from marl.algos.llm.policy import tiny_config
+
+    return tiny_config(vocab, n_positions=n_positions)
+
+
+def llama(vocab: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT)
+
+
+def ipd_history(bpe, rounds: int = 10):
+    """The last chat of a 10-round IPD game with the full history (natural prompts)."""
+    return random_chats(make_game("ipd", rounds=rounds), 0)[-1]
+
+
+# ------------------------------------------------------------------ tokenizer checks
+def test_missing_pad_token_becomes_eos_without_new_tokens(bpe):
+    import copy
+
+    tok = check_tokenizer(copy.deepcopy(bpe))
+    assert tok.pad_token == tok.eos_token == "<|im_end|>" and len(tok) == len(bpe)  # nothing added
+    assert tok.padding_side == "left"
+
+
+def test_missing_chat_template_is_an_error_and_plain_is_a_fix(bpe):
+    import copy
+
+    tok = copy.deepcopy(bpe)
+    tok.chat_template = None
+    with pytest.raises(marl.MarlError, match="no chat template.*chat_template='plain'"):
+        check_tokenizer(tok)
+    check_tokenizer(tok, "plain")
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    assert text == "user: hi\nassistant:"
+
+
+def test_tokenizer_larger_than_the_embedding_table_is_an_error(bpe):
+    lm = CausalLMModule(model_config={"model": gpt2(len(bpe) - 10)}).lm
+    gen = Generator(check_tokenizer(bpe), max_new_tokens=4)
+    with pytest.raises(marl.MarlError, match=rf"has {len(bpe)} tokens but the model embeds only {len(bpe) - 10} ids"):
+        gen.generate(lm, [[{"role": "user", "content": "hello"}]])
+
+
+# ------------------------------------------------------------------ fitting prompts into the context
+def _n(gen, chat):
+    return len(gen.render(chat))
+
+
+def test_truncate_drops_the_fewest_oldest_turns_and_keeps_rules_and_state(bpe):
+    chat = ipd_history(bpe)
+    gen = Generator(check_tokenizer(bpe), max_new_tokens=16)
+    full, minimal = _n(gen, chat), _n(gen, chat[:1] + chat[-1:])
+    limit = (full + minimal) // 2 + 16  # the full game does not fit, rules + state do
+    ids = gen.prompt_ids(chat, limit)
+    assert len(ids) + 16 <= limit and gen.truncated == 1
+    # what is kept: the system message, then a suffix of the game (whole prompt/reply pairs), then the state
+    kept = next(k for k in range(1, len(chat)) if gen.render(chat[:1] + chat[k:]) == ids)
+    assert chat[k := kept]["role"] == "user" and (len(chat) - 1 - k) % 2 == 0
+    assert _n(gen, chat[:1] + chat[k - 2:]) + 16 > limit  # one pair fewer dropped would not fit
+    text = bpe.decode(ids)
+    assert text.startswith("<|im_start|>system\n" + chat[0]["content"]) and chat[-1]["content"] in text
+    # state: rules + current state only; error: nothing dropped
+    state = Generator(check_tokenizer(bpe), max_new_tokens=16, context_policy="state")
+    assert state.prompt_ids(chat, limit) == gen.render(chat[:1] + chat[-1:])
+    strict = Generator(check_tokenizer(bpe), max_new_tokens=16, context_policy="error", label="text:ipd")
+    with pytest.raises(marl.MarlError, match=rf"text:ipd: the prompt is {full} tokens \(rules and current state "
+                                             rf"alone: {minimal}\).*holds {limit} positions"):
+        strict.prompt_ids(chat, limit)
+    assert gen.prompt_ids(chat, None) == gen.render(chat)  # no limit known: nothing dropped
+
+
+def test_a_state_longer_than_the_context_names_the_game_counts_and_options(bpe):
+    chat = ipd_history(bpe)
+    gen = Generator(check_tokenizer(bpe), max_new_tokens=16, label="text:ipd")
+    minimal = _n(gen, chat[:1] + chat[-1:])
+    with pytest.raises(marl.MarlError) as e:
+        gen.prompt_ids(chat, minimal + 15)
+    msg = str(e.value)
+    for part in ("text:ipd", f"rules and current state alone: {minimal}", "max_new_tokens=16",
+                 f"holds {minimal + 15} positions", "history='last'", "prompt_style='compact'", "longer context"):
+        assert part in msg, (part, msg)
+
+
+def test_the_model_context_is_read_from_its_config(bpe):
+    gen = Generator(check_tokenizer(bpe), max_new_tokens=8)
+    assert gen.limit(CausalLMModule(model_config={"model": gpt2(len(bpe), 96)}).lm) == 96
+    assert gen.limit(CausalLMModule(model_config={"model": llama(len(bpe))}).lm) == CONTEXT
+    lm = CausalLMModule(model_config={"model": gpt2(len(bpe), 96)}).lm
+    with pytest.raises(marl.MarlError, match="max_context=200 exceeds the model's 96 positions"):
+        Generator(check_tokenizer(bpe), max_context=200).limit(lm)
+    with pytest.raises(marl.MarlError, match="context_policy.*truncate"):
+        Generator(check_tokenizer(bpe), context_policy="drop")
+
+
+# ------------------------------------------------------------------ log-probs under left padding
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("lora", [False, True])
+def test_sampling_and_training_log_probs_agree_under_left_padding(bpe, arch, lora):
+    """Prompts of different lengths generated in one left-padded batch; the learner's forward on
+    the right-padded rows (turns_to_batch) scores every reply token as generation did (1e-5)."""
+    pytest.importorskip("peft")
+    torch.manual_seed(0)
+    tok = check_tokenizer(bpe)
+    config = gpt2(len(tok)) if arch == "gpt2" else llama(len(tok))
+    mc = {"model": config}
+    if lora:
+        mc.update(lora=True, lora_r=4, lora_alpha=8)
+    module = CausalLMModule(model_config=mc)
+    if lora:  # B = 0 at initialisation would hide the adapters: make them matter
+        with torch.no_grad():
+            for n, p in module.lm.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.1)
+    module.eval()
+    chats = random_chats(make_game("ipd", rounds=3), 1)[:4] + random_chats(make_game("tic_tac_toe"), 2)[:2]
+    gen = Generator(tok, temperature=1.0, max_new_tokens=6)
+    prompts, responses, _, logps = gen.generate(module.lm, chats, logprobs=True)
+    assert len({len(p) for p in prompts}) > 1  # really padded
+    turns = [Turn(0, f"s{i}", 0, 0, True, 0, p, r) for i, (p, r) in enumerate(zip(prompts, responses))]
+    batch = turns_to_batch(turns, {id(t): 1.0 for t in turns}, {t.seat: "m" for t in turns}, gen.pad)["m"]
+    ids, att = torch.as_tensor(batch["input_ids"]), torch.as_tensor(batch["attention_mask"])
+    with torch.no_grad():
+        train_logp, _ = module.token_logp(ids, att)
+    mask = torch.as_tensor(batch["loss_mask"])
+    for i, lp in enumerate(logps):
+        assert torch.allclose(train_logp[i][mask[i]], torch.tensor(lp), atol=1e-5), (i, lp)
+
+
+def test_one_token_move_log_probs_agree_under_left_padding():
+    from marl.algos.llm.policy import tiny_config, word_tokenizer
+
+    tok = word_tokenizer(["<A>", "<B>", "start", "again", "now"])
+    module = CausalLMModule(model_config={"model": tiny_config(len(tok), n_positions=64)})
+    module.eval()
+    chats = [[{"role": "user", "content": "start"}], [{"role": "user", "content": "start again now now"}]]
+    gen = Generator(tok, temperature=1.0, max_new_tokens=2, constrain=True)
+    prompts, responses, _, logps = gen.generate(module.lm, chats, [["<A>", "<B>"]] * 2, logprobs=True)
+    for p, r, lp in zip(prompts, responses, logps):
+        ids = torch.tensor([p + r])
+        with torch.no_grad():
+            full, _ = module.token_logp(ids, torch.ones_like(ids))
+        assert abs(float(full[0, len(p) - 1]) - lp[0]) < 1e-5
+
+
+# ------------------------------------------------------------------ every algorithm x every game family
+CASES = [(algo, game) for algo in ("mars", "advantage_alignment", "reinforce", "grpo", "spiral") for game in GAMES
+         if not (algo == "advantage_alignment" and game in ("tic_tac_toe", "leduc_poker"))]  # AA: simultaneous only
+
+
+@pytest.mark.parametrize("algo, game", CASES)
+def test_every_algorithm_trains_on_every_family_with_bpe_and_a_short_context(ray_session, run_dir, bpe, algo, game):
+    """Natural-language prompts with the full game history, a byte-level BPE tokenizer without a
+    pad token and a 512-position model: one iteration runs; long games are truncated, never cut
+    inside the model."""
+    env = make_game(game)
+    free_text = game == "trust_and_split"
+    res = env.fit(algo, stop={"iterations": 1}, model=gpt2(len(bpe)), tokenizer=bpe, max_new_tokens=16,
+                  constrain_actions=not free_text, games_per_iteration=2, eval_every=0, lr=1e-4, log_dir=run_dir,
+                  progress=False, max_tokens_per_microbatch=4096)
+    m = res.metrics
+    assert m["iteration"] == 1 and m["replies_trained"] > 0
+    if game in ("ipd", "trust_and_split"):  # 10 rounds of natural-language history outgrow 512 positions
+        assert m["prompts_truncated"] > 0
