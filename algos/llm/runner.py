@@ -274,7 +274,8 @@ def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, An
         lms: module id -> causal LM; generator: a :class:`Generator`.
         non_finite: a NaN / infinite reward raises (``"raise"``), becomes 0 (``"mask"``) or passes (``"off"``).
     """
-    t0, truncated = time.perf_counter(), generator.truncated
+    truncated = lambda: getattr(generator, "truncated", 0)  # noqa: E731 (no generator: bots only)
+    t0, before = time.perf_counter(), truncated()
     match = _Match(games, seats, seeds)
     match.non_finite = non_finite
     obs = match.reset()
@@ -292,7 +293,7 @@ def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, An
         obs = match.advance(replies)
     metrics: Dict[str, Any] = {"env_steps": match.env_steps, "tokens_generated": match.gen_tokens,
                                "generate_time_s": match.gen_time, "play_time_s": time.perf_counter() - t0,
-                               "prompts_truncated": generator.truncated - truncated}
+                               "prompts_truncated": truncated() - before}
     for env in games:
         for k, v in env.episode_metrics().items():
             metrics.setdefault(k, []).append(float(v))
