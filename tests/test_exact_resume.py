@@ -247,7 +247,8 @@ def test_env_without_state_restarts_its_episodes_and_says_so(ray_session, run_di
     assert "resume is not exact" in out and "does not save its state" in out and "episodes restart" in out
 
 
-def test_llm_self_play_resume_is_exact(ray_session, run_dir):
+@pytest.mark.parametrize("algo", ["advantage_alignment", "spiral"])  # spiral: RAE baselines carried over
+def test_llm_self_play_resume_is_exact(ray_session, run_dir, algo):
     pytest.importorskip("transformers")
     from marl.algos.llm.policy import tiny_config, word_tokenizer
     from marl.envs.text.dilemmas import COMPACT_STATES
@@ -256,7 +257,7 @@ def test_llm_self_play_resume_is_exact(ray_session, run_dir):
 
     def fit(n, log_dir, resume=None):
         env = marl.make_env("ipd", rounds=4, prompt_style="compact", history="last")
-        return env.fit("advantage_alignment", stop={"iterations": n}, resume=resume, log_dir=log_dir, **QUICK,
+        return env.fit(algo, stop={"iterations": n}, resume=resume, log_dir=log_dir, **QUICK,
                        model=tiny_config(len(tok), n_positions=64), tokenizer=tok, constrain_actions=True,
                        max_new_tokens=2, games_per_iteration=8, lr=1e-3, opponents={"self": 1.0, "always_defect": 1.0})
 
