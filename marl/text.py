@@ -396,3 +396,28 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         return f"<{type(self).__name__} {self.family}:{self.scenario} seats={self.players}>"
 
     __str__ = __repr__  # gymnasium's __str__ expects a gymnasium EnvSpec in self.spec
+
+
+def random_play_chats(env: TextEnv, seed: int = 0, free_text: str = "let us split it evenly") -> List[Chat]:
+    """Every chat ``env`` asks for in one game played with uniformly random legal moves
+    (``free_text`` on free-text turns); e.g. text to train a tokenizer on, or prompts to measure.
+
+    Args:
+        env: a text game (it is reset with ``seed``).
+        seed: the game's and the moves' seed.
+    Returns:
+        The chats in the order they were asked.
+    """
+    rng = random.Random(seed)
+    obs, _ = env.reset(seed=seed)
+    chats: List[Chat] = []
+    while obs:
+        moves = {}
+        for a, chat in obs.items():
+            chats.append(chat)
+            legal = env.legal_actions(a)
+            moves[a] = rng.choice(legal) if legal else free_text
+        obs, _, done, _, _ = env.step(moves)
+        if done["__all__"]:
+            break
+    return chats

@@ -4,20 +4,16 @@ template, and a 512-position model. Checks: prompts fit the context (oldest turn
 or a clear error), pad token and padding side, vocabulary bounds, sampling log-probs equal
 to the learner's under left padding (with and without LoRA), and one training iteration
 of every LLM algorithm on every text-game family (docs/llm_models.md)."""
-import random
-
 import pytest
 import torch
 
 pytest.importorskip("transformers")
 
 import marl  # noqa: E402
-from marl.algos.llm.policy import CausalLMModule, Generator, check_tokenizer  # noqa: E402
+from marl.algos.llm.policy import CausalLMModule, Generator, bpe_tokenizer, check_tokenizer  # noqa: E402
 from marl.algos.llm.runner import Turn  # noqa: E402
 from marl.algos.llm.selfplay import turns_to_batch  # noqa: E402
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 # one scenario per text-game family (and both OpenSpiel kinds: a board game, a card game with chance)
 GAMES = {
     "ipd": ("ipd", None, {"rounds": 10}),
@@ -34,37 +30,16 @@ def make_game(name: str, **kw):
 
 
 def random_chats(env, seed: int):
-    """Every chat of one game played with random legal moves (free text: a short message)."""
-    rng = random.Random(seed)
-    obs, _ = env.reset(seed=seed)
-    chats = []
-    while obs:
-        moves = {}
-        for a, chat in obs.items():
-            chats.append(chat)
-            legal = env.legal_actions(a)
-            moves[a] = rng.choice(legal) if legal else "let us split it evenly"
-        obs, _, done, _, _ = env.step(moves)
-        if done["__all__"]:
-            break
-    return chats
+    from marl.text import random_play_chats
+
+    return random_play_chats(env, seed)
 
 
 @pytest.fixture(scope="module")
 def bpe():
     """A byte-level BPE tokenizer trained on the games' prompts: ~1k tokens, EOS <|im_end|>, no pad token."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     texts = [m["content"] for name in GAMES for s in range(3) for c in random_chats(make_game(name), s) for m in c]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(
-        vocab_size=1000, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>")
-    fast.chat_template = CHATML
+    fast = bpe_tokenizer(texts, vocab_size=1000)
     assert fast.pad_token is None  # as GPT-2's and Llama's
     return fast
 
@@ -235,3 +210,20 @@ def test_every_algorithm_trains_on_every_family_with_bpe_and_a_short_context(ray
     assert m["iteration"] == 1 and m["replies_trained"] > 0
     if game in ("ipd", "trust_and_split"):  # 10 rounds of natural-language history outgrow 512 positions
         assert m["prompts_truncated"] > 0
+
+
+def test_bfloat16_weights_train_checkpoint_and_reload(ray_session, run_dir):
+    """dtype="bfloat16" (the GPU setting): RLlib hands module states around as numpy, which has no
+    bfloat16; the weights must survive the learner -> runner sync and a checkpoint unchanged."""
+    from marl.algos.llm.policy import tiny_config, word_tokenizer
+    from marl.envs.text.dilemmas import COMPACT_STATES
+
+    tok = word_tokenizer(["<A>", "<B>", *COMPACT_STATES])
+    env = marl.make_env("ipd", rounds=2, prompt_style="compact", history="last")
+    res = env.fit("reinforce", stop={"iterations": 1}, model=tiny_config(len(tok), n_positions=64), tokenizer=tok,
+                  dtype="bfloat16", constrain_actions=True, max_new_tokens=2, games_per_iteration=4, lr=1e-2,
+                  log_dir=run_dir, progress=False)
+    trained = res.policy.lms["players"].state_dict()
+    assert all(v.dtype == torch.bfloat16 for v in trained.values() if v.is_floating_point())
+    loaded = marl.load(res.checkpoint).policy.lms["players"].state_dict()
+    assert all(torch.equal(trained[k], loaded[k]) for k in trained)

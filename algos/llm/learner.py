@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
+from marl.algos.llm.policy import to_numpy_keep_bf16
 from marl.engine.context import RunAccess
 from marl.engine.spec import begin_update
 from marl.errors import TrainingDiverged
@@ -183,6 +184,11 @@ class LLMLearner(RunAccess, TorchLearner):
             "entropy": aggregate(ent.detach(), mask, agg) if ent is not None else torch.tensor(0.0),
             "clip_fraction": aggregate(clipped, mask, agg),
         }
+
+    def _get_optimizer_state(self):
+        # RLlib's TorchLearner converts the AdamW state to numpy, which has no bfloat16 (dtype="bfloat16")
+        return {name: {"module_id": self._optimizer_name_to_module[name], "state": to_numpy_keep_bf16(opt.state_dict())}
+                for name, opt in self._named_optimizers.items()}
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         # Not used: update() runs its own micro-batched loop (_step); RLlib requires the method.

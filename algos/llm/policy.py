@@ -44,6 +44,11 @@ PLAIN_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
 CONTEXT_POLICIES = ("truncate", "state", "error")
+# ChatML, the chat format of Qwen models: <|im_start|>role\ncontent<|im_end|>
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def _transformers():
@@ -77,6 +82,33 @@ def word_tokenizer(words: Sequence[str], chat_template: str = WORD_CHAT_TEMPLATE
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = _transformers().PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]")
+    fast.chat_template = chat_template
+    return fast
+
+
+def bpe_tokenizer(texts: Sequence[str], vocab_size: int = 1000, chat_template: str = CHATML_TEMPLATE):
+    """A byte-level BPE tokenizer (the kind GPT-2, Llama and Qwen ship) trained on ``texts``, with
+    ChatML special tokens, EOS ``<|im_end|>`` and, like those models' base tokenizers, no pad token.
+
+    For tests and benchmarks that need a real-world tokenizer without a hub download
+    (``docs/llm_models.md``); byte-level BPE: Radford et al. 2019 (GPT-2).
+
+    Args:
+        texts: training text (e.g. the prompts of the games to play).
+        vocab_size: the most tokens (fewer if the text has fewer merges).
+        chat_template: Jinja chat template (default :data:`CHATML_TEMPLATE`).
+    Returns:
+        A ``PreTrainedTokenizerFast``.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(list(texts), trainers.BpeTrainer(
+        vocab_size=int(vocab_size), special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = _transformers().PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>")
     fast.chat_template = chat_template
     return fast
 
@@ -205,6 +237,20 @@ def apply_lora(lm, r: int = 16, alpha: int = 32, dropout: float = 0.0, target: A
     return peft.get_peft_model(lm, cfg)
 
 
+def to_numpy_keep_bf16(state: Any) -> Any:
+    """RLlib's ``convert_to_numpy`` for module and optimizer states, except that bfloat16 tensors
+    (``dtype="bfloat16"``: weights and AdamW moments), which numpy cannot hold, stay CPU torch
+    tensors; RLlib's ``set_state`` paths accept both. Tensors are copied (a state is a snapshot)."""
+    if isinstance(state, torch.Tensor):
+        t = state.detach().to("cpu", copy=True)  # a snapshot: never a view of the live weights
+        return t if t.dtype == torch.bfloat16 else t.numpy()
+    if isinstance(state, dict):
+        return {k: to_numpy_keep_bf16(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(to_numpy_keep_bf16(v) for v in state)
+    return state
+
+
 class CausalLMModule(TorchRLModule):
     """RLlib module hosting a causal LM (``model_config`` keys below).
 
@@ -267,6 +313,10 @@ class CausalLMModule(TorchRLModule):
         return self._ref
 
     # --------------------------------------------------------------- RLModule API
+    def get_state(self, components=None, *, not_components=None, inference_only: bool = False, **kwargs):
+        """The weights as RLlib passes them around (:func:`to_numpy_keep_bf16`)."""
+        return to_numpy_keep_bf16(self.state_dict())
+
     def _forward(self, batch, **kwargs):
         logp, _ = self.token_logp(batch["input_ids"], batch["attention_mask"])
         return {"token_logp": logp}
