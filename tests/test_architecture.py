@@ -203,3 +203,11 @@ def test_docs_architecture_names_every_core_module():
         if not named:
             missing.append(m)
     assert missing == [], "core modules not placed in docs/architecture.md"
+
+
+def test_every_source_folder_is_a_regular_package():
+    """setup.py's find_packages skips folders without __init__.py: a non-editable install
+    (pip install ., a wheel) would then miss their modules, as it once missed marl.engine."""
+    missing = sorted({str(p.parent.relative_to(REPO)) for top in ("marl", "envs", "algos", "benchmarks", "configs")
+                      for p in (REPO / top).rglob("*.py") if not (p.parent / "__init__.py").exists()})
+    assert missing == []
