@@ -153,6 +153,17 @@ def test_masked_tokens_do_not_change_the_loss():
     assert logp.grad[0, 1] == pytest.approx(-1.0 / 2) and logp.grad[1, 2] == pytest.approx(2.0 / 3)
 
 
+def test_right_align_moves_rows_to_the_right_edge_and_keeps_the_reply_columns():
+    from marl.algos.llm.learner import right_align
+
+    ids = torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]])
+    att = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    lmask = torch.tensor([[False, True, False], [True, False, False]])  # row 0 replies with 3, row 1 with 5
+    d = right_align(ids, att, lmask)
+    assert d["input_ids"].tolist() == [[1, 2, 3], [0, 4, 5]] and d["attention_mask"].tolist() == [[1, 1, 1], [0, 1, 1]]
+    assert d["loss_mask"].tolist() == [[True], [True]]  # one column: the last token of each row
+
+
 def test_ppo_clip_and_dual_clip():
     old = torch.zeros(1, 3)
     logp = torch.log(torch.tensor([[1.5, 0.5, 5.0]]))

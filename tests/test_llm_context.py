@@ -11,6 +11,7 @@ pytest.importorskip("transformers")
 
 import marl  # noqa: E402
 from marl.algos.llm.policy import CausalLMModule, Generator, bpe_tokenizer, check_tokenizer  # noqa: E402
+from marl.algos.llm.learner import right_align  # noqa: E402
 from marl.algos.llm.runner import Turn  # noqa: E402
 from marl.algos.llm.selfplay import turns_to_batch  # noqa: E402
 
@@ -145,8 +146,9 @@ def test_the_model_context_is_read_from_its_config(bpe):
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 @pytest.mark.parametrize("lora", [False, True])
 def test_sampling_and_training_log_probs_agree_under_left_padding(bpe, arch, lora):
-    """Prompts of different lengths generated in one left-padded batch; the learner's forward on
-    the right-padded rows (turns_to_batch) scores every reply token as generation did (1e-5)."""
+    """Prompts of different lengths generated in one left-padded batch; the learner's forward scores
+    every reply token as generation did (1e-5): on the right-padded rows of turns_to_batch, and in
+    the learner's own layout (right_align: left padding, logits of the reply columns only)."""
     pytest.importorskip("peft")
     torch.manual_seed(0)
     tok = check_tokenizer(bpe)
@@ -168,11 +170,15 @@ def test_sampling_and_training_log_probs_agree_under_left_padding(bpe, arch, lor
     turns = [Turn(0, f"s{i}", 0, 0, True, 0, p, r) for i, (p, r) in enumerate(zip(prompts, responses))]
     batch = turns_to_batch(turns, {id(t): 1.0 for t in turns}, {t.seat: "m" for t in turns}, gen.pad)["m"]
     ids, att = torch.as_tensor(batch["input_ids"]), torch.as_tensor(batch["attention_mask"])
-    with torch.no_grad():
-        train_logp, _ = module.token_logp(ids, att)
     mask = torch.as_tensor(batch["loss_mask"])
+    aligned = right_align(ids, att, mask)  # the learner's layout: left padding, reply-only logits
+    with torch.no_grad():
+        full, _ = module.token_logp(ids, att)
+        kept, _ = module.token_logp(aligned["input_ids"], aligned["attention_mask"], keep=aligned["loss_mask"].shape[1])
+    assert aligned["loss_mask"].shape[1] < ids.shape[1] - 1  # only the replies' columns were scored
     for i, lp in enumerate(logps):
-        assert torch.allclose(train_logp[i][mask[i]], torch.tensor(lp), atol=1e-5), (i, lp)
+        assert torch.allclose(full[i][mask[i]], torch.tensor(lp), atol=1e-5), (i, lp)
+        assert torch.allclose(kept[i][aligned["loss_mask"][i]], torch.tensor(lp), atol=1e-5), (i, lp)
 
 
 def test_one_token_move_log_probs_agree_under_left_padding():

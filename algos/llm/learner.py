@@ -5,6 +5,8 @@ one row per reply, ``input_ids`` / ``attention_mask`` ``[S, L]`` (prompt then
 reply, right-padded), ``loss_mask [S, L-1]`` (1 where the *next* token is a
 generated reply token: prompts and padding carry no loss) and ``advantages
 [S]`` (every token of a turn gets its turn's advantage, as in the MARS official code).
+The learner moves the rows to the right edge (:func:`right_align`) so that the
+vocabulary projection runs on the reply columns only (``token_logp(keep=K)``).
 
 Per-token loss (MARS official code, Yuan, Xu et al. 2025, arXiv 2510.15414; PPO clip:
 Schulman et al. 2017, arXiv 1707.06347, eq. 7): ``pg = -min(rho A, clip(rho, 1-eps, 1+eps) A)``
@@ -38,6 +40,36 @@ from marl.algos.llm.policy import to_numpy_keep_bf16
 from marl.engine.context import RunAccess
 from marl.engine.spec import begin_update
 from marl.errors import TrainingDiverged
+
+
+def right_align(ids: torch.Tensor, att: torch.Tensor, loss_mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """Right-padded rows moved to the right edge (left padding, as generation pads) and cut to
+    the columns that matter.
+
+    Every reply then ends in the last column, so the loss needs the model's logits for the last
+    ``K + 1`` positions only, ``K`` the longest span from a row's first scored token to the end
+    (``token_logp(keep=K)``): the vocabulary projection no longer scales with the prompts.
+
+    Args:
+        ids, att: ``[S, L]`` right-padded token ids and attention mask.
+        loss_mask: ``[S, L-1]``, True where the next token is a reply token.
+    Returns:
+        ``input_ids``, ``attention_mask`` ``[S, L']`` (``L'`` the longest row), and
+        ``loss_mask [S, K]`` aligned with ``token_logp(..., keep=K)``.
+    """
+    L = int(att.sum(1).max())
+    ids, att, lm = ids[:, :L], att[:, :L], loss_mask[:, : L - 1].bool()
+    shift = (L - att.sum(1)).unsqueeze(1)  # padding columns of each row
+    cols = torch.arange(L, device=ids.device).unsqueeze(0) - shift  # source column of each target column
+    ok = cols >= 0
+    src = cols.clamp(min=0)
+    out_ids = torch.where(ok, ids.gather(1, src), torch.zeros_like(ids))
+    out_att = torch.where(ok, att.gather(1, src), torch.zeros_like(att))
+    lcols = cols[:, : L - 1]
+    out_mask = (lcols >= 0) & lm.gather(1, lcols.clamp(min=0))
+    used = out_mask.any(0).nonzero()
+    first = int(used[0]) if len(used) else L - 2
+    return {"input_ids": out_ids, "attention_mask": out_att, "loss_mask": out_mask[:, first:]}
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -94,10 +126,9 @@ class LLMLearner(RunAccess, TorchLearner):
 
     @torch.no_grad()
     def _prepare(self, mid: str, b: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        """Trim padding columns; add ``old_logp`` (several epochs) and ``ref_logp`` (KL) per token."""
-        L = int(b["attention_mask"].sum(1).max())
-        d = {k: (v[:, :L] if v.dim() == 2 and k != "loss_mask" else v) for k, v in b.items()}
-        d["loss_mask"] = b["loss_mask"][:, : L - 1].bool()
+        """Rows left-aligned to the right edge (:func:`right_align`) and cut to the columns that
+        score reply tokens (``keep``); ``old_logp`` (several epochs) and ``ref_logp`` (KL) per token."""
+        d = right_align(b["input_ids"], b["attention_mask"], b["loss_mask"])
         d["advantages"] = b["advantages"].float()
         module = self.module[mid].unwrapped()
         if self.cfg.epochs > 1:
@@ -108,8 +139,10 @@ class LLMLearner(RunAccess, TorchLearner):
 
     def _logp_rows(self, module, d, reference: bool) -> torch.Tensor:
         out = torch.zeros(d["loss_mask"].shape, device=d["input_ids"].device)
+        keep = d["loss_mask"].shape[1]
         for idx in self._micro(d):
-            out[idx] = module.token_logp(d["input_ids"][idx], d["attention_mask"][idx], reference=reference)[0]
+            out[idx] = module.token_logp(d["input_ids"][idx], d["attention_mask"][idx], reference=reference,
+                                         keep=keep)[0]
         return out
 
     def _minibatches(self, d: Dict[str, torch.Tensor]) -> Iterator[Dict[str, torch.Tensor]]:
@@ -163,7 +196,8 @@ class LLMLearner(RunAccess, TorchLearner):
     def _loss(self, module, d: Dict[str, torch.Tensor], agg: str) -> Dict[str, torch.Tensor]:
         cfg = self.cfg
         want_ent = cfg.entropy_coef > 0
-        logp, ent = module.token_logp(d["input_ids"], d["attention_mask"], entropy=want_ent)
+        logp, ent = module.token_logp(d["input_ids"], d["attention_mask"], entropy=want_ent,
+                                      keep=d["loss_mask"].shape[1])
         mask = d["loss_mask"]
         adv = d["advantages"].unsqueeze(1).expand_as(logp)
         old = d.get("old_logp", logp.detach())

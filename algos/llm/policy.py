@@ -277,28 +277,38 @@ class CausalLMModule(TorchRLModule):
 
     # --------------------------------------------------------------- log-probs
     def token_logp(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, entropy: bool = False,
-                   reference: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+                   reference: bool = False, keep: Optional[int] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Log-prob of every next token: ``logp[:, j] = log p(ids[:, j+1] | ids[:, :j+1])``.
 
         Args:
-            input_ids, attention_mask: ``[S, L]`` right-padded.
-            entropy: also return the next-token entropy ``[S, L-1]`` (nats).
+            input_ids, attention_mask: ``[S, L]``, right-padded (``keep`` None) or left-padded
+                (``keep`` given: positions are counted from each row's first real token, as
+                ``generate`` counts them).
+            entropy: also return the next-token entropy (nats).
             reference: use the frozen reference policy (no grad).
+            keep: score only the last ``keep`` tokens: the model's vocabulary projection runs
+                on the last ``keep + 1`` positions only (``logits_to_keep``), so memory grows with
+                the reply length, not the prompt's (a 151k-token vocabulary makes each scored
+                position cost ~0.6 MB in float32).
         Returns:
-            ``(logp [S, L-1], entropy [S, L-1] or None)``, float32.
+            ``(logp, entropy or None)``, float32, ``[S, L-1]`` (or ``[S, keep]``).
         """
         lm = self._reference() if reference else self.lm
         use_bf16 = input_ids.is_cuda and torch.cuda.is_bf16_supported()
+        kw: Dict[str, Any] = {}
+        if keep is not None:
+            kw = dict(position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0), logits_to_keep=int(keep) + 1)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
             if reference and self.lora:
                 with self.lm.disable_adapter(), torch.no_grad():
-                    logits = self.lm(input_ids=input_ids, attention_mask=attention_mask).logits
+                    logits = self.lm(input_ids=input_ids, attention_mask=attention_mask, **kw).logits
             else:
-                logits = lm(input_ids=input_ids, attention_mask=attention_mask).logits
+                logits = lm(input_ids=input_ids, attention_mask=attention_mask, **kw).logits
+        targets = input_ids[:, 1:] if keep is None else input_ids[:, input_ids.shape[1] - int(keep):]
         # log p = logit - logsumexp: no second [S, L, vocab] tensor of log-probs (large vocabularies)
         lf = logits[:, :-1].float()
         lse = torch.logsumexp(lf, dim=-1)
-        logp = lf.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1) - lse
+        logp = lf.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
         ent = lse - (torch.softmax(lf, dim=-1) * lf).sum(-1) if entropy else None  # -sum p log p
         return logp, ent
 
