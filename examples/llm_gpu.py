@@ -74,7 +74,8 @@ def run_case(name: str, case, tok, args) -> dict:
     return {"case": name, "iterations": args.iterations, "games_per_iteration": args.games,
             "num_learners": args.learners, "wall_s": round(wall, 1),
             "peak_gpu_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
-            **{k: m[k] for k in keep if k in m}}
+            **{k: m[k] for k in keep if k in m},
+            "all_metrics": {k: v for k, v in m.items() if isinstance(v, (int, float))}}
 
 
 def main() -> None:
@@ -99,8 +100,8 @@ def main() -> None:
         row = run_case(name, CASES[name], tok, args)
         print(json.dumps(row), flush=True)
         out["cases"].append(row)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+        with open(args.out, "w") as f:  # after every case: a later one may run out of time
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

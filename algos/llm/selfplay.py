@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -337,7 +338,9 @@ class LLMSelfPlay(Trainer):
     # --------------------------------------------------------------- iteration
     def training_step(self) -> StepOutput:
         cfg = self.cfg
+        t0 = time.perf_counter()
         parts = self.foreach_runner(lambda r: r.sample())
+        self._sample_time += time.perf_counter() - t0  # games played (generation included): sample_time_s
         turns, metrics = _merge_parts(parts)
         rollout = {"turns": turns, "metrics": metrics}
         self.run_callbacks.on_rollout(self, rollout)
@@ -346,7 +349,7 @@ class LLMSelfPlay(Trainer):
         # every reply filtered out (all advantages 0): nothing to learn from this iteration
         out = self.update_learners(batch) if batch.policy_batches else {}
         gen_time = sum(p["metrics"]["generate_time_s"] for p in parts)
-        out.update(tokens_generated_per_s=metrics.pop("tokens_generated") / max(gen_time, 1e-9),
+        out.update(tokens_generated_per_s=metrics.pop("tokens_generated") / max(gen_time, 1e-9), generate_time_s=gen_time,
                    replies_trained=float(sum(t.trained for t in turns)),
                    prompts_truncated=float(metrics.pop("prompts_truncated")))
         every = cfg.eval_every
