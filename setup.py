@@ -48,6 +48,8 @@ setup(
         "llm": ["transformers>=4.45", "peft>=0.13", "open_spiel>=1.5"],
         # Gymnasium multi-agent envs of EPyMARL's benchmarks (make_env("gymnasium", ...)): LBF and RWARE
         "gym-envs": ["lbforaging>=2.0", "rware>=2.0"],
+        # TextArena's two-player games as text games (make_env("textarena", "TicTacToe-v0"))
+        "textarena": ["textarena>=0.7"],
         # fast generation on GPU runners (generator="vllm")
         "vllm": ["transformers>=4.45", "peft>=0.13", "vllm"],
     },

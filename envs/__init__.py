@@ -65,6 +65,13 @@ register_env(
     scenarios="marl.envs.text.openspiel:scenarios",
 )
 register_env(
+    "textarena",
+    "marl.envs.text.textarena:make",
+    "Two-player TextArena games as text games (TicTacToe-v0, ConnectFour-v0, ... any two-player env id; "
+    "Guertler et al. 2025, arXiv 2504.11442); needs textarena",
+    scenarios="marl.envs.text.textarena:scenarios",
+)
+register_env(
     "trust_and_split",
     "marl.envs.text.trust_and_split:make",
     "Trust-and-Split: iterated 10-coin split with private values and one message per round (text game)",

@@ -1,5 +1,6 @@
 """LLM self-play on text games: Advantage Alignment vs naive REINFORCE vs shared rewards in the
-iterated prisoner's dilemma, or MARS in tic-tac-toe (OpenSpiel).
+iterated prisoner's dilemma, or MARS in tic-tac-toe (OpenSpiel, or TextArena's TicTacToe-v0:
+`textarena_tic_tac_toe`, needs `pip install textarena`).
 
 Without --model, a tiny GPT-2 is built from a config with a word-level tokenizer (runs on a
 laptop CPU, no download; `prompt_style="compact"`). With --model /path/to/hf-model the real
@@ -7,6 +8,7 @@ model and its tokenizer are loaded from that path (natural-language prompts; add
 
     python examples/llm_selfplay.py ipd --algos advantage_alignment reinforce sum --seeds 0 1 2
     python examples/llm_selfplay.py tic_tac_toe --algos mars --iterations 300
+    python examples/llm_selfplay.py textarena_tic_tac_toe --iterations 300 --eval-games 2000
     python examples/llm_selfplay.py ipd --model /models/Qwen3-0.6B --lora --iterations 200 \
         --set num_learners=1 num_gpus_per_learner=1
 
@@ -26,6 +28,8 @@ TINY = {
     "tic_tac_toe": dict(lr=1e-3, games_per_iteration=256, entropy_coef=0.0, kl_coef=0.0, temperature=1.0,
                         eval_temperature=0.0, opponents={"self": 0.7, "random": 0.3}),  # greedy evaluation
 }
+# the same game through TextArena, with the partner mix of tests/test_llm_learning.py (half random)
+TINY["textarena_tic_tac_toe"] = {**TINY["tic_tac_toe"], "opponents": {"self": 0.5, "random": 0.5}}
 COLUMNS = {
     "ipd": ["coop_rate_mean", "collective_payoff_mean", "vs_always_defect_reward_per_round",
             "vs_always_defect_opp_reward_per_round", "vs_tit_for_tat_reward_per_round",
@@ -33,12 +37,15 @@ COLUMNS = {
     "tic_tac_toe": ["vs_random_player_0_win", "vs_random_player_0_loss", "vs_random_player_1_win",
                     "vs_random_player_1_loss", "vs_random_invalid_rate"],
 }
+COLUMNS["textarena_tic_tac_toe"] = COLUMNS["tic_tac_toe"]
 
 
 def make_game(game: str, compact: bool):
     style = dict(prompt_style="compact", history="last") if compact else {}
     if game == "ipd":
         return marl.make_env("ipd", rounds=10, **style)
+    if game == "textarena_tic_tac_toe":
+        return marl.make_env("textarena", "TicTacToe-v0", **style)
     return marl.make_env("openspiel", game, **style)
 
 
@@ -49,6 +56,8 @@ def tiny_model(game: str):
         from marl.envs.text.dilemmas import COMPACT_STATES
 
         words = ["<A>", "<B>", *COMPACT_STATES]
+    elif game == "textarena_tic_tac_toe":
+        words = ["me", "opp", "_"] + [f"[{i}]" for i in range(9)]  # TextArena's moves, one word each
     else:
         words = ["me", "opp", "_"] + [f"c{i}" for i in range(9)]
     tok = word_tokenizer(words)
@@ -73,7 +82,7 @@ def run(game: str, algo: str, seed: int, args) -> dict:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("game", choices=["ipd", "tic_tac_toe"])
+    p.add_argument("game", choices=["ipd", "tic_tac_toe", "textarena_tic_tac_toe"])
     p.add_argument("--algos", nargs="+", default=None)
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--iterations", type=int, default=300)
