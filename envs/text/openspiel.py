@@ -37,6 +37,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from marl.env import MarlError, closest
+from marl.envs.text.openspiel_cfr import CFRBot, cfr_unsupported
 from marl.text import Bot, RandomBot, TextEnv
 
 INSTALL_HINT = "pip install open_spiel (or pip install marl-rllib[llm])"
@@ -487,9 +488,17 @@ class OpenSpielGame(TextEnv):
         out["draw"] = float(self.state.is_terminal() and not any(returns))
         return out
 
-    @classmethod
-    def bots(cls):
-        return {"random": RandomBot, "mcts": MCTSBot}
+    def bots(self) -> Dict[str, Any]:
+        """Fixed opponents of this game: ``random``, ``mcts`` and, where CFR solves the game
+        (Kuhn and Leduc poker: :func:`~marl.envs.text.openspiel_cfr.cfr_unsupported`), ``cfr``.
+
+        An instance method (not a class method as in :class:`~marl.text.TextEnv`): which bots
+        exist depends on the pyspiel game this env was built with.
+        """
+        out = {"random": RandomBot, "mcts": MCTSBot}
+        if cfr_unsupported(self.game) is None:
+            out["cfr"] = CFRBot
+        return out
 
 
 class MCTSBot(Bot):
