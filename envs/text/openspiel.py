@@ -385,6 +385,30 @@ class OpenSpielGame(TextEnv):
         self._chance = random.Random(self.rng.getrandbits(64))
         self._sample_chance()
 
+    def set_history(self, history: Sequence[int]) -> None:
+        """Put the game in the position reached by the pyspiel actions ``history`` (chance
+        outcomes included, as ``state.history()`` lists them), with the move log a played game
+        has, so that :meth:`observe` writes that position (e.g. to read a policy's move
+        probabilities at every information state).
+
+        Raises:
+            MarlError: a player's action that is not legal where it is applied (an impossible
+                chance outcome raises pyspiel's own error).
+        """
+        self._initial_state()
+        self.done = False
+        for action in history:
+            if self.state.is_chance_node():
+                if self.log:
+                    self.log.append((DEALER, "deal"))
+                self.state.apply_action(action)
+                continue
+            agent = self.players[self.state.current_player()]
+            self.log.append((agent, self.action_text(action)))
+            self.state.apply_action(action)
+            self._legal = None
+        self.done = self.state.is_terminal()
+
     def _sample_chance(self) -> None:
         while self.state.is_chance_node():
             actions, probs = zip(*self.state.chance_outcomes())
