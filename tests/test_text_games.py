@@ -404,6 +404,22 @@ def test_cfr_bot_plays_legal_moves_in_both_seats(game):
     assert cfr_return > 0  # CFR beats random play (exact mean over seats: +0.147 chips / game in Kuhn, +0.711 in Leduc)
 
 
+def test_set_history_writes_the_played_position():
+    pytest.importorskip("pyspiel")
+    env = make_env("openspiel", "leduc_poker", prompt_style="compact", seed=0)
+    replay = make_env("openspiel", "leduc_poker", prompt_style="compact")
+    bots = {a: RandomBot(seed=10 + i) for i, a in enumerate(env.players)}
+    for g in range(5):
+        obs, _ = env.reset(seed=g)
+        while not env.done:
+            (agent,) = obs
+            replay.set_history(env.state.history())  # includes the public card's chance outcome
+            assert replay.observe(agent) == env.observe(agent) and replay.legal_map() == env.legal_map()
+            obs, *_ = env.step({agent: bots[agent].act(env, agent)})
+    with pytest.raises(MarlError, match="not legal now"):
+        replay.set_history([0, 1, 7])  # Kuhn-like deal, then an action id Leduc does not have
+
+
 def test_kuhn_deal_independent_of_a_bot_seeded_like_the_game():
     """The LLM runner resets bots with the game's seed: the cards must not follow the bot's draws."""
     pytest.importorskip("pyspiel")
