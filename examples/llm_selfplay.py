@@ -31,8 +31,8 @@ TINY = {
                         eval_temperature=0.0, opponents={"self": 0.7, "random": 0.3}),  # greedy evaluation
 }
 # Poker equilibria mix their moves (Kuhn's player_0 bluffs with a J), so the policy is evaluated
-# as sampled; the cfr co-player (OpenSpiel's CFR+ policy) teaches play that a near-Nash
-# opponent does not punish, the random one play that exploits weak opponents.
+# as sampled. Co-players: self-play plus the two evaluation bots (ours; {self: 0.5, cfr: 0.5}
+# measured the same in Kuhn, docs/algorithms/llm_selfplay.md).
 POKER = dict(lr=1e-3, games_per_iteration=256, entropy_coef=0.0, kl_coef=0.0, temperature=1.0,
              eval_temperature=1.0, opponents={"self": 0.5, "random": 0.25, "cfr": 0.25},
              eval_opponents=["random", "cfr"])

@@ -55,7 +55,7 @@ def cfr_unsupported(game) -> Optional[str]:
         return f"CFR is set up for {', '.join(CFR_ITERATIONS)} only, not '{gtype.short_name}'"
     if game.num_players() != 2 or gtype.utility != pyspiel.GameType.Utility.ZERO_SUM:
         return (f"CFR's average policy is a Nash equilibrium of two-player zero-sum games only; "
-                f"'{game}' has {game.num_players()} players")
+                f"'{game}' has {game.num_players()} players and utility {gtype.utility.name}")
     return None
 
 
