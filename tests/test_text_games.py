@@ -366,6 +366,88 @@ def test_leduc_words():
     assert env.observe("player_1").split()[1:] == ["bet"]  # own card, then the betting
 
 
+def test_cfr_policy_is_near_nash_on_kuhn():
+    pyspiel = pytest.importorskip("pyspiel")
+    from open_spiel.python.algorithms import exploitability, expected_game_score
+
+    from marl.envs.text.openspiel_cfr import solve
+
+    game = pyspiel.load_game("kuhn_poker")
+    policy = solve(game)
+    assert solve(game) is policy  # solved once per process
+    assert exploitability.exploitability(game, policy) < 0.001  # measured 8.7e-5 (1000 CFR+ iterations)
+    value = expected_game_score.policy_value(game.new_initial_state(), [policy, policy])
+    assert value[0] == pytest.approx(-1 / 18, abs=1e-3) and value[1] == pytest.approx(1 / 18, abs=1e-3)  # Kuhn 1951
+
+
+@pytest.mark.parametrize("game", ["kuhn_poker", "leduc_poker"])
+def test_cfr_bot_plays_legal_moves_in_both_seats(game):
+    pytest.importorskip("pyspiel")
+    from marl.envs.text.openspiel_cfr import CFRBot
+
+    env = make_env("openspiel", game, prompt_style="compact", seed=0)
+    assert set(env.bots()) == {"random", "mcts", "cfr"} and env.bots()["cfr"] is CFRBot
+    cfr_return = 0.0
+    for g in range(40):
+        cfr_seat = env.players[g % 2]
+        # seeds apart from the deal's (reset seed g): one seed would tie the moves to the cards
+        bots = {a: CFRBot(seed=1000 + g) if a == cfr_seat else RandomBot(seed=2000 + g) for a in env.players}
+        obs, _ = env.reset(seed=g)
+        while not env.done:
+            (agent,) = obs
+            move = bots[agent].act(env, agent)
+            assert move in env.legal_actions(agent)
+            obs, *_ = env.step({agent: move})
+        m = env.episode_metrics()
+        assert m["invalid_rate"] == 0 and m["forfeit"] == 0
+        cfr_return += env.returns[cfr_seat]
+    assert cfr_return > 0  # CFR beats random play (exact mean over seats: +0.147 chips / game in Kuhn, +0.711 in Leduc)
+
+
+def test_set_history_writes_the_played_position():
+    pytest.importorskip("pyspiel")
+    env = make_env("openspiel", "leduc_poker", prompt_style="compact", seed=0)
+    replay = make_env("openspiel", "leduc_poker", prompt_style="compact")
+    bots = {a: RandomBot(seed=10 + i) for i, a in enumerate(env.players)}
+    for g in range(5):
+        obs, _ = env.reset(seed=g)
+        while not env.done:
+            (agent,) = obs
+            replay.set_history(env.state.history())  # includes the public card's chance outcome
+            assert replay.observe(agent) == env.observe(agent) and replay.legal_map() == env.legal_map()
+            obs, *_ = env.step({agent: bots[agent].act(env, agent)})
+    with pytest.raises(MarlError, match="not legal now"):
+        replay.set_history([0, 1, 7])  # Kuhn-like deal, then an action id Leduc does not have
+
+
+def test_kuhn_deal_independent_of_a_bot_seeded_like_the_game():
+    """The LLM runner resets bots with the game's seed: the cards must not follow the bot's draws."""
+    pytest.importorskip("pyspiel")
+    env = make_env("openspiel", "kuhn_poker", prompt_style="compact", seed=0)
+    total = 0.0
+    for g in range(3000):
+        bots = {"player_0": RandomBot(seed=10**6 + g), "player_1": RandomBot(seed=g)}  # player_1 as the runner seeds it
+        play(env, bots, seed=g)
+        total += env.returns["player_1"]
+    assert total / 3000 == pytest.approx(-0.125, abs=0.06)  # exact (OpenSpiel policy_value); -0.21 when correlated
+
+
+def test_cfr_bot_only_where_cfr_solves_the_game():
+    pytest.importorskip("pyspiel")
+    from marl.envs.text.openspiel_cfr import CFRBot
+
+    assert "cfr" not in make_env("openspiel", "tic_tac_toe").bots()  # perfect information: mcts
+    assert "cfr" not in make_env("openspiel", "kuhn_poker", params={"players": 3}).bots()  # not two-player
+    env = make_env("openspiel", "tic_tac_toe")
+    env.reset(seed=0)
+    with pytest.raises(MarlError, match="kuhn_poker, leduc_poker only, not 'tic_tac_toe'"):
+        CFRBot(seed=0).act(env, "player_0")
+    from marl.algos.llm.runner import check_opponent_names
+
+    with pytest.raises(MarlError, match="Unknown opponent 'cfr'.*Valid choices: mcts, pool, random, self"):
+        check_opponent_names(["cfr"], make_env("openspiel", "tic_tac_toe").bots())
+
+
 # ---------------------------------------------------------------------------- Trust-and-Split
 def _tas_round(env, claims, values=None, messages=("hi", "hello")):
     """Play one round with the given claims (and forced values); return the split step's rewards."""

@@ -33,10 +33,12 @@ every valid reply. A bad reply forfeits by default: offender
 """
 from __future__ import annotations
 
+import random
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from marl.env import MarlError, closest
+from marl.envs.text.openspiel_cfr import CFRBot, cfr_unsupported
 from marl.text import Bot, RandomBot, TextEnv
 
 INSTALL_HINT = "pip install open_spiel (or pip install marl-rllib[llm])"
@@ -376,14 +378,43 @@ class OpenSpielGame(TextEnv):
 
     def new_game(self) -> None:
         self._initial_state()
+        # Chance events draw from a stream of their own: the LLM runner resets bots with the
+        # game's seed (algos/llm/runner.py), so cards drawn from self.rng would use the same
+        # random numbers as a bot's sampling and tie its moves to the hidden cards (measured:
+        # random vs random in Kuhn poker gave player_1 -0.21 chips per game, exact -0.125).
+        self._chance = random.Random(self.rng.getrandbits(64))
         self._sample_chance()
+
+    def set_history(self, history: Sequence[int]) -> None:
+        """Put the game in the position reached by the pyspiel actions ``history`` (chance
+        outcomes included, as ``state.history()`` lists them), with the move log a played game
+        has, so that :meth:`observe` writes that position (e.g. to read a policy's move
+        probabilities at every information state).
+
+        Raises:
+            MarlError: a player's action that is not legal where it is applied (an impossible
+                chance outcome raises pyspiel's own error).
+        """
+        self._initial_state()
+        self.done = False
+        for action in history:
+            if self.state.is_chance_node():
+                if self.log:
+                    self.log.append((DEALER, "deal"))
+                self.state.apply_action(action)
+                continue
+            agent = self.players[self.state.current_player()]
+            self.log.append((agent, self.action_text(action)))
+            self.state.apply_action(action)
+            self._legal = None
+        self.done = self.state.is_terminal()
 
     def _sample_chance(self) -> None:
         while self.state.is_chance_node():
             actions, probs = zip(*self.state.chance_outcomes())
             if self.log:
                 self.log.append((DEALER, "deal"))
-            self.state.apply_action(self.rng.choices(actions, weights=probs)[0])
+            self.state.apply_action(self._chance.choices(actions, weights=probs)[0])
 
     def to_act(self) -> List[str]:
         if self.done or self.state.is_terminal():
@@ -487,9 +518,17 @@ class OpenSpielGame(TextEnv):
         out["draw"] = float(self.state.is_terminal() and not any(returns))
         return out
 
-    @classmethod
-    def bots(cls):
-        return {"random": RandomBot, "mcts": MCTSBot}
+    def bots(self) -> Dict[str, Any]:
+        """Fixed opponents of this game: ``random``, ``mcts`` and, where CFR solves the game
+        (Kuhn and Leduc poker: :func:`~marl.envs.text.openspiel_cfr.cfr_unsupported`), ``cfr``.
+
+        An instance method (not a class method as in :class:`~marl.text.TextEnv`): which bots
+        exist depends on the pyspiel game this env was built with.
+        """
+        out = {"random": RandomBot, "mcts": MCTSBot}
+        if cfr_unsupported(self.game) is None:
+            out["cfr"] = CFRBot
+        return out
 
 
 class MCTSBot(Bot):
