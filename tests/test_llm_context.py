@@ -21,12 +21,15 @@ GAMES = {
     "trust_and_split": ("trust_and_split", None, {}),
     "tic_tac_toe": ("openspiel", "tic_tac_toe", {}),
     "leduc_poker": ("openspiel", "leduc_poker", {}),
+    "textarena": ("textarena", "TicTacToe-v0", {}),
 }
 CONTEXT = 512  # positions of the test model: long games outgrow it, every game's rules + state fit
 
 
 def make_game(name: str, **kw):
     family, scenario, base = GAMES[name]
+    if family == "textarena":
+        pytest.importorskip("textarena")
     return marl.make_env(family, scenario, **{**base, **kw}) if scenario else marl.make_env(family, **{**base, **kw})
 
 
@@ -199,7 +202,7 @@ def test_one_token_move_log_probs_agree_under_left_padding():
 
 # ------------------------------------------------------------------ every algorithm x every game family
 CASES = [(algo, game) for algo in ("mars", "advantage_alignment", "reinforce", "grpo", "spiral") for game in GAMES
-         if not (algo == "advantage_alignment" and game in ("tic_tac_toe", "leduc_poker"))]  # AA: simultaneous only
+         if not (algo == "advantage_alignment" and game in ("tic_tac_toe", "leduc_poker", "textarena"))]  # AA: simultaneous
 
 
 @pytest.mark.parametrize("algo, game", CASES)
