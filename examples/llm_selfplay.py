@@ -7,6 +7,7 @@ laptop CPU, no download; `prompt_style="compact"`). With --model /path/to/hf-mod
 model and its tokenizer are loaded from that path (natural-language prompts; add --lora).
 
     python examples/llm_selfplay.py ipd --algos advantage_alignment reinforce sum --seeds 0 1 2
+    python examples/llm_selfplay.py trust_and_split --algos advantage_alignment reinforce
     python examples/llm_selfplay.py tic_tac_toe --algos mars --iterations 300
     python examples/llm_selfplay.py textarena_tic_tac_toe --iterations 300 --eval-games 2000
     python examples/llm_selfplay.py kuhn_poker --iterations 1000 --eval-games 4000 --seeds 0 1 2
@@ -25,6 +26,7 @@ import numpy as np
 
 import marl
 from marl.config import parse_cli_overrides
+from marl.envs.text.trust_and_split import HANDS
 
 # Tiny-model settings measured on a 2-core CPU (docs/algorithms/llm_selfplay.md).
 TINY = {
@@ -32,6 +34,10 @@ TINY = {
     "tic_tac_toe": dict(lr=1e-3, games_per_iteration=256, entropy_coef=0.0, kl_coef=0.0, temperature=1.0,
                         eval_temperature=0.0, opponents={"self": 0.7, "random": 0.3}),  # greedy evaluation
 }
+# No-Press Split (public values, 10 rounds): rewards are points per round (up to 100), divided by
+# 100 as AdAlignLLM's TAS reward_normalizing_constant; evaluated against its bots
+TINY["trust_and_split"] = dict(lr=3e-4, games_per_iteration=128, entropy_coef=0.0, reward_scale=100.0,
+                               eval_opponents=["greedy", "fair", "truthful_cooperator"])
 # the same game through TextArena, with the partner mix of tests/test_llm_learning.py (half random)
 TINY["textarena_tic_tac_toe"] = {**TINY["tic_tac_toe"], "opponents": {"self": 0.5, "random": 0.5}}
 # Poker equilibria mix their moves (Kuhn's player_0 bluffs with a J), so the policy is evaluated
@@ -55,6 +61,10 @@ COLUMNS = {
     **dict.fromkeys(POKER_GAMES, POKER_COLUMNS + EXACT_COLUMNS + ["vs_random_invalid_rate"]),
 }
 COLUMNS["textarena_tic_tac_toe"] = COLUMNS["tic_tac_toe"]
+COLUMNS["trust_and_split"] = [
+    "collective_payoff_mean", "claims_mean_high_mean", "claims_mean_low_mean", "high_share_mean",
+    *[f"vs_{bot}_{k}" for bot in ("greedy", "fair", "truthful_cooperator")
+      for k in ("reward_per_round", "opp_reward_per_round")]]
 # compact vocabulary of each OpenSpiel game (envs/text/openspiel.py, compact renderers)
 POKER_WORDS = ["J", "Q", "K", "check", "bet", "fold", "call"]  # own card, then the betting
 WORDS = {"tic_tac_toe": ["me", "opp", "_"] + [f"c{i}" for i in range(9)],
@@ -68,6 +78,8 @@ def make_game(game: str, compact: bool):
         return marl.make_env("ipd", rounds=10, **style)
     if game == "textarena_tic_tac_toe":
         return marl.make_env("textarena", "TicTacToe-v0", **style)
+    if game == "trust_and_split":
+        return marl.make_env("trust_and_split", "no_press", **style)
     if game in POKER_GAMES:  # returns in chips (a split Leduc pot pays 0, not draw_reward)
         return marl.make_env("openspiel", game, draw_reward=0.0, **style)
     return marl.make_env("openspiel", game, **style)
@@ -82,6 +94,8 @@ def tiny_model(game: str):
         words = ["<A>", "<B>", *COMPACT_STATES]
     elif game == "textarena_tic_tac_toe":
         words = ["me", "opp", "_"] + [f"[{i}]" for i in range(9)]  # TextArena's moves, one word each
+    elif game == "trust_and_split":  # compact No-Press Split: hands, "last" round, claims k0..k10
+        words = ["last", "opp", *HANDS, *[f"k{i}" for i in range(11)]]
     else:
         words = WORDS[game]
     tok = word_tokenizer(words)
@@ -187,8 +201,7 @@ def exact_baselines(game: str) -> dict:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("game", choices=["ipd", "tic_tac_toe", "textarena_tic_tac_toe"])
-    p.add_argument("game", choices=["ipd", "tic_tac_toe", *POKER_GAMES])
+    p.add_argument("game", choices=["ipd", "trust_and_split", "tic_tac_toe", "textarena_tic_tac_toe", *POKER_GAMES])
     p.add_argument("--algos", nargs="+", default=None)
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--iterations", type=int, default=300)
@@ -203,7 +216,8 @@ def main():
         for k, v in exact_baselines(args.game).items():
             print(f"{args.game} {k}: {v}")
         return
-    algos = args.algos or (["advantage_alignment", "reinforce", "sum"] if args.game == "ipd" else ["mars"])
+    social = args.game in ("ipd", "trust_and_split")  # social dilemmas: AA against its controls
+    algos = args.algos or (["advantage_alignment", "reinforce", "sum"] if social else ["mars"])
     for algo in algos:
         for seed in args.seeds:
             row = run(args.game, algo, seed, args)
