@@ -5,6 +5,7 @@ Every module of marl may import this one; it imports nothing of marl.
 from __future__ import annotations
 
 import difflib
+import importlib
 from typing import Any, Optional, Sequence
 
 
@@ -58,3 +59,12 @@ def unknown_choice(what: str, name: Any, choices: Sequence[Any]) -> MarlError:
         f"Unknown {what} '{name}'.{closest(name, choices)} "
         f"Valid choices: {', '.join(sorted(map(str, choices)))}."
     )
+
+
+def optional_import(module: str, message: str):
+    """Import the optional package ``module``; if it is missing, raise :class:`MarlError` with
+    ``message`` (which should give the pip command), chained to the ``ImportError``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MarlError(message) from e

@@ -22,6 +22,7 @@ import torch
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 
 from marl.env import MarlError, unknown_choice
+from marl.errors import optional_import
 from marl.algos.llm.tokenizer import (  # noqa: F401  (re-exported: the policy module's public names)
     CHATML_TEMPLATE, CONTEXT_POLICIES, PLAIN_CHAT_TEMPLATE, WORD_CHAT_TEMPLATE, _transformers, bpe_tokenizer,
     check_tokenizer, check_vocabulary, load_tokenizer, model_context, word_tokenizer)
@@ -71,10 +72,7 @@ def apply_lora(lm, r: int = 16, alpha: int = 32, dropout: float = 0.0, target: A
     Raises:
         MarlError: peft is not installed.
     """
-    try:
-        import peft
-    except ImportError as e:
-        raise MarlError("lora=True needs peft: pip install 'marl[llm]'.") from e
+    peft = optional_import("peft", "lora=True needs peft: pip install 'marl[llm]'.")
     cfg = peft.LoraConfig(r=int(r), lora_alpha=int(alpha), lora_dropout=float(dropout), target_modules=target,
                           task_type="CAUSAL_LM")
     return peft.get_peft_model(lm, cfg)
@@ -416,10 +414,7 @@ class VLLMGenerator(Generator):
     """
 
     def __init__(self, tokenizer, model_path: str, gpu_memory_utilization: float = 0.5, **kwargs):
-        try:
-            import vllm
-        except ImportError as e:
-            raise MarlError("generator='vllm' needs vllm and a GPU: pip install 'marl[vllm]'.") from e
+        vllm = optional_import("vllm", "generator='vllm' needs vllm and a GPU: pip install 'marl[vllm]'.")
         super().__init__(tokenizer, **kwargs)
         self.vllm = vllm
         self.engine = vllm.LLM(model=model_path, gpu_memory_utilization=gpu_memory_utilization)

@@ -319,10 +319,9 @@ class LLMSelfPlay(Trainer):
         return config
 
     # --------------------------------------------------------------- RAE baselines
-    @property
-    def role_baselines(self) -> Dict[Any, float]:
-        """RAE's per-seat moving-average baselines (estimator ``rae``); kept in checkpoints."""
-        return self.__dict__.setdefault("_role_baselines", {})
+    def setup(self, config):
+        self.role_baselines: Dict[Any, float] = {}  # RAE's per-seat moving averages; kept in checkpoints
+        super().setup(config)
 
     def get_state(self, components=None, *, not_components=None, **kwargs):
         state = super().get_state(components, not_components=not_components, **kwargs)
@@ -432,10 +431,13 @@ class LLMSelfPlay(Trainer):
         return TextPolicy(lms, gen, agent_to_module, make, float(saved["eval_temperature"]))
 
 
+SUMMED_METRICS = ("env_steps", "tokens_generated", "prompts_truncated")  # runners' counters, added up
+
+
 def _merge_parts(parts: List[Dict[str, Any]]) -> Tuple[List[Turn], Dict[str, Any]]:
     """Concatenate runners' turns (game ids made unique) and metrics."""
     turns: List[Turn] = []
-    metrics: Dict[str, Any] = {"env_steps": 0, "tokens_generated": 0, "prompts_truncated": 0}
+    metrics: Dict[str, Any] = dict.fromkeys(SUMMED_METRICS, 0)
     offset = 0
     for p in parts:
         games = 0
@@ -447,6 +449,6 @@ def _merge_parts(parts: List[Dict[str, Any]]) -> Tuple[List[Turn], Dict[str, Any
         for k, v in p["metrics"].items():
             if isinstance(v, list):
                 metrics.setdefault(k, []).extend(v)
-            elif k in ("env_steps", "tokens_generated", "prompts_truncated"):
+            elif k in SUMMED_METRICS:
                 metrics[k] += v
     return turns, metrics

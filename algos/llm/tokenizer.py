@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Sequence
 
 from marl.env import MarlError
+from marl.errors import optional_import
 
 # Chat template for tiny word-level models: message contents in order, each reply closed
 # by [EOS]; no role words, so the last prompt token is the end of the latest observation
@@ -37,11 +38,7 @@ CHATML_TEMPLATE = (
 
 
 def _transformers():
-    try:
-        import transformers
-    except ImportError as e:  # an optional extra
-        raise MarlError("LLM self-play needs transformers: pip install 'marl[llm]'.") from e
-    return transformers
+    return optional_import("transformers", "LLM self-play needs transformers: pip install 'marl[llm]'.")
 
 
 def word_tokenizer(words: Sequence[str], chat_template: str = WORD_CHAT_TEMPLATE):

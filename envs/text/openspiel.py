@@ -38,6 +38,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from marl.env import MarlError, closest
+from marl.errors import optional_import
 from marl.envs.text.openspiel_cfr import CFRBot, cfr_unsupported
 from marl.text import Bot, RandomBot, TextEnv
 
@@ -62,11 +63,7 @@ def load_pyspiel():
     Raises:
         MarlError: OpenSpiel is not installed (the message gives the pip command).
     """
-    try:
-        import pyspiel
-    except ImportError as e:
-        raise MarlError(f"OpenSpiel text games need pyspiel: {INSTALL_HINT}.") from e
-    return pyspiel
+    return optional_import("pyspiel", f"OpenSpiel text games need pyspiel: {INSTALL_HINT}.")
 
 
 def _norm(text: str) -> str:

@@ -68,6 +68,7 @@ import re
 from typing import Any, Dict, Iterator, List, Optional
 
 from marl.env import MarlError
+from marl.errors import optional_import
 from marl.text import RandomBot, TextEnv
 
 INSTALL_HINT = 'pip install textarena (or pip install "marl-rllib[textarena]")'
@@ -82,11 +83,7 @@ def load_textarena():
     Raises:
         MarlError: TextArena is not installed (the message gives the pip command).
     """
-    try:
-        import textarena
-    except ImportError as e:
-        raise MarlError(f"TextArena games need the textarena package: {INSTALL_HINT}.") from e
-    return textarena
+    return optional_import("textarena", f"TextArena games need the textarena package: {INSTALL_HINT}.")
 
 
 def _registry(ta) -> Dict[str, Any]:
