@@ -259,7 +259,7 @@ class ValueDecompLearner(RunAccess, TorchLearner):
         if self.cfg.optimizer == "rmsprop":  # pymarl: RMSprop(alpha 0.99, eps 1e-5)
             opt = torch.optim.RMSprop(params, alpha=0.99, eps=1e-5)
         else:
-            opt = torch.optim.Adam(params)
+            opt = torch.optim.Adam(params, fused=True)  # one kernel call per step (see PPOLearner)
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
 
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):

@@ -190,7 +190,7 @@ def test_every_key_has_a_one_line_doc_and_a_range_or_choices():
 
 def test_config_is_frozen_mapping_picklable_and_replace_checks():
     cfg = mappo()
-    assert cfg["lr"] == cfg.lr == 7e-4 and dict(cfg)["critic"] == {**cfg}["critic"] == "state"
+    assert cfg["lr"] == cfg.lr == 7e-4 and dict(cfg)["critic"] == {**cfg}["critic"] == "team"
     assert "lr" in cfg and "mixer" not in cfg and cfg.get("mixer") is None and cfg["algo"] == "mappo"
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.lr = 1.0
@@ -205,7 +205,8 @@ def test_config_is_frozen_mapping_picklable_and_replace_checks():
 def test_a_saved_config_is_restored_typed_with_new_keys_from_yaml_and_old_keys_dropped():
     """A checkpoint's meta["config"] (a plain dict) of an older version: values the schema
     accepts are kept, keys added since and values saved as text take the YAML values."""
-    saved = {**mappo(lr=1e-3, epochs=4).to_dict(), "share": "<function <lambda> at 0x7f>", "retired_key": 1}
+    saved = {**mappo(lr=1e-3, epochs=4, critic="state").to_dict(), "share": "<function <lambda> at 0x7f>",
+             "retired_key": 1}
     del saved["huber_delta"]
     cfg = restore_config("mappo", saved)
     assert type(cfg).__name__ == "PPOConfig" and cfg.lr == 1e-3 and cfg.epochs == 4 and cfg.critic == "state"

@@ -66,8 +66,9 @@ def test_agent_id_onehot():
 
 def test_config_layers_and_unknown_key_error():
     cfg = load_config("mappo", "mpe", {"lr": 1e-3})
-    assert cfg["lr"] == 1e-3 and cfg["critic"] == "state" and cfg["num_minibatches"] == 4  # mpe override of 1
+    assert cfg["lr"] == 1e-3 and cfg["critic"] == "team" and cfg["num_minibatches"] == 4  # mpe overrides
     assert load_config("mappo", "vmas")["epochs"] == 3 and load_config("mappo", "mpe")["epochs"] == 15
+    assert load_config("mappo", "vmas")["critic"] == load_config("mappo", "smax")["critic"] == "state"  # not on MPE
     assert load_config("ippo", "mpe")["critic"] == "obs"
     with pytest.raises(MarlError, match="Unknown config key 'learning_rate'.*Valid keys:.*lr"):
         load_config("mappo", "mpe", {"learning_rate": 1e-3})

@@ -141,6 +141,36 @@ def test_action_mask_gives_zero_probability_and_finite_logp():
     assert (lp < -1e5).all()  # the unavailable action has (numerically) zero probability
 
 
+def test_categorical_head_matches_torch_distributions():
+    """The head's own log-softmax (algos/ppo.py masked_log_softmax) gives Categorical's samples for the same
+    generator state, its log-probs and entropy (and their gradients), with and without action masks."""
+    torch.manual_seed(0)
+    m = _module(n_actions=5)
+    obs = torch.randn(256, 3, 4)
+    avail = torch.rand(256, 3, 5) > 0.4
+    avail[..., 2] = True  # at least one available action per row
+    for mask in (None, avail):
+        torch.manual_seed(1)
+        a, logp, _ = m.act(obs, mask, None, explore=True)
+        logits = m.actor.step(obs.reshape(768, -1), None)[0]
+        masked = logits if mask is None else logits.masked_fill(~mask.reshape(768, -1), -1e10)
+        ref = torch.distributions.Categorical(logits=masked)
+        torch.manual_seed(1)
+        assert torch.equal(a.reshape(-1), ref.sample())
+        assert torch.allclose(logp.reshape(-1), ref.log_prob(a.reshape(-1)), atol=1e-6)
+        greedy, _, _ = m.act(obs, mask, None, explore=False)
+        assert torch.equal(greedy.reshape(-1), ref.probs.argmax(-1))
+        x = logits.detach().requires_grad_(True)
+        lp, ent = m.log_prob_entropy(x, a.reshape(-1), None if mask is None else mask.reshape(768, -1))
+        y = x.detach().clone().requires_grad_(True)
+        d = torch.distributions.Categorical(logits=y if mask is None else y.masked_fill(~mask.reshape(768, -1), -1e10))
+        lp_ref, ent_ref = d.log_prob(a.reshape(-1)), d.entropy()
+        assert torch.allclose(lp, lp_ref, atol=1e-6) and torch.allclose(ent, ent_ref, atol=1e-6)
+        (lp.sum() + 0.3 * ent.sum()).backward()
+        (lp_ref.sum() + 0.3 * ent_ref.sum()).backward()
+        assert torch.allclose(x.grad, y.grad, atol=1e-6)
+
+
 @pytest.mark.parametrize("discrete", [True, False])
 @pytest.mark.parametrize("recurrent", [False, True])
 def test_training_forward_reproduces_rollout_logp(discrete, recurrent):
