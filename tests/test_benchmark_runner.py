@@ -12,8 +12,10 @@ import pytest
 import yaml
 
 import marl
+from marl.benchmarks import runner
 from marl.benchmarks.report import validate_marl_eval
 from marl.benchmarks.suite import parse_suite
+from marl.checkpoint import list_checkpoints
 from marl.errors import MarlError
 
 TINY = {
@@ -99,16 +101,23 @@ def test_output_folders_are_checked_before_anything_runs(ray_session, tmp_path):
     assert not (tmp_path / "c").exists()
 
 
-def _halfway(out):
-    """A run is done and another is training past its first checkpoint (so SIGINT interrupts a run
-    that has something to resume from)."""
+def _halfway(out, env_steps):
+    """A run is done and another is training past its first checkpoint but not past half its budget
+    (``env_steps``): SIGINT then interrupts a run that has a checkpoint to resume from. A run near its
+    end would not do: a signal stops a run only after its current iteration, so under load such a run
+    (the done run's partner, say) may finish before the signal reaches it, leaving nothing to resume."""
     try:
         records = _records(out)
-        running = [k for k, r in records.items() if r["status"] == "running"]
+        running = [out / "runs" / k for k, r in records.items() if r["status"] == "running"]
         return any(r["status"] == "done" for r in records.values()) and any(
-            list((out / "runs" / k).glob("*/checkpoints/checkpoint_*")) for k in running)
+            _has_checkpoint(slot) and runner.partial_steps(slot) <= env_steps // 2 for slot in running)
     except (OSError, ValueError):  # a folder pruned or a file replaced while we looked: look again
         return False
+
+
+def _checkpointed_folders(slot):
+    """The run folders of ``slot`` holding a checkpoint (what a relaunch resumes from)."""
+    return {p.resolve() for p in slot.iterdir() if p.is_dir() and list_checkpoints(p)} if slot.is_dir() else set()
 
 
 def _has_checkpoint(slot):
@@ -132,11 +141,13 @@ def test_sigint_halfway_then_relaunch_gives_the_uninterrupted_results(tmp_path):
     path.write_text(yaml.safe_dump(suite))
     out = tmp_path / "interrupted"
     proc = _launch(path, out)
-    deadline = time.time() + 300
-    while time.time() < deadline and not _halfway(out):
+    deadline, halfway = time.time() + 600, False  # a loaded machine takes minutes to start Ray and the runs
+    while time.time() < deadline and not halfway:
         time.sleep(0.2)
+        halfway = _halfway(out, suite["budget"]["env_steps"])
     proc.send_signal(signal.SIGINT)
     text, _ = proc.communicate(timeout=300)
+    assert halfway, ("no run was early in its budget with a checkpoint while another was done", text)
     # Ray 2.60 can abort the driver when a task it cancels is finishing at that moment (a fatal check
     # in its task manager, "Tried to complete task that was not pending"); the runs' data must stay
     # whole either way, which the relaunch below checks
@@ -147,13 +158,21 @@ def test_sigint_halfway_then_relaunch_gives_the_uninterrupted_results(tmp_path):
     first = _records(out)
     finished = {k for k, r in first.items() if r["status"] == "done"}
     assert finished and len(finished) < 4, first
+    # the runs a relaunch must resume: unfinished, with a checkpoint (at least the run _halfway saw early
+    # in its budget: its SIGINT checkpoint, or its periodic one if Ray aborted the driver)
+    to_resume = {k: _checkpointed_folders(out / "runs" / k) for k, r in first.items() if r["status"] != "done"}
+    to_resume = {k: folders for k, folders in to_resume.items() if folders}
+    assert to_resume, ("an unfinished run with a checkpoint", first)
     mtimes = {k: (out / "runs" / k / "record.json").stat().st_mtime_ns for k in finished}
     relaunch = _launch(path, out)
     text, _ = relaunch.communicate(timeout=600)
     assert relaunch.returncode == 0, text
     assert {k: (out / "runs" / k / "record.json").stat().st_mtime_ns for k in finished} == mtimes, text  # not repeated
-    resumed = [r for r in _records(out).values() if r["resumed_from"]]
-    assert resumed, ("an interrupted run resumed from its checkpoint", first)
+    again = _records(out)
+    resumed = {k for k, r in again.items() if r.get("resumed_from")}
+    assert resumed == set(to_resume), ("exactly the interrupted runs with a checkpoint resumed", first, again)
+    for k, folders in to_resume.items():
+        assert again[k]["status"] == "done" and Path(again[k]["resumed_from"]).resolve() in folders, (k, again[k])
     clean = tmp_path / "clean"
     once = _launch(path, clean)
     text, _ = once.communicate(timeout=600)
