@@ -157,6 +157,22 @@ def test_hpn_sequence_equals_step_by_step():
         assert torch.allclose(seq[:, t], q, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind,kw", HPN_KINDS + [("hpn", {"recurrent": False})])
+def test_hpn_packed_episodes_equal_the_unroll_on_used_steps(kind, kw):
+    """HPN/DPN skip padding (value decomposition's packed path): on the used steps of episodes of
+    different lengths the packed pass equals the padded unroll, and padding (NaN here) never leaks."""
+    net = make(kind, last=True, **kw)
+    assert net.skips_padding
+    x = torch.cat([random_obs(5, 7), torch.nn.functional.one_hot(torch.randint(0, N_NORMAL + 3, (5, 7)),
+                                                                 N_NORMAL + 3).float()], -1)
+    x[1, :, OWN:OWN + D_ALLY] = 0  # an ally slot empty all episode: rows without that entity
+    lengths = torch.tensor([7, 1, 4, 7, 3])
+    used = torch.arange(7) < lengths.unsqueeze(-1)
+    fast = net.sequence(torch.where(used.unsqueeze(-1), x, float("nan")), lengths)
+    assert torch.allclose(fast[used], net.unroll(x)[used], atol=1e-5, rtol=0)
+    assert (fast[~used] == 0).all()
+
+
 # ------------------------------------------------------------------ ASN
 def test_asn_targeted_value_is_the_pairing_of_the_two_embeddings():
     net = make("asn")

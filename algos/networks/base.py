@@ -172,3 +172,8 @@ class RecurrentCore(nn.Module):
     def forward(self, z: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``z [M, L, H]`` -> ``[M, L, H]``."""
         return recurrent_layer(self.cell, z, h0, starts)
+
+    def packed(self, z: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+        """Whole episodes from the zero state in packed layout: ``z [sum(lengths), H]`` -> ``[sum(lengths), H]``
+        (:func:`packed_gru`; the feed-forward variant is row-wise)."""
+        return packed_gru(self.cell, z, batch_sizes) if self.recurrent else F.relu(self.cell(z))

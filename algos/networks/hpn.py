@@ -254,6 +254,16 @@ class HPNNet(AgentNetwork):
             parts.append(q.index_put((rows,), hyper.targeted_values(h.index_select(0, rows), za)))
         return torch.cat(parts, -1)
 
+    # the input layer and the head work row by row around the GRU, so a padded batch's used steps can be
+    # packed (AgentNetwork.sequence): value decomposition then skips its padding, as for the plain network
+    skips_padding = True
+
+    def packed(self, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+        """Whole episodes from the zero state in packed layout: ``x [sum(lengths), D]`` -> ``[sum(lengths), A]``
+        (:meth:`~marl.algos.networks.base.AgentNetwork.packed`)."""
+        z, codes = self.embed(x)
+        return self.head(self.core.packed(z, batch_sizes), codes)
+
     def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None):
         """``x [M, L, D]`` -> outputs ``[M, L, A]``, states ``[M, L, H]`` (``None`` without recurrence)."""
         M, L = x.shape[:2]
