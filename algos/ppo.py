@@ -40,7 +40,7 @@ from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
 from marl.env import MarlError
 
-CRITICS = ("state", "team", "obs")  # PPOConfig.critic
+CRITICS = ("state", "team", "obs", "auto")  # PPOConfig.critic
 REDISTRIBUTIONS = ("none", "causal_shift")  # reward_redistribution choices (legem: value decomposition only)
 NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
 
@@ -54,8 +54,8 @@ class PPOConfig(AgentNetConfig, EngineConfig):
     LAYER = "PPO"
 
     critic: str = key("value function: global state + agent id, one row per agent (state); global state once per "
-                      "env step with one value head per agent (team, MLP actors); own observation (obs, IPPO)",
-                      choices=CRITICS)
+                      "env step with one value head per agent (team, MLP actors); own observation (obs, IPPO); "
+                      "team for MLP actors and state for GRU actors (auto)", choices=CRITICS)
     gamma: float = key("discount factor", gt=0, le=1)
     gae_lambda: float = key("GAE lambda", ge=0, le=1)
     clip: float = key("PPO clip epsilon of the policy ratio", gt=0)
@@ -364,6 +364,14 @@ class PPOLearner(RunAccess, TorchLearner):
 
 
 # ============================================================ batch building
+def critic_kind(cfg) -> str:
+    """The critic a config trains: ``critic``, with ``auto`` resolved to ``team`` (once per env step)
+    for feed-forward actors and ``state`` (one row per agent) for GRU actors, which ``team`` does not serve."""
+    if cfg.critic != "auto":
+        return cfg.critic
+    return "state" if cfg.recurrent else "team"
+
+
 def masked_log_softmax(logits: torch.Tensor, avail: Optional[torch.Tensor]) -> torch.Tensor:
     """``log softmax`` of ``logits [M, A]`` with unavailable actions (``avail [M, A]``, 0/False) at
     logit ``NEG_INF``: the log-probabilities of ``torch.distributions.Categorical(logits=...)``
@@ -461,13 +469,14 @@ class PPO(Trainer):
     def module_config(cls, cfg: PPOConfig, mapping, mid: str) -> Dict[str, Any]:
         g = mapping.group_info(mid)
         n = mapping.n_agents(mid)
+        critic = critic_kind(cfg)
         critic_dim = {"obs": mapping.obs_dim(mid), "state": mapping.info.state_dim + n,
-                      "team": mapping.info.state_dim}[cfg.critic]
+                      "team": mapping.info.state_dim}[critic]
         mc = {
             "obs_dim": mapping.obs_dim(mid),
             "critic_dim": critic_dim,
-            "critic_heads": n if cfg.critic == "team" else 1,
-            "team_critic": cfg.critic == "team",
+            "critic_heads": n if critic == "team" else 1,
+            "team_critic": critic == "team",
             "n_actions": g.n_actions,
             "discrete": g.discrete,
             "hidden": cfg.hidden,
@@ -511,13 +520,13 @@ class PPO(Trainer):
         """
         c = config_view(cfg)
         if c.critic == "team" and c.recurrent:
-            raise MarlError("critic=team (MAPPO's default on MPE, configs/envs/mpe.yaml) evaluates the critic once "
-                            "per env step for MLP actors; with recurrent=true set critic=state (one row per agent).")
+            raise MarlError("critic=team evaluates the critic once per env step for MLP actors; with recurrent=true "
+                            "use critic=state (one row per agent) or critic=auto.")
         T = c.rollout_length  # rows per (env copy, agent): steps, or chunks of a GRU (one if chunk_length does not divide T)
         if c.recurrent:
             T = T // c.chunk_length if T % c.chunk_length == 0 else 1
         envs = mapping.info.num_envs * max(1, c.num_env_runners)
-        per_copy = (lambda m: 1) if c.critic == "team" else mapping.n_agents  # team: rows are env steps
+        per_copy = (lambda m: 1) if critic_kind(c) == "team" else mapping.n_agents  # team: rows are env steps
         rows = min(envs * per_copy(m) for m in mapping.modules) * T // max(1, c.num_learners)
         if c.num_minibatches > rows:
             raise MarlError(f"num_minibatches={c.num_minibatches} is more than the {rows} rows a learner gets per "
@@ -539,4 +548,4 @@ class PPO(Trainer):
         rollout = self.sample_rollouts()
         if self.cfg.reward_redistribution == "causal_shift":
             self.redistribute(rollout)
-        return StepOutput(rollout, self.update_learners(rollout_to_sequences(rollout, self.cfg.critic)))
+        return StepOutput(rollout, self.update_learners(rollout_to_sequences(rollout, critic_kind(self.cfg))))

@@ -106,7 +106,7 @@ CONFIG = [
     ("hidden=0", fit(match, "mappo", hidden=0), LOADER, "'hidden' must be >= 1, got 0."),
     ("layers=0", fit(match, "mappo", layers=0), LOADER, "'layers' must be >= 1, got 0."),
     ("activation='gelu2'", fit(match, "mappo", activation="gelu2"), LOADER, "Unknown activation 'gelu2'."),
-    ("critic='both'", fit(match, "mappo", critic="both"), LOADER, "Unknown critic 'both'. Valid choices: obs, state, team."),
+    ("critic='both'", fit(match, "mappo", critic="both"), LOADER, "Unknown critic 'both'. Valid choices: auto, obs, state, team."),
     ("chunk_length=0", fit(match, "mappo", chunk_length=0), LOADER, "'chunk_length' must be >= 1, got 0."),
     ("entropy_coef<0", fit(match, "mappo", entropy_coef=-0.1), LOADER, "'entropy_coef' must be >= 0, got -0.1."),
     ("adam_eps=0", fit(match, "mappo", adam_eps=0), LOADER, "'adam_eps' must be > 0, got 0."),

@@ -83,7 +83,7 @@ def test_ranges_name_key_value_and_range(algo, key_, bad, valid, range_):
 
 
 def test_choices_and_a_clip_of_zero_for_llm_only():
-    with pytest.raises(MarlError, match=r"Unknown critic 'foo'. Valid choices: obs, state"):
+    with pytest.raises(MarlError, match=r"Unknown critic 'foo'. Valid choices: auto, obs, state, team"):
         mappo(critic="foo")
     with pytest.raises(MarlError, match=r"Unknown hypernet_layers '3'. Valid choices: 1, 2"):
         load_config("qmix", "mpe", {"hypernet_layers": 3})
@@ -190,7 +190,7 @@ def test_every_key_has_a_one_line_doc_and_a_range_or_choices():
 
 def test_config_is_frozen_mapping_picklable_and_replace_checks():
     cfg = mappo()
-    assert cfg["lr"] == cfg.lr == 7e-4 and dict(cfg)["critic"] == {**cfg}["critic"] == "team"
+    assert cfg["lr"] == cfg.lr == 7e-4 and dict(cfg)["critic"] == {**cfg}["critic"] == "auto"
     assert "lr" in cfg and "mixer" not in cfg and cfg.get("mixer") is None and cfg["algo"] == "mappo"
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.lr = 1.0

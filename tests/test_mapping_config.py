@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from marl.algos.ppo import critic_kind
 from marl.config import list_algos, load_config, parse_cli_overrides, validate_stop
 from marl.env import EnvInfo, GroupInfo, MarlError
 from marl.mapping import PolicyMapping
@@ -66,10 +67,14 @@ def test_agent_id_onehot():
 
 def test_config_layers_and_unknown_key_error():
     cfg = load_config("mappo", "mpe", {"lr": 1e-3})
-    assert cfg["lr"] == 1e-3 and cfg["critic"] == "team" and cfg["num_minibatches"] == 4  # mpe overrides
+    assert cfg["lr"] == 1e-3 and cfg["critic"] == "auto" and cfg["num_minibatches"] == 4  # mpe overrides
     assert load_config("mappo", "vmas")["epochs"] == 3 and load_config("mappo", "mpe")["epochs"] == 15
     assert load_config("mappo", "vmas")["critic"] == load_config("mappo", "smax")["critic"] == "state"  # not on MPE
     assert load_config("ippo", "mpe")["critic"] == "obs"
+    # auto: the team critic for MLP actors, the per-agent critic for GRU actors (which team does not serve)
+    assert critic_kind(load_config("mappo", "mpe")) == "team"
+    assert critic_kind(load_config("mappo", "mpe", {"recurrent": True})) == "state"
+    assert critic_kind(load_config("ippo", "mpe", {"recurrent": True})) == "obs"
     with pytest.raises(MarlError, match="Unknown config key 'learning_rate'.*Valid keys:.*lr"):
         load_config("mappo", "mpe", {"learning_rate": 1e-3})
     with pytest.raises(MarlError, match="Did you mean 'epochs'"):
