@@ -290,16 +290,17 @@ class PPOLearner(RunAccess, TorchLearner):
             out["avail"] = steps(b["avail"])
         return out
 
-    def _rows(self, mid: str, data: Dict[str, torch.Tensor], recurrent: bool) -> Dict[str, torch.Tensor]:
+    def _rows(self, mid: str, data: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Training rows of one module, made contiguous once per update (every epoch then only indexes them).
 
         MLP actors: rows are single steps (``R*T`` of them). GRU actors: rows are
         chunks of ``chunk_length`` steps starting from the stored hidden state.
         Team critic: rows are env steps already (:meth:`_prepare_team`).
         """
-        if self.module[mid].unwrapped().team:
+        module = self.module[mid].unwrapped()
+        if module.team:
             return data
-        if recurrent:
+        if module.recurrent:
             R, T = data["actions"].shape[:2]
             L = self.cfg.chunk_length if T % self.cfg.chunk_length == 0 else T
             flat = {k: v.reshape(R * (T // L), L, *v.shape[2:]) for k, v in data.items()}
@@ -327,8 +328,8 @@ class PPOLearner(RunAccess, TorchLearner):
     # ---------------------------------------------------------------- update
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
         """One PPO update on a rollout (see the class docstring); returns reduced metrics."""
-        data = {mid: self._rows(mid, self._prepare(mid, b), self.module[mid].unwrapped().recurrent)
-                for mid, b in begin_update(self, batch, training_data, timesteps).items()}
+        batches = begin_update(self, batch, training_data, timesteps)
+        data = {mid: self._rows(mid, self._prepare(mid, b)) for mid, b in batches.items()}
         for _ in range(self.cfg.epochs):
             iters = {mid: self._minibatches(d) for mid, d in data.items()}
             for _k in range(self.cfg.num_minibatches):

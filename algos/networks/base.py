@@ -161,6 +161,14 @@ def recurrent_layer(layer: nn.Module, z: torch.Tensor, h0: Optional[torch.Tensor
     return F.relu(layer(z))
 
 
+def packed_layer(layer: nn.Module, z: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+    """:func:`recurrent_layer` on packed rows ``z [sum(lengths), H]`` from the zero state: the GRU by
+    :func:`packed_gru`, the feed-forward variant ``ReLU(layer(z))`` row by row."""
+    if isinstance(layer, nn.GRU):
+        return packed_gru(layer, z, batch_sizes)
+    return F.relu(layer(z))
+
+
 class RecurrentCore(nn.Module):
     """``GRU(H)`` or, with ``recurrent=False``, ``FC(H -> H) -> ReLU`` (no state); see :func:`recurrent_layer`."""
 
@@ -174,6 +182,5 @@ class RecurrentCore(nn.Module):
         return recurrent_layer(self.cell, z, h0, starts)
 
     def packed(self, z: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
-        """Whole episodes from the zero state in packed layout: ``z [sum(lengths), H]`` -> ``[sum(lengths), H]``
-        (:func:`packed_gru`; the feed-forward variant is row-wise)."""
-        return packed_gru(self.cell, z, batch_sizes) if self.recurrent else F.relu(self.cell(z))
+        """Whole episodes from the zero state in packed layout: ``z [sum(lengths), H]`` -> ``[sum(lengths), H]``."""
+        return packed_layer(self.cell, z, batch_sizes)

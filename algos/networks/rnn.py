@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from marl.algos.networks.base import AgentNetwork, packed_gru, recurrent_layer
+from marl.algos.networks.base import AgentNetwork, packed_layer, recurrent_layer
 
 
 class RNNAgent(AgentNetwork):
@@ -42,9 +42,9 @@ class RNNAgent(AgentNetwork):
 
     def packed(self, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
         """Used steps only, ``x [sum(lengths), d]`` in packed layout -> ``[sum(lengths), A]``
-        (:meth:`~marl.algos.networks.base.AgentNetwork.packed`; the GRU by :func:`packed_gru`)."""
+        (:meth:`~marl.algos.networks.base.AgentNetwork.packed`; :func:`~marl.algos.networks.base.packed_layer`)."""
         z = F.relu(self.fc1(x))
-        return self.fc2(packed_gru(self.rnn, z, batch_sizes) if self.recurrent else F.relu(self.rnn(z)))
+        return self.fc2(packed_layer(self.rnn, z, batch_sizes))
 
 
 def build_rnn_agent(c: Dict[str, Any], n_actions: int) -> RNNAgent:
