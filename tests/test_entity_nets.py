@@ -157,9 +157,11 @@ def test_hpn_sequence_equals_step_by_step():
         assert torch.allclose(seq[:, t], q, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind,kw", HPN_KINDS + [("hpn", {"recurrent": False})])
-def test_hpn_packed_episodes_equal_the_unroll_on_used_steps(kind, kw):
-    """HPN/DPN skip padding (value decomposition's packed path): on the used steps of episodes of
+@pytest.mark.parametrize("kind,kw", HPN_KINDS + [("hpn", {"recurrent": False}), ("asn", {}),
+                                     ("asn", {"asn_entity_modules": "separate", "asn_env_input": "non_target"}),
+                                     ("asn", {"recurrent": False})])
+def test_entity_net_packed_episodes_equal_the_unroll_on_used_steps(kind, kw):
+    """HPN/DPN/ASN skip padding (value decomposition's packed path): on the used steps of episodes of
     different lengths the packed pass equals the padded unroll, and padding (NaN here) never leaks."""
     net = make(kind, last=True, **kw)
     assert net.skips_padding
@@ -216,6 +218,7 @@ def test_asn_module_sharing_modes():
     assert count(make("asn", m_enemy=3)) == count(make("asn", m_enemy=7))  # shared: independent of m
     assert count(make("asn", m_enemy=6, asn_entity_modules="separate")) == 2 * count(make("asn", m_enemy=3, asn_entity_modules="separate"))
     assert len(make("asn", asn_entity_modules="unit_type").entity["enemy"]) == 2
+    assert not make("asn", asn_entity_modules="unit_type").skips_padding  # types may change inside an episode
     seq_net = make("asn", asn_entity_modules="separate")
     x = random_obs(2, 3)
     h = None

@@ -54,6 +54,10 @@ class Stream(nn.Module):
         """``x [M, L, d]`` -> ``[M, L, A]``."""
         return self.core(self.fc2(F.relu(self.fc1(x))), h0, starts)
 
+    def packed(self, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+        """Whole sequences from the zero state in packed layout: ``x [sum(lengths), d]`` -> ``[sum(lengths), A]``."""
+        return self.core.packed(self.fc2(F.relu(self.fc1(x))), batch_sizes)
+
 
 class ASNNet(AgentNetwork):
     """ASN recurrent agent network.
@@ -90,6 +94,9 @@ class ASNNet(AgentNetwork):
         self.normal = nn.Linear(hidden, inputs.n_normal) if inputs.n_normal else None
         self.entity = nn.ModuleDict({t: self._entity_modules(t, m) for t, _, m in inputs.targets})
         self.state_size = hidden * (1 + sum(m for _, _, m in inputs.targets)) if recurrent else 0
+        # unit-type modules route each (entity, step) by its type, which may change inside an episode, so
+        # only shared and per-slot modules run on the packed used steps (value decomposition's packed path)
+        self.skips_padding = entity_modules != "unit_type"
 
     def _entity_modules(self, t: str, m: int) -> nn.ModuleList:
         d = self.inputs.dims[t]
@@ -161,6 +168,27 @@ class ASNNet(AgentNetwork):
         for t, _, m in self.inputs.targets:
             out[t], rest = rest[:, :m * A].reshape(-1, m, A), rest[:, m * A:]
         return env, out
+
+    def packed(self, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+        """Whole episodes from the zero state in packed layout: ``x [sum(lengths), D]`` -> ``[sum(lengths), A_out]``
+        (:meth:`~marl.algos.networks.base.AgentNetwork.packed`; ``shared`` and ``separate`` entity modules)."""
+        env_x = self.inputs.non_target(x) if self.env_input == "non_target" else x
+        h_env = self.env.packed(env_x, batch_sizes)  # [N, A]
+        _, ents, _, _ = self.inputs.split(x)
+        parts: List[torch.Tensor] = [self.normal(h_env)] if self.normal is not None else []
+        for t, _, m in self.inputs.targets:
+            parts.append(torch.einsum("na,nja->nj", h_env, self._packed_entities(t, ents[t], batch_sizes)))
+        return torch.cat(parts, -1)
+
+    def _packed_entities(self, t: str, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
+        """Packed entities ``x [N, m, d]`` -> their stream states ``[N, m, A]``."""
+        N, m, d = x.shape
+        mods = self.entity[t]
+        if self.entity_modules == "separate":
+            return torch.stack([mods[j].packed(x[:, j], batch_sizes) for j in range(m)], 1)
+        # each (row, entity) is a sequence of its own; row-major over [N, m] keeps every step's m * batch_sizes[t]
+        # rows contiguous and still sorted by decreasing length, so the same packed unroll serves all entities
+        return mods[0].packed(x.reshape(N * m, d), batch_sizes * m).view(N, m, -1)
 
     def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None):
         """``x [M, L, D]`` -> outputs ``[M, L, A_out]`` and states ``[M, L, S]`` (``None`` without recurrence)."""
