@@ -78,6 +78,8 @@ class PPOConfig(AgentNetConfig, EngineConfig):
     chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
     reward_redistribution: str = key("off-beat envs: per-agent causal shift of rewards inside each rollout "
                                      "(docs/offbeat.md)", choices=REDISTRIBUTIONS)
+    torch_compile: bool = key("compile the learner's minibatch loss with torch.compile (inductor; opt-in: on the 2-core "
+                              "CPU it paid only at VMAS sizes, docs/engine.md); the first update pays the compile")
 
 
 # ============================================================ RL module
@@ -214,6 +216,12 @@ class PPOLearner(RunAccess, TorchLearner):
     steps each (every learner takes the same number of steps, as DDP requires).
     """
 
+    def build(self) -> None:
+        super().build()
+        # only the loss: compiling the module's forward as well made VMAS learner iterations 1.6x slower on the
+        # 2-core CPU (docs/engine.md), though a standalone forward+loss benchmark compiled well
+        self._loss_terms = torch.compile(ppo_loss_terms, dynamic=False) if self.cfg.torch_compile else ppo_loss_terms
+
     def configure_optimizers_for_module(self, module_id, config=None):
         # Adam eps 1e-5 as in the MAPPO code (RLlib's default is 1e-8); PyTorch's fused kernel: one call per
         # step instead of a Python loop over the parameters (7x faster on the 2-core CPU, same update to ~1e-7)
@@ -344,24 +352,34 @@ class PPOLearner(RunAccess, TorchLearner):
         nested = module.recurrent or module.team  # [M, L or N, ...] columns -> one row per (step, agent)
         flat = {k: v.reshape(-1, *v.shape[2:]) if nested else v for k, v in batch.items()
                 if k not in ("h0", "starts", "critic_in")}
-        logp, ent = module.log_prob_entropy(fwd_out["dist_in"], flat["actions"], flat.get("avail"))
-        returns, active = flat["returns"], flat["active"]
-        if cfg.value_norm:
-            module.value_norm.update(returns, active)
-            targets = module.value_norm.normalize(returns)
-        else:
-            targets = returns
-        parts = ppo_losses(
-            logp, flat["logp_old"], flat["advantages"], ent, fwd_out["values"], flat["values_old"], targets,
-            active, cfg.clip, cfg.value_clip, cfg.huber_delta,
-        )
-        loss = parts["policy_loss"] - cfg.entropy_coef * parts["entropy"] + cfg.value_loss_coef * parts["value_loss"]
+        if cfg.value_norm:  # in place on the statistics: outside the compiled loss
+            module.value_norm.update(flat["returns"], flat["active"])
+        loss, parts = self._loss_terms(module, fwd_out["dist_in"], fwd_out["values"], flat, cfg.value_norm, cfg.clip,
+                                       cfg.value_clip, cfg.huber_delta, cfg.entropy_coef, cfg.value_loss_coef)
         for name in ("policy_loss", "value_loss"):
             if not torch.isfinite(parts[name]):
                 raise TrainingDiverged(f"{name} of module '{module_id}' is {parts[name].item()} (not finite)")
         for k, v in parts.items():
             self.metrics.log_value((module_id, k), v.item(), window=1)
         return loss
+
+
+def ppo_loss_terms(module: PPOModule, dist_in: torch.Tensor, values: torch.Tensor, flat: Dict[str, torch.Tensor],
+                   value_norm: bool, clip: float, value_clip: float, huber_delta: float, entropy_coef: float,
+                   value_loss_coef: float) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+    """MAPPO's minibatch loss ``L = L_clip - c_H H + c_V L_V`` (Yu et al. 2022, arXiv 2103.01955) and its parts
+    (:func:`~marl.algos.policy_gradient.ppo_losses`), tensor math only so that ``torch_compile`` can compile it.
+
+    ``dist_in [M, A]`` and ``values [M]`` (normalised units) from :meth:`PPOModule._forward_train`; ``flat``: the
+    minibatch's ``actions``, ``avail``, ``logp_old``, ``advantages``, ``values_old``, ``returns`` (raw units) and
+    ``active``, all ``[M]`` rows (``avail [M, A]``).
+    """
+    logp, ent = module.log_prob_entropy(dist_in, flat["actions"], flat.get("avail"))
+    returns = flat["returns"]
+    targets = module.value_norm.normalize(returns) if value_norm else returns
+    parts = ppo_losses(logp, flat["logp_old"], flat["advantages"], ent, values, flat["values_old"], targets,
+                       flat["active"], clip, value_clip, huber_delta)
+    return parts["policy_loss"] - entropy_coef * parts["entropy"] + value_loss_coef * parts["value_loss"], parts
 
 
 # ============================================================ batch building

@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the figures (every side, ratios, settings, load) to PATH as JSON")
     p.add_argument("--algo", default="qmix", help="algorithm of the agents benchmark (default qmix)")
     p.add_argument("--agents", default="mlp,hpn,dpn,asn", help="agent networks of the agents benchmark, anchor first")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides of the agents benchmark")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides of marl's side (agents, vs-benchmarl)")
     p.add_argument("--map", default="3m", help="SMAX scenario of the smax benchmark (default 3m)")
     p.add_argument("--iters", type=int, default=10, help="iterations per side, the first is warm-up (default 10)")
     p.add_argument("--num-envs", type=int, default=32, help="env copies B of the MPE sides (default 32)")
@@ -88,7 +88,10 @@ def _speed(ns: argparse.Namespace) -> Any:
         return speed.run(iters=ns.iters, benchmarl_python=python, only=only)
     if python is None:
         raise MarlError(f"marl bench vs-benchmarl needs BenchMARL's python: {SETUP_HINT}.")
-    return speed.run_vs_benchmarl(python, num_envs=ns.vmas_num_envs, iters=ns.iters, seconds=ns.seconds)
+    from marl.config import parse_cli_overrides
+
+    return speed.run_vs_benchmarl(python, num_envs=ns.vmas_num_envs, iters=ns.iters, seconds=ns.seconds,
+                                  **parse_cli_overrides(ns.set))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

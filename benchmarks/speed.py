@@ -83,7 +83,7 @@ class VsBenchmarlResult:
 
 def run_vs_benchmarl(python: str, num_envs: int = 512, rollout_length: int = 25, epochs: int = 3,
                      minibatches: int = 2, iters: int = 10, seconds: Optional[float] = None,
-                     max_steps: int = 100) -> VsBenchmarlResult:
+                     max_steps: int = 100, **overrides: Any) -> VsBenchmarlResult:
     """marl MAPPO vs BenchMARL MAPPO on VMAS simple_spread, alternating iterations.
 
     Args:
@@ -92,6 +92,7 @@ def run_vs_benchmarl(python: str, num_envs: int = 512, rollout_length: int = 25,
         num_envs, rollout_length, epochs, minibatches: ``B``, ``T``, ``E``, ``K`` of both sides.
         iters: iterations per side (the first is warm-up); ``seconds``: about this long instead.
         max_steps: VMAS episode length of both sides.
+        **overrides: more config keys of marl's side only (e.g. ``torch_compile=True``); the settings say so.
 
     Raises:
         MarlError: BenchMARL's child process fails (the message says how to set it up).
@@ -103,13 +104,15 @@ def run_vs_benchmarl(python: str, num_envs: int = 512, rollout_length: int = 25,
         with ray_for_bench():
             ours = bench_ours(num_envs, rollout_length, epochs, iters, seconds, family="vmas",
                               scenario="simple_spread", env_kwargs={"max_steps": max_steps}, name="marl",
-                              between=anchor.train_one, hidden=64, num_minibatches=minibatches, critic="team")
+                              between=anchor.train_one, **{"hidden": 64, "num_minibatches": minibatches,
+                                                           "critic": "team", **overrides})
         theirs = anchor.result()
     finally:
         anchor.stop()
     settings = {"B": num_envs, "T": rollout_length, "E": epochs, "K": minibatches, "hidden": "2x64 relu",
                 "critic": "centralised, once per env step (marl critic=team, BenchMARL share_param_critic)",
-                "max_steps": max_steps, "actions": "discrete", "iters": iters, "seconds": seconds}
+                "max_steps": max_steps, "actions": "discrete", "iters": iters, "seconds": seconds,
+                "marl_overrides": dict(overrides)}
     return VsBenchmarlResult(sides={"marl": ours, "benchmarl": theirs}, settings=settings)
 
 

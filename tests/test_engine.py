@@ -1,6 +1,7 @@
 """Engine integration: fit, checkpoints, resume, remote env runners, DDP learners, errors (Ray)."""
 import csv
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,31 @@ def test_more_env_runners_than_cpus_is_an_error_not_a_hang(ray_session):
         init_ray({**base, "num_env_runners": 3})
     fitted = init_ray({**base, "num_env_runners": 2, "num_learners": 2})  # 4 requested on 2 CPUs: shares scaled
     assert 2 * fitted["num_cpus_per_env_runner"] + 2 * fitted["num_cpus_per_learner"] <= 2
+
+
+def _trained_weights(compiled: bool, **kw):
+    trainer, *_ = build_trainer(spread(B=4), "mappo", torch_compile=compiled, seed=3, **{**QUICK, **kw})
+    try:
+        trainer.train()
+        out = trainer.learner_group.foreach_learner(
+            lambda l: (hasattr(l._loss_terms, "_torchdynamo_orig_callable"),
+                       {k: v.detach().clone() for k, v in l.module["shared"].state_dict().items()}))
+        return [r.get() if hasattr(r, "get") else r for r in out][0]
+    finally:
+        trainer.stop()
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="inductor on CPU needs a C++ compiler")
+@pytest.mark.parametrize("kw", [{}, {"recurrent": True}], ids=["team_critic", "gru_state_critic"])
+def test_torch_compile_learner_trains_the_eager_weights(ray_session, kw):
+    """``torch_compile=True`` compiles the learner's loss (inductor) and takes the same gradient
+    steps as eager: after one update (2 epochs) every weight equals eager's to float32 reordering (1e-4)."""
+    was_compiled, eager = _trained_weights(False, **kw)
+    is_compiled, compiled = _trained_weights(True, **kw)
+    assert not was_compiled and is_compiled
+    _, again = _trained_weights(False, **kw)
+    moved = [k for k in eager if eager[k].is_floating_point() and not torch.equal(eager[k], again[k])]
+    assert not moved, f"eager training is not deterministic here: {moved}"
+    for k, v in eager.items():
+        assert torch.allclose(compiled[k], v, atol=1e-4, rtol=0), k
