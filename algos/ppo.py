@@ -78,8 +78,8 @@ class PPOConfig(AgentNetConfig, EngineConfig):
     chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
     reward_redistribution: str = key("off-beat envs: per-agent causal shift of rewards inside each rollout "
                                      "(docs/offbeat.md)", choices=REDISTRIBUTIONS)
-    torch_compile: bool = key("compile the learner's minibatch loss with torch.compile (inductor; opt-in: on the 2-core "
-                              "CPU it paid only at VMAS sizes, docs/engine.md); the first update pays the compile")
+    torch_compile: bool = key("compile the learner's training forward and minibatch loss with torch.compile "
+                              "(inductor); the first update pays the compile, about 20 s on a 2-core CPU (docs/engine.md)")
 
 
 # ============================================================ RL module
@@ -218,8 +218,10 @@ class PPOLearner(RunAccess, TorchLearner):
 
     def build(self) -> None:
         super().build()
-        # only the loss: compiling the module's forward as well made VMAS learner iterations 1.6x slower on the
-        # 2-core CPU (docs/engine.md), though a standalone forward+loss benchmark compiled well
+        if self.cfg.torch_compile:  # forward and loss as two graphs: as fast as one, and ValueNorm stays eager
+            for mid in self.module.keys():
+                module = self.module[mid].unwrapped()
+                module._forward_train = torch.compile(module._forward_train, dynamic=False)
         self._loss_terms = torch.compile(ppo_loss_terms, dynamic=False) if self.cfg.torch_compile else ppo_loss_terms
 
     def configure_optimizers_for_module(self, module_id, config=None):

@@ -148,7 +148,7 @@ def _trained_weights(compiled: bool, **kw):
                     reason="inductor on CPU needs a C++ compiler")
 @pytest.mark.parametrize("kw", [{}, {"recurrent": True}], ids=["team_critic", "gru_state_critic"])
 def test_torch_compile_learner_trains_the_eager_weights(ray_session, kw):
-    """``torch_compile=True`` compiles the learner's loss (inductor) and takes the same gradient
+    """``torch_compile=True`` compiles the learner's forward and loss (inductor) and takes the same gradient
     steps as eager: after one update (2 epochs) every weight equals eager's to float32 reordering (1e-4)."""
     was_compiled, eager = _trained_weights(False, **kw)
     is_compiled, compiled = _trained_weights(True, **kw)

@@ -118,8 +118,8 @@ class MAPPOActor(AgentNetwork):
         self.head = MLP(hidden, n_actions, layers=0, layer_norm=False, out_gain=out_gain)
 
     def forward(self, x, h0=None, starts=None):
-        if not self.recurrent:
-            return self.head(self.trunk(x)), None
+        if not self.recurrent:  # rows as [M * L, D]: inductor compiled the [M, 1, D] form 2.6x slower than eager
+            return self.head(self.trunk(x.reshape(-1, x.shape[-1]))).view(*x.shape[:-1], -1), None
         states = self.trunk(x, h0, starts)
         return self.head(states), states
 
