@@ -218,11 +218,12 @@ class PPOLearner(RunAccess, TorchLearner):
 
     def build(self) -> None:
         super().build()
+        self._loss_terms = ppo_loss_terms
         if self.cfg.torch_compile:  # forward and loss as two graphs: as fast as one, and ValueNorm stays eager
             for mid in self.module.keys():
                 module = self.module[mid].unwrapped()
                 module._forward_train = torch.compile(module._forward_train, dynamic=False)
-        self._loss_terms = torch.compile(ppo_loss_terms, dynamic=False) if self.cfg.torch_compile else ppo_loss_terms
+            self._loss_terms = torch.compile(ppo_loss_terms, dynamic=False)
 
     def configure_optimizers_for_module(self, module_id, config=None):
         # Adam eps 1e-5 as in the MAPPO code (RLlib's default is 1e-8); PyTorch's fused kernel: one call per

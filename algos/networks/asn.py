@@ -169,16 +169,23 @@ class ASNNet(AgentNetwork):
             out[t], rest = rest[:, :m * A].reshape(-1, m, A), rest[:, m * A:]
         return env, out
 
+    def _env_x(self, x: torch.Tensor) -> torch.Tensor:
+        """The environment stream's input: ``x`` or, with ``env_input="non_target"``, ``x`` without the targets."""
+        return self.inputs.non_target(x) if self.env_input == "non_target" else x
+
+    def _values(self, h_env: torch.Tensor, h_ents: List[torch.Tensor]) -> torch.Tensor:
+        """``Q(A_in) = FC(h_env)`` and ``Q(a_j) = <h_env, h_j>``: ``h_env [..., A]``, one ``[..., m_t, A]`` per
+        targeted type -> ``[..., A_out]`` in action order."""
+        parts: List[torch.Tensor] = [self.normal(h_env)] if self.normal is not None else []
+        parts += [torch.einsum("...a,...ja->...j", h_env, h) for h in h_ents]
+        return torch.cat(parts, -1)
+
     def packed(self, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
         """Whole episodes from the zero state in packed layout: ``x [sum(lengths), D]`` -> ``[sum(lengths), A_out]``
         (:meth:`~marl.algos.networks.base.AgentNetwork.packed`; ``shared`` and ``separate`` entity modules)."""
-        env_x = self.inputs.non_target(x) if self.env_input == "non_target" else x
-        h_env = self.env.packed(env_x, batch_sizes)  # [N, A]
+        h_env = self.env.packed(self._env_x(x), batch_sizes)  # [N, A]
         _, ents, _, _ = self.inputs.split(x)
-        parts: List[torch.Tensor] = [self.normal(h_env)] if self.normal is not None else []
-        for t, _, m in self.inputs.targets:
-            parts.append(torch.einsum("na,nja->nj", h_env, self._packed_entities(t, ents[t], batch_sizes)))
-        return torch.cat(parts, -1)
+        return self._values(h_env, [self._packed_entities(t, ents[t], batch_sizes) for t, _, _ in self.inputs.targets])
 
     def _packed_entities(self, t: str, x: torch.Tensor, batch_sizes: torch.Tensor) -> torch.Tensor:
         """Packed entities ``x [N, m, d]`` -> their stream states ``[N, m, A]``."""
@@ -193,17 +200,11 @@ class ASNNet(AgentNetwork):
     def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None):
         """``x [M, L, D]`` -> outputs ``[M, L, A_out]`` and states ``[M, L, S]`` (``None`` without recurrence)."""
         env_h0, ent_h0 = self._split_state(h0)
-        env_x = self.inputs.non_target(x) if self.env_input == "non_target" else x
-        h_env = self.env(env_x, env_h0, starts)
+        h_env = self.env(self._env_x(x), env_h0, starts)
         _, ents, _, _ = self.inputs.split(x)
-        parts: List[torch.Tensor] = [self.normal(h_env)] if self.normal is not None else []
-        states = [h_env]
-        for t, _, m in self.inputs.targets:
-            h_ent = self._entity_stream(t, ents[t], ent_h0[t], starts)  # [M, L, m, A]
-            parts.append(torch.einsum("mla,mlja->mlj", h_env, h_ent))
-            states.append(h_ent.flatten(2))
-        return torch.cat(parts, -1), (torch.cat(states, -1) if self.recurrent else None)
-
+        h_ents = [self._entity_stream(t, ents[t], ent_h0[t], starts) for t, _, _ in self.inputs.targets]  # [M, L, m, A]
+        states = torch.cat([h_env] + [h.flatten(2) for h in h_ents], -1) if self.recurrent else None
+        return self._values(h_env, h_ents), states
 
 def build_asn(inputs: EntityInputs, c: Dict[str, Any]) -> ASNNet:
     """ASN from a module's ``model_config``: ``recurrent`` and the ``asn_*`` keys (``configs/engine.yaml``)."""
