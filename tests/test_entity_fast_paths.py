@@ -247,3 +247,42 @@ def test_asn_unroll_and_gradients_equal_the_per_entity_reference(kw, fixed_types
 def test_asn_feed_forward_equals_the_reference(kw):
     net = make("asn", id_dim=N_ID, last=True, recurrent=False, **kw)
     check_equal(net, asn_ref, inputs())
+
+
+@pytest.mark.parametrize("kind,kw", HPN_KINDS)
+def test_hpn_skips_features_zero_in_every_entity(kind, kw):
+    """A unit-type slot no enemy uses (a single-type map) and an ally feature zero everywhere are
+    left out of the code layer and the pooled matmul, with the reference's outputs and gradients;
+    once one enemy has the other type, every feature is read again."""
+    from marl.algos.networks.hpn import live_features
+
+    net = make(kind, id_dim=N_ID, last=True, **kw)
+    x = inputs(M=6, L=4, seed=5)
+    s = OWN + 2 * D_ALLY
+    for j in range(3):  # every present enemy of type 0; absent ones stay all zero
+        bits = slice(s + j * D_ENEMY + 3, s + j * D_ENEMY + 5)
+        x[..., bits] = F.one_hot(torch.zeros_like(x[..., 0], dtype=torch.long), 2) * (x[..., bits].sum(-1, keepdim=True) > 0)
+    x[..., OWN + 1:OWN + 2 * D_ALLY:D_ALLY] = 0.0  # feature 1 of both allies
+    _, ents, _, _ = net.inputs.split(x)
+    assert live_features(ents["enemy"]).tolist() == [f for f in range(D_ENEMY) if f != 4]
+    assert live_features(ents["ally"]).tolist() == [0, 2]
+    check_equal(net, hpn_ref, x, torch.randn(6, 64), resets(6, 4))
+    x[0, 0, s + 3:s + 5] = torch.tensor([0.0, 1.0])  # one enemy of type 1: its slot is live again
+    assert live_features(net.inputs.split(x)[1]["enemy"]) is None
+    check_equal(net, hpn_ref, x)
+
+
+def test_zero_tests_count_nan_inf_and_denormals_as_present():
+    """``active_rows`` / ``live_features`` sum ``|v|`` instead of testing ``v != 0``: a row or feature
+    holding only NaN, inf or a denormal is still present; exact zeros (and -0.0) are not."""
+    from marl.algos.networks.hpn import active_rows, live_features
+
+    v = torch.zeros(5, 2, 4)
+    v[1, 0, 2] = float("nan")
+    v[2, 1, 0] = float("inf")
+    v[3, 0, 0] = 1e-40  # denormal
+    v[4, 1, 0] = -0.0
+    rows, kept = active_rows(v)
+    assert rows.tolist() == [1, 2, 3] and torch.equal(kept[1:], v[2:4]) and kept[0, 0, 2].isnan()
+    assert live_features(v).tolist() == [0, 2]
+    assert live_features(torch.ones(3, 2, 4)) is None and live_features(torch.ones(0, 2, 4)) is None

@@ -34,6 +34,10 @@ compares outputs and gradients with the per-entity equations):
   episode's end, dead agents, no unit of the type in sight -- pool to exactly 0 and
   have the code ``g(0)`` in every slot: they skip the hypernetwork work of that type
   (:func:`active_rows`).
+* Features that are zero in every entity of a type in the batch -- the unused slots of
+  a unit-type one-hot, 5 of SMAX's 13 per unit on single-type maps -- multiply their
+  weight blocks by 0, so the code layer and the pooled matmul leave them out
+  (:func:`live_features`; 38% less input-layer work on 5m_vs_6m).
 """
 from __future__ import annotations
 
@@ -90,9 +94,13 @@ class EntityHyper(nn.Module):
         self.w_out = nn.Linear(k, hidden * heads, bias=bias) if targeted else None
         self.b_out = nn.Linear(k, heads, bias=bias) if targeted else None
 
-    def codes(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [..., m, d]`` -> codes ``z [..., m, K]``."""
-        s = self.code(x)
+    def codes(self, x: torch.Tensor, cols: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x [..., m, d]`` -> codes ``z [..., m, K]``. ``cols``: the features to read (:func:`live_features`;
+        the others must be zero in every entity), ``None`` for all."""
+        if cols is None:
+            s = self.code(x)
+        else:
+            s = F.linear(x.index_select(-1, cols), self.code.weight.index_select(1, cols), self.code.bias)
         if self.generator == "mlp":
             return F.relu(s)
         p = F.softmax(s, -1)
@@ -105,8 +113,9 @@ class EntityHyper(nn.Module):
         """Explicit ``W_in(x_j)``: ``[..., m, d, H*heads]`` (for tests; :meth:`pool` never builds it)."""
         return self.w_in(z).view(*z.shape[:-1], self.d, self.hidden * self.heads)
 
-    def pool(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """PI input layer ``sum_j x_j^T W_in(x_j)``: ``x [..., m, d]``, ``z [..., m, K]`` -> ``[..., heads, H]``.
+    def pool(self, x: torch.Tensor, z: torch.Tensor, cols: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """PI input layer ``sum_j x_j^T W_in(x_j)``: ``x [..., m, d]``, ``z [..., m, K]`` -> ``[..., heads, H]``;
+        ``cols`` as in :meth:`codes` (a feature zero in every entity adds exactly 0, so its weight block drops out).
 
         ``W_in`` is linear in the code, so the sum over entities is taken first, on the
         ``[d, K]`` outer products ``x_j z_j^T`` (one batched matmul), then contracted with
@@ -115,12 +124,16 @@ class EntityHyper(nn.Module):
         columns, which CPU matmul kernels run about 30% slower than ``K``.
         """
         lead, K = x.shape[:-2], z.shape[-1]
+        a = self.w_in.weight.view(self.d, -1, K)  # [d, H*heads, K]: one block per feature
+        c = None if self.w_in.bias is None else self.w_in.bias.view(self.d, -1)
+        if cols is not None:
+            x, a, c = x.index_select(-1, cols), a.index_select(0, cols), None if c is None else c.index_select(0, cols)
+        d = x.shape[-1]
         # x^T made contiguous: the batched matmul runs ~30% faster than on the transposed view
-        s = torch.matmul(x.transpose(-1, -2).contiguous(), z).reshape(*lead, self.d * K)
-        a = self.w_in.weight.view(self.d, -1, K).transpose(1, 2).reshape(self.d * K, -1)
-        e = s @ a
-        if self.w_in.bias is not None:
-            e = e + x.sum(-2) @ self.w_in.bias.view(self.d, -1)
+        s = torch.matmul(x.transpose(-1, -2).contiguous(), z).reshape(*lead, d * K)
+        e = s @ a.transpose(1, 2).reshape(d * K, -1)
+        if c is not None:
+            e = e + x.sum(-2) @ c
         return e.view(*lead, self.heads, self.hidden)
 
     def folded_output(self) -> torch.Tensor:
@@ -226,12 +239,13 @@ class HPNNet(AgentNetwork):
         codes: Dict[str, Codes] = {}
         for t, v in ents.items():
             rows, xa = active_rows(v)
-            za = self.hyper[t].codes(xa)
+            cols = live_features(xa)
+            za = self.hyper[t].codes(xa, cols)
             codes[t] = (rows, za)
             if xa.shape[0]:
                 # the merger is linear, so merging each type's embedding and adding equals
                 # merging their sum; rows whose entities of this type are all zero pool to exactly 0
-                merged = self.merger(self.hyper[t].pool(xa, za))
+                merged = self.merger(self.hyper[t].pool(xa, za, cols))
                 e = e + merged if rows is None else e.index_add(0, rows, merged)
         return F.relu(e), codes
 
@@ -281,11 +295,38 @@ def active_rows(v: torch.Tensor) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
     most rows of a SMAX batch) adds exactly 0 to the pooled input and has the code ``g(0)`` in
     every slot, so its hypernetwork work is skipped; NaN counts as nonzero.
     """
-    nz = (v != 0).flatten(1).any(1)
+    nz = nonzero_along(v.flatten(1))
     if bool(nz.all()):
         return None, v
     rows = nz.nonzero().squeeze(1)
     return rows, v.index_select(0, rows)
+
+
+def live_features(x: torch.Tensor) -> Optional[torch.Tensor]:
+    """Entities ``x [..., m, d]`` -> the indices of the features nonzero in at least one entity,
+    or ``None`` when all are (nothing to drop).
+
+    A feature that is zero in every entity of the batch multiplies its input-weight block by 0:
+    the unused slots of a unit-type one-hot (all marines on 5m_vs_6m: 5 of the 13 features
+    per unit), so the pooled matmul can leave them out with the same sums. NaN counts as nonzero.
+    """
+    if x.numel() == 0:
+        return None
+    live = nonzero_along(x.reshape(-1, x.shape[-1]).t())
+    if bool(live.all()):
+        return None
+    return live.nonzero().squeeze(1)
+
+
+def nonzero_along(v: torch.Tensor) -> torch.Tensor:
+    """``v [n, k]`` -> ``[n]`` bool: row ``i`` holds a nonzero (or NaN) value.
+
+    A matrix-vector product of ``|v|`` with ones instead of ``(v != 0).any(1)``: sums of
+    non-negative numbers are 0 only when every term is (inf and NaN stay nonzero), and on
+    CPU the product runs about 20x faster than the boolean reduction (75 vs 1,500 us for
+    SMAX-sized batches), which this network does for every entity type of every forward.
+    """
+    return torch.mv(v.abs(), v.new_ones(v.shape[1])) != 0
 
 
 def build_hpn(inputs: EntityInputs, c: Dict[str, Any], generator: str = "mlp") -> HPNNet:
