@@ -254,7 +254,10 @@ def test_hpn_skips_features_zero_in_every_entity(kind, kw):
     """A unit-type slot no enemy uses (a single-type map) and an ally feature zero everywhere are
     left out of the code layer and the pooled matmul, with the reference's outputs and gradients;
     once one enemy has the other type, every feature is read again."""
-    from marl.algos.networks.hpn import live_features
+    from marl.algos.networks.hpn import entity_support
+
+    def live_features(e):
+        return entity_support(e.flatten(0, 1))[2]
 
     net = make(kind, id_dim=N_ID, last=True, **kw)
     x = inputs(M=6, L=4, seed=5)
@@ -273,9 +276,15 @@ def test_hpn_skips_features_zero_in_every_entity(kind, kw):
 
 
 def test_zero_tests_count_nan_inf_and_denormals_as_present():
-    """``active_rows`` / ``live_features`` sum ``|v|`` instead of testing ``v != 0``: a row or feature
+    """``entity_support`` sums ``|v|`` instead of testing ``v != 0``: a row or feature
     holding only NaN, inf or a denormal is still present; exact zeros (and -0.0) are not."""
-    from marl.algos.networks.hpn import active_rows, live_features
+    from marl.algos.networks.hpn import entity_support
+
+    def active_rows(e):
+        return entity_support(e)[:2]
+
+    def live_features(e):
+        return entity_support(e)[2]
 
     v = torch.zeros(5, 2, 4)
     v[1, 0, 2] = float("nan")
