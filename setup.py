@@ -20,6 +20,7 @@ setup(
     include_package_data=True,
     install_requires=[
         "torch>=2.1",  # the README / CI install path pins torch==2.13.0 (CPU wheel)
+        # RLlib 2.60.x: its private API is used in marl/engine/rllib_seam.py only (docs/engine.md)
         "ray[rllib]==2.60.*",
         "pettingzoo>=1.25",
         "mpe2>=1.1",

@@ -22,7 +22,6 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
@@ -35,7 +34,7 @@ from marl.algos.policy_gradient import (
 )
 from marl.config import EngineConfig, config_view, key
 from marl.engine.context import RunAccess
-from marl.engine.spec import begin_update
+from marl.engine.rllib_seam import SeamLearner
 from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
 from marl.env import MarlError
@@ -205,7 +204,7 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
 
 
 # ============================================================ learner
-class PPOLearner(RunAccess, TorchLearner):
+class PPOLearner(RunAccess, SeamLearner):
     """Learner for IPPO/MAPPO: advantages, then epochs x minibatches of PPO steps.
 
     Input (one ``MultiAgentBatch``, sharded across learners by rows): per module,
@@ -228,7 +227,7 @@ class PPOLearner(RunAccess, TorchLearner):
     def configure_optimizers_for_module(self, module_id, config=None):
         # Adam eps 1e-5 as in the MAPPO code (RLlib's default is 1e-8); PyTorch's fused kernel: one call per
         # step instead of a Python loop over the parameters (7x faster on the 2-core CPU, same update to ~1e-7)
-        module = self._module[module_id]
+        module = self.module_for_optimizer(module_id)
         params = self.get_parameters(module)
         opt = torch.optim.Adam(params, eps=self.cfg.adam_eps, fused=True)
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
@@ -339,13 +338,13 @@ class PPOLearner(RunAccess, TorchLearner):
     # ---------------------------------------------------------------- update
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
         """One PPO update on a rollout (see the class docstring); returns reduced metrics."""
-        batches = begin_update(self, batch, training_data, timesteps)
+        batches = self.begin_update(batch, training_data, timesteps)
         data = {mid: self._rows(mid, self._prepare(mid, b)) for mid, b in batches.items()}
         for _ in range(self.cfg.epochs):
             iters = {mid: self._minibatches(d) for mid, d in data.items()}
             for _k in range(self.cfg.num_minibatches):
                 mb = {mid: next(it) for mid, it in iters.items()}
-                self._update(mb)
+                self.gradient_step(mb)
         self.after_gradient_based_update(timesteps=timesteps or {})
         return self.metrics.reduce()
 

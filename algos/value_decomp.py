@@ -33,7 +33,6 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
@@ -48,7 +47,7 @@ from marl.algos.value_decomp_inputs import PackedEpisodes, agent_inputs
 from marl.config import EngineConfig, config_view, key
 from marl.engine.context import RunAccess
 from marl.engine.replay import JointEpisodeBuffer, check_buffer_size
-from marl.engine.spec import begin_update
+from marl.engine.rllib_seam import SeamLearner, wants_component
 from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
 from marl.env import MarlError
@@ -241,7 +240,7 @@ class MixerModule(TorchRLModule):
 
 
 # ============================================================ learner
-class ValueDecompLearner(RunAccess, TorchLearner):
+class ValueDecompLearner(RunAccess, SeamLearner):
     """Masked TD loss on joint batches of whole episodes.
 
     Input: one ``MultiAgentBatch`` whose single policy batch holds the columns of
@@ -254,7 +253,7 @@ class ValueDecompLearner(RunAccess, TorchLearner):
     """
 
     def configure_optimizers_for_module(self, module_id, config=None):
-        module = self._module[module_id]
+        module = self.module_for_optimizer(module_id)
         params = self.get_parameters(module)
         if self.cfg.optimizer == "rmsprop":  # pymarl: RMSprop(alpha 0.99, eps 1e-5)
             opt = torch.optim.RMSprop(params, alpha=0.99, eps=1e-5)
@@ -265,8 +264,8 @@ class ValueDecompLearner(RunAccess, TorchLearner):
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
         """One gradient step on a joint batch; returns reduced metrics."""
         timesteps = timesteps or {}
-        cols = next(iter(begin_update(self, batch, training_data, timesteps).values()))
-        self._update(split_joint(cols, list(self.run.family.modules)))
+        cols = next(iter(self.begin_update(batch, training_data, timesteps).values()))
+        self.gradient_step(split_joint(cols, list(self.run.family.modules)))
         if timesteps.get("sync_target"):
             self.sync_targets()
         self.after_gradient_based_update(timesteps=timesteps)
@@ -578,7 +577,7 @@ class ValueDecomp(Trainer):
     # --------------------------------------------------------------- checkpoints
     def get_state(self, components=None, *, not_components=None, **kwargs):
         state = super().get_state(components, not_components=not_components, **kwargs)
-        if not self._check_component("replay_buffer", components, not_components):
+        if not wants_component(self, "replay_buffer", components, not_components):
             return state  # a component's state only (RLlib's save_to_path asks per component)
         state["replay_rng"] = self.rng.bit_generator.state  # the buffer's sampling draws (exact resume)
         if self.cfg.checkpoint_buffer:

@@ -114,6 +114,8 @@ class RllibAnchor:
         self._hook()
 
     def _hook(self) -> None:
+        from marl.engine.rllib_seam import count_gradient_steps, local_learner
+
         def count(episodes):
             self._steps.append(sum(int(e.env_steps()) for e in episodes))
 
@@ -121,15 +123,10 @@ class RllibAnchor:
         runner.sample = timed(runner.sample, self._sample_t, count)
         group = self.algo.learner_group
         group.update = timed(group.update, self._learn_t)
-        self.learner = getattr(group, "_learner", None)  # the local learner (num_learners=0)
+        self.learner = local_learner(group)  # the local learner (num_learners=0), or None
         if self.learner is not None:
-            orig = self.learner._update
-
-            def counted(batch, *a, **k):
-                self._rows.append(sum(len(b) for b in batch.values()) if hasattr(batch, "values") else -1)
-                return orig(batch, *a, **k)
-
-            self.learner._update = counted
+            count_gradient_steps(self.learner, lambda batch: self._rows.append(
+                sum(len(b) for b in batch.values()) if hasattr(batch, "values") else -1))
 
     def train_one(self) -> Dict[str, float]:
         """One ``algo.train()``, timed; returns (and keeps) this iteration's figures

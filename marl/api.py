@@ -38,24 +38,17 @@ def start_ray(num_cpus: Optional[int] = None, **init_kwargs: Any) -> bool:
     Returns True if this call started it.
     """
     import ray
-    from ray._private import ray_constants
+
+    from marl.engine.rllib_seam import init_loopback_ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if ray.is_initialized():
         return False
-    # Ray 2.60 resolves a loopback node address to the machine's external IP (and its
-    # servers then listen on every interface) unless its single-machine mode is on;
-    # that mode is read from this constant when the node starts.
-    multi_node = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        # address="local": a new Ray of this process, never a cluster a `ray start` left behind on this
-        # machine (ray.init would join that one, and refuse num_cpus)
-        init_kwargs.setdefault("address", "local")
-        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, _node_ip_address="127.0.0.1", **init_kwargs)
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = multi_node
+    # address="local": a new Ray of this process, never a cluster a `ray start` left behind on this
+    # machine (ray.init would join that one, and refuse num_cpus)
+    init_kwargs.setdefault("address", "local")
+    init_loopback_ray(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                      configure_logging=False, **init_kwargs)
     return True
 
 

@@ -9,6 +9,7 @@ import torch
 
 import marl
 from marl.api import build_trainer
+from marl.engine.rllib_seam import local_learner
 from marl.engine.trainer import TrainingDiverged
 from marl.env import MarlError
 from toy_envs import MatchEnv, MultiDiscreteEnv, NaNAfterEnv
@@ -112,7 +113,7 @@ def test_linear_lr_schedule_decays_to_zero_at_the_stop(ray_session):
         lrs = []
         for _ in range(4):  # 80 env steps per iteration
             trainer.train()
-            lrs.append(trainer.learner_group._learner.get_optimizer("shared").param_groups[0]["lr"])
+            lrs.append(local_learner(trainer.learner_group).get_optimizer("shared").param_groups[0]["lr"])
         assert lrs == pytest.approx([1e-3, 1e-3 * (1 - 80 / 400), 1e-3 * (1 - 160 / 400), 1e-3 * (1 - 240 / 400)])
     finally:
         trainer.stop()

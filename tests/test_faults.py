@@ -13,6 +13,7 @@ import marl
 from marl.api import build_trainer
 from marl.callbacks import Callback
 from marl.engine.faults import kill_env_runner
+from marl.engine.rllib_seam import runner_actors
 from marl.env import MarlError
 from marl.errors import EnvRunnersLost
 from test_value_decomp import _buffer, _rollout
@@ -108,7 +109,7 @@ def test_mappo_runner_killed_is_restored_and_training_continues(ray_session, cap
         assert after["env_steps"] - degraded["env_steps"] == 2 * TB
         assert trainer.progress["env_steps"] == after["env_steps"] == 5 * TB
         # restarted by Ray between two iterations, no call failed: its untrained answer is dropped
-        handle = trainer.env_runner_group._worker_manager.actors()[2]
+        handle = runner_actors(trainer.env_runner_group)[2]
         kill_env_runner(trainer, 2)
         _wait_alive(handle)
         silent = trainer.train()["marl"]

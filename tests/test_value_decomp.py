@@ -14,6 +14,7 @@ from marl.algos.q_learning import double_q_next, epsilon_at, epsilon_greedy, mas
 from marl.algos.value_decomp import QAgentModule, ValueDecomp, split_joint
 from marl.algos.value_decomp_inputs import PackedEpisodes, agent_inputs
 from marl.engine.replay import JointEpisodeBuffer
+from marl.engine.rllib_seam import local_learner
 from marl.env import MarlError
 
 
@@ -201,7 +202,7 @@ def test_fast_learner_loss_and_gradients_equal_the_padded_reference(ray_session,
     trainer, *_ = api.build_trainer(env, "qmix", rollout_length=4, buffer_size=20, batch_size=4,
                                     log_dir=str(tmp_path), progress=False)
     try:
-        learner = trainer.learner_group._learner
+        learner = local_learner(trainer.learner_group)
         params = [p for mid in learner.module.keys() for p in learner.module[mid].unwrapped().parameters() if p.requires_grad]
         for seed in range(3):
             for p in params:  # random weights (targets too) so that online and target nets differ
@@ -455,7 +456,7 @@ def test_target_sync_schedule_and_buffer_checkpoint(ray_session, tmp_path):
         buffer_size=200, log_dir=str(tmp_path), progress=False,
     )
     try:
-        learner = trainer.learner_group._learner
+        learner = local_learner(trainer.learner_group)
         mod = learner.module["shared"].unwrapped()
 
         def same():

@@ -34,11 +34,10 @@ from typing import Dict, Iterator, List
 
 import torch
 import torch.distributed as dist
-from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from marl.algos.llm.policy import to_numpy_keep_bf16
 from marl.engine.context import RunAccess
-from marl.engine.spec import begin_update
+from marl.engine.rllib_seam import SeamLearner
 from marl.errors import TrainingDiverged
 
 
@@ -99,20 +98,20 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Te
     return ((per_token * m).sum(1) / m.sum(1).clamp(min=1)).sum()
 
 
-class LLMLearner(RunAccess, TorchLearner):
+class LLMLearner(RunAccess, SeamLearner):
     """TorchLearner for LLM self-play (module docstring)."""
 
     def configure_optimizers_for_module(self, module_id, config=None):
         # Only trainable params: frozen (LoRA base) params have grad None, which RLlib's
         # apply_gradients cannot check (RLlib 2.60 TorchLearner.apply_gradients: isfinite on every grad).
-        params = [p for p in self._module[module_id].parameters() if p.requires_grad]
+        params = [p for p in self.module_for_optimizer(module_id).parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, betas=(0.9, self.cfg.adam_beta2), weight_decay=self.cfg.weight_decay)
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
 
     # ---------------------------------------------------------------- update
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
         """``epochs`` x ``num_minibatches`` optimizer steps on each module's rows; returns metrics."""
-        data = {mid: self._prepare(mid, b) for mid, b in begin_update(self, batch, training_data, timesteps).items()}
+        data = {mid: self._prepare(mid, b) for mid, b in self.begin_update(batch, training_data, timesteps).items()}
         t0, tokens = time.perf_counter(), 0
         for _ in range(self.cfg.epochs):
             for mid, d in data.items():
@@ -165,8 +164,7 @@ class LLMLearner(RunAccess, TorchLearner):
         """One optimizer step on a minibatch (accumulated over micro-batches); returns tokens trained."""
         module = self.module[mid]
         inner = module.unwrapped()
-        for opt in self._optimizer_parameters:
-            opt.zero_grad(set_to_none=True)
+        self.zero_grads()
         agg = self.cfg.loss_agg
         mask = mb["loss_mask"]
         denom = float(mask.sum()) if agg == "token_mean" else float(mask.shape[0])
@@ -186,8 +184,8 @@ class LLMLearner(RunAccess, TorchLearner):
         for name in ("policy_loss", "kl", "entropy"):  # a NaN KL or entropy term poisons the update as well
             if not math.isfinite(sums[name]):
                 raise TrainingDiverged(f"{name} of module '{mid}' is {sums[name] / max(denom, 1.0)} (not finite)")
-        self._allreduce_grads()
-        grads = {pid: (p.grad if p.grad is not None else torch.zeros_like(p)) for pid, p in self._params.items()}
+        self.allreduce_grads()
+        grads = {pid: (p.grad if p.grad is not None else torch.zeros_like(p)) for pid, p in self.params_by_id.items()}
         self.apply_gradients(self.postprocess_gradients(grads))
         for k, v in sums.items():
             self.metrics.log_value((mid, k), v / max(denom, 1.0), window=1)
@@ -219,21 +217,21 @@ class LLMLearner(RunAccess, TorchLearner):
             "clip_fraction": aggregate(clipped, mask, agg),
         }
 
-    def _get_optimizer_state(self):
+    def optimizer_state(self):
         # RLlib's TorchLearner converts the AdamW state to numpy, which has no bfloat16 (dtype="bfloat16")
-        return {name: {"module_id": self._optimizer_name_to_module[name], "state": to_numpy_keep_bf16(opt.state_dict())}
-                for name, opt in self._named_optimizers.items()}
+        return {name: {"module_id": mid, "state": to_numpy_keep_bf16(opt.state_dict())}
+                for name, mid, opt in self.named_optimizers()}
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         # Not used: update() runs its own micro-batched loop (_step); RLlib requires the method.
         raise NotImplementedError("LLMLearner computes its loss in update()")
 
-    def _allreduce_grads(self) -> None:
+    def allreduce_grads(self) -> None:
         """Average the accumulated gradients over DDP learners (one all-reduce per parameter)."""
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
             return
         world = dist.get_world_size()
-        for p in self._params.values():
+        for p in self.params_by_id.values():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             dist.all_reduce(p.grad)

@@ -67,7 +67,7 @@ class TextEnvRunner(BatchedEnvRunner):
         self.env = env
         self.bot_classes = env.bots()
         self.rng = random.Random(self.cfg.seed + 7919 * int(self.worker_index or 0))
-        self._seed = self.cfg.seed * 1_000_003 + 100_000 * int(self.worker_index or 0)
+        self.game_seed = self.cfg.seed * 1_000_003 + 100_000 * int(self.worker_index or 0)
         self.pool: List[Dict[str, torch.Tensor]] = []
         self._iteration = 0
 
@@ -166,7 +166,7 @@ class TextEnvRunner(BatchedEnvRunner):
             if opp == "pool" and pool is None:
                 opp = "self"  # the pool is empty on the first iterations
             seats.append(self._seating(opp, pool))
-        seeds = [self._seed + self._iteration * n + g // gs for g in range(n)]
+        seeds = [self.game_seed + self._iteration * n + g // gs for g in range(n)]
         turns, metrics = self.play(self.games, seats, seeds)
         self.num_env_steps_sampled_lifetime += metrics["env_steps"]
         k = self.cfg.transcripts

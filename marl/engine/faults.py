@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import ray
 from ray.exceptions import RayError, RayTaskError
 
+from marl.engine.rllib_seam import runner_actors, runner_manager
 from marl.errors import EnvRunnersLost, MarlError
 
 POLL_S = 0.5  # pause between pings while no runner is left
@@ -56,7 +57,7 @@ def kill_env_runner(trainer, index: int, restart: bool = True) -> None:
     Raises:
         MarlError: ``trainer`` has no remote runner ``index`` (names the valid ones).
     """
-    actors = trainer.env_runner_group._worker_manager.actors()  # RLlib's runner id -> actor handle
+    actors = runner_actors(trainer.env_runner_group)  # RLlib's runner id -> actor handle
     if index not in actors:
         raise MarlError(f"no remote env runner {index}; the trainer has {sorted(actors) or 'none'}.")
     ray.kill(actors[index], no_restart=not restart)
@@ -75,7 +76,7 @@ class _WithPid:
     def __call__(self, runner) -> Tuple[int, Any, Any]:
         try:
             return os.getpid(), self.fn(runner), None
-        except Exception as e:  # noqa: BLE001 - raised again in the driver (RunnerFaults._call)
+        except Exception as e:  # noqa: BLE001 - raised again in the driver (RunnerFaults._call_runners)
             return os.getpid(), None, _portable(e)
 
 
@@ -129,7 +130,7 @@ class RunnerFaults:
 
     def __init__(self, trainer):
         self.trainer = trainer
-        self.manager = trainer.env_runner_group._worker_manager  # RLlib's FaultTolerantActorManager
+        self.manager = runner_manager(trainer.env_runner_group)  # RLlib's FaultTolerantActorManager
         self.ids: List[int] = list(self.manager.actor_ids())
         self.budget = int(trainer.cfg.env_runner_restarts)
         self.timeout_s = float(trainer.cfg.env_runner_restart_timeout_s)
@@ -139,7 +140,7 @@ class RunnerFaults:
         self.events: List[Dict[str, Any]] = []
         self.pids: Dict[int, int] = {}  # runner id -> process id of the incarnation that has our weights
         self._pings: Dict[int, Tuple[Any, float]] = {}  # lost runner -> (ping in flight, time sent)
-        self._call(self.ids, _noop, adopt=True)
+        self._call_runners(self.ids, _noop, adopt=True)
 
     # ------------------------------------------------------------------ calls
     def foreach(self, fn: Callable[[Any], Any], first_only: bool = False) -> List[Tuple[int, Any]]:
@@ -158,11 +159,11 @@ class RunnerFaults:
             if not ids:
                 self.wait_for_runner()
                 continue
-            out = self._call(ids[:1] if first_only else ids, fn)
+            out = self._call_runners(ids[:1] if first_only else ids, fn)
             if out:
                 return out
 
-    def _call(self, ids: List[int], fn, adopt: bool = False) -> List[Tuple[int, Any]]:
+    def _call_runners(self, ids: List[int], fn, adopt: bool = False) -> List[Tuple[int, Any]]:
         """Run ``fn`` on runners ``ids``; returns ``(id, result)`` of those that answered. A runner
         that answers from another process than the one marl synced (Ray restarted it since) is
         dropped and reported, unless ``adopt`` (a start or a restore: remember its process)."""
@@ -241,7 +242,7 @@ class RunnerFaults:
             return []
         state = self.trainer.learner_group.get_state(components="learner/rl_module", inference_only=True)["learner"]
         ref = ray.put({k: v for k, v in state.items() if k in ("rl_module", "weights_seq_no")})
-        synced = [i for i, _ in self._call(back, _SetWeights(ref), adopt=True)]
+        synced = [i for i, _ in self._call_runners(back, _SetWeights(ref), adopt=True)]
         for i in synced:
             down = time.perf_counter() - self.down_since.pop(i)
             self.restored += 1

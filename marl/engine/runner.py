@@ -20,6 +20,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_
 
 from marl.engine.context import RunAccess
 from marl.engine.resume import rng_state, set_rng_state
+from marl.engine.rllib_seam import subcomponents, wants_component
 from marl.engine.guards import StepGuard
 from marl.engine.opponents import Opponents
 from marl.env import EpisodeStats, MultiAgentEnv, Step
@@ -45,7 +46,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
         torch.set_num_threads(self.cfg.torch_threads)
-        self._weights_seq_no = 0
+        self.weights_seq_no = 0
         self.env: Optional[MultiAgentEnv] = None
         self._owns_env = True  # close the env at stop() unless it was handed in (attach_env)
         self.module = None
@@ -78,8 +79,8 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         )
         self._last: Optional[Step] = None
         self._guard = StepGuard(env.info, self.cfg.non_finite, f"env runner {int(self.worker_index or 0)}")
-        self._seed = self.cfg.seed + 10_000 * int(self.worker_index or 0)
-        opp = Opponents(self.cfg, env.info, env.num_envs, self._seed + 7)  # competitive envs' co-players
+        self.env_seed = self.cfg.seed + 10_000 * int(self.worker_index or 0)
+        opp = Opponents(self.cfg, env.info, env.num_envs, self.env_seed + 7)  # competitive envs' co-players
         self.opponents = opp if opp.enabled else None
 
     def make_module(self):
@@ -95,7 +96,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
 
     # ------------------------------------------------------------------ sampling
     def _reset(self) -> Step:
-        step = self._guard(self.env.reset(seed=self._seed), reset=True)
+        step = self._guard(self.env.reset(seed=self.env_seed), reset=True)
         B = self.env.num_envs
         self._h = {mid: self.module[mid].initial_state((B, self.mapping.n_agents(mid))) for mid in self.mapping.modules}
         self._starts = torch.ones(B, dtype=torch.bool)
@@ -208,19 +209,19 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
     # ------------------------------------------------------------------ state
     def get_state(self, components=None, *, not_components=None, **kwargs):
         state = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime}
-        if self._check_component(COMPONENT_RL_MODULE, components, not_components):
+        if wants_component(self, COMPONENT_RL_MODULE, components, not_components):
             state[COMPONENT_RL_MODULE] = self.module.get_state(
-                components=self._get_subcomponents(COMPONENT_RL_MODULE, components),
-                not_components=self._get_subcomponents(COMPONENT_RL_MODULE, not_components),
+                components=subcomponents(self, COMPONENT_RL_MODULE, components),
+                not_components=subcomponents(self, COMPONENT_RL_MODULE, not_components),
                 **kwargs,
             )
-            state[WEIGHTS_SEQ_NO] = self._weights_seq_no
+            state[WEIGHTS_SEQ_NO] = self.weights_seq_no
         return state
 
     def set_state(self, state):
         if COMPONENT_RL_MODULE in state:
             seq = state.get(WEIGHTS_SEQ_NO, 0)
-            if seq == 0 or self._weights_seq_no < seq:
+            if seq == 0 or self.weights_seq_no < seq:
                 weights = state[COMPONENT_RL_MODULE]
                 if isinstance(weights, ray.ObjectRef):
                     weights = ray.get(weights)
@@ -228,7 +229,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
                 if getattr(self, "opponents", None) is not None:
                     self.opponents.weights_updated(self)
             if seq > 0:
-                self._weights_seq_no = seq
+                self.weights_seq_no = seq
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
             self.num_env_steps_sampled_lifetime = state[NUM_ENV_STEPS_SAMPLED_LIFETIME]
 
@@ -245,7 +246,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         sampled = getattr(self, "_last", None) is not None  # False before the first sample (or env)
         env_state = self.env.get_state() if sampled else None
         state: Dict[str, Any] = {"worker_index": int(self.worker_index or 0), "env": env_state, "sampled": sampled,
-                                 "seed": getattr(self, "_seed", None),
+                                 "seed": getattr(self, "env_seed", None),
                                  "env_steps": int(self.num_env_steps_sampled_lifetime),
                                  "num_envs": self.env.num_envs if self.env is not None else None,
                                  "env_name": repr(self.env)}
@@ -281,7 +282,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
             return ""
         self._last = None
         if state["sampled"]:
-            self._seed = int(state["seed"]) + int(state["env_steps"])
+            self.env_seed = int(state["seed"]) + int(state["env_steps"])
         if state["env"] is None:
             return (f"{state['env_name']} does not save its state (get_state() is None), its episodes restart"
                     if state["sampled"] else "")

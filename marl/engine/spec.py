@@ -99,19 +99,6 @@ def build_algorithm_config(algo_cls, cfg: ConfigBase, env: MultiAgentEnv, mappin
     return config
 
 
-def begin_update(learner, batch, training_data, timesteps) -> Dict[str, Dict[str, Any]]:
-    """Shared opening of marl's ``Learner.update`` overrides: resolve ``training_data``, run the
-    pre-update hook, convert to tensors; returns module id -> column dict."""
-    learner._check_is_built()
-    if training_data is not None:
-        training_data.solve_refs()
-        batch = training_data.batch
-    learner.before_gradient_based_update(timesteps=timesteps or {})
-    batch = learner._convert_batch_type(batch)
-    learner._weights_seq_no += 1
-    return {mid: dict(b) for mid, b in batch.policy_batches.items()}
-
-
 def lr_schedule(cfg: ConfigBase):
     """``lr`` for RLlib: a constant, or ``[[0, lr], [env_steps, 0]]`` (piecewise linear in
     sampled env steps) when ``lr_schedule`` is ``"linear"``; ``fit`` puts the stop's

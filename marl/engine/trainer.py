@@ -33,6 +33,7 @@ from marl.config import ConfigBase, restore_config
 from marl.engine.context import RunAccess
 from marl.engine.faults import RunnerFaults
 from marl.engine.resume import SAMPLING_KEY, restore_sampling, sampling_state
+from marl.engine.rllib_seam import wants_component
 from marl.engine.runner import MappingFn
 from marl.engine.spec import TrainerConfig, agent_module_specs, build_algorithm_config
 from marl.env import MultiAgentEnv
@@ -339,7 +340,7 @@ class Trainer(RunAccess, Algorithm):
         state = super().get_state(components, not_components=not_components, **kwargs)
         state["marl_progress"] = dict(self.progress)
         state["marl_callbacks"] = self.run_callbacks.state_dict()
-        if self._check_component(SAMPLING_KEY, components, not_components):  # exact resume (docs/index.md)
+        if wants_component(self, SAMPLING_KEY, components, not_components):  # exact resume (docs/index.md)
             state[SAMPLING_KEY] = sampling_state(self)
         return state
 

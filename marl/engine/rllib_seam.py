@@ -1,0 +1,161 @@
+"""The one seam between marl and RLlib's private API.
+
+marl runs on RLlib's public engine (``Algorithm``, ``EnvRunnerGroup``, ``LearnerGroup``,
+``TorchLearner``, ``RLModule``). A few things marl needs are only reachable through names
+RLlib keeps private (a leading ``_``) or under ``ray._private``. Every such use lives in this
+module, behind a public name of marl's, so that an RLlib upgrade breaks (and is mended) here
+and nowhere else; ``tests/test_rllib_seam.py`` fails when any other file of the repository
+touches an RLlib private name.
+
+Supported RLlib: ``ray[rllib]`` 2.60.x (``setup.py`` pins ``ray[rllib]==2.60.*``; docs/engine.md).
+
+What is used, and why:
+
+==========================================  ==========================================================
+RLlib private name                          why marl needs it (public wrapper here)
+==========================================  ==========================================================
+``Learner._update(batch)``                  one gradient step (forward, loss, backward, clip, apply) on
+                                            a minibatch marl cut itself; the public ``Learner.update``
+                                            re-slices and shuffles each module's rows on its own, which
+                                            would split the agents of one env step
+                                            (:meth:`SeamLearner.gradient_step`)
+``Learner._check_is_built``,                the opening of ``Learner.update`` that marl's own ``update``
+``Learner._convert_batch_type``,            overrides repeat: built check, numpy -> torch on the
+``Learner._weights_seq_no``                 learner's device, the weights' version number that env
+                                            runners compare (:meth:`SeamLearner.begin_update`)
+``Learner._module``                         the module *before* DDP wrapping, whose parameters the
+                                            optimizer must hold (:meth:`SeamLearner.module_for_optimizer`)
+``TorchLearner._optimizer_parameters``,     the LLM learner's own micro-batched step: zero the grads
+``TorchLearner._params``                    of every optimizer and read every parameter by id
+                                            (:meth:`SeamLearner.zero_grads`, :attr:`SeamLearner.params_by_id`)
+``TorchLearner._get_optimizer_state``,      RLlib converts optimizer state to numpy, which has no
+``TorchLearner._named_optimizers``,         bfloat16; the LLM learner saves it itself
+``Learner._optimizer_name_to_module``       (:meth:`SeamLearner.optimizer_state`, :meth:`SeamLearner.named_optimizers`)
+``Checkpointable._check_component``,        whether ``get_state`` was asked for a component, and the
+``Checkpointable._get_subcomponents``       sub-components of one (:func:`wants_component`, :func:`subcomponents`)
+``EnvRunnerGroup._worker_manager``          the ``FaultTolerantActorManager`` of the remote env runners:
+                                            their ids and actor handles, calls to healthy ones
+                                            (:func:`runner_manager`, :func:`runner_actors`)
+``LearnerGroup._learner``                   the local learner of a group without remote learners, for
+                                            tests and single-process tools (:func:`local_learner`)
+``Learner._update`` (wrapped)               the RLlib anchor benchmark counts the stock PPO learner's
+                                            minibatch steps (:func:`count_gradient_steps`)
+``ray._private.ray_constants``,             ``ENABLE_RAY_CLUSTER`` and ``ray.init``'s ``_node_ip_address``:
+``ray.init(_node_ip_address=...)``          Ray 2.60 binds a local node to every interface unless its
+                                            single-machine mode is on when the node starts
+                                            (:func:`init_loopback_ray`)
+==========================================  ==========================================================
+
+RLModule's ``_forward``, ``_forward_train``, ``_forward_inference`` and ``_forward_exploration`` are
+RLlib's documented override points (its RLModule guide), not private API, and are used everywhere.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Tuple
+
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+
+RLLIB_VERSIONS = ">=2.60,<2.61"  # the ray[rllib] releases this module was written and tested against
+
+
+class SeamLearner(TorchLearner):
+    """Base of marl's learners: RLlib's ``TorchLearner`` with its private parts under public names."""
+
+    def module_for_optimizer(self, module_id: str) -> Any:
+        """The RLModule ``module_id`` before any DDP wrapping (what an optimizer must hold)."""
+        return self._module[module_id]
+
+    def begin_update(self, batch: Any, training_data: Any, timesteps: Any) -> Dict[str, Dict[str, Any]]:
+        """The opening of an ``update`` override: resolve ``training_data``, run RLlib's
+        pre-update hook, convert the ``MultiAgentBatch`` to tensors on the learner's device
+        and bump the weights' version. Returns module id -> column dict."""
+        self._check_is_built()
+        if training_data is not None:
+            training_data.solve_refs()
+            batch = training_data.batch
+        self.before_gradient_based_update(timesteps=timesteps or {})
+        batch = self._convert_batch_type(batch)
+        self._weights_seq_no += 1
+        return {mid: dict(b) for mid, b in batch.policy_batches.items()}
+
+    def gradient_step(self, batch: Dict[str, Any]) -> Any:
+        """One gradient step on ``batch`` (module id -> columns): ``forward_train``,
+        ``compute_losses``, backward, gradient clipping, optimizer step."""
+        return self._update(batch)
+
+    def zero_grads(self) -> None:
+        """Zero (to ``None``) the gradients of every registered optimizer."""
+        for opt in self._optimizer_parameters:
+            opt.zero_grad(set_to_none=True)
+
+    @property
+    def params_by_id(self) -> Dict[Any, Any]:
+        """Parameter id -> parameter, as ``apply_gradients`` expects its gradient dict."""
+        return self._params
+
+    def named_optimizers(self) -> List[Tuple[str, str, Any]]:
+        """``(optimizer name, module id, optimizer)`` of every registered optimizer."""
+        return [(name, self._optimizer_name_to_module[name], opt) for name, opt in self._named_optimizers.items()]
+
+    def optimizer_state(self) -> Dict[str, Any]:
+        """The optimizers' state saved in checkpoints (RLlib's numpy conversion by default)."""
+        return TorchLearner._get_optimizer_state(self)
+
+    def _get_optimizer_state(self) -> Dict[str, Any]:  # RLlib's hook, routed to the public method above
+        return self.optimizer_state()
+
+
+def wants_component(obj: Any, name: str, components: Any, not_components: Any) -> bool:
+    """Whether ``obj.get_state(components, not_components=...)`` asks for component ``name``."""
+    return obj._check_component(name, components, not_components)
+
+
+def subcomponents(obj: Any, name: str, components: Any) -> Any:
+    """The part of ``components`` that names sub-components of ``name`` (RLlib's ``a/b`` paths)."""
+    return obj._get_subcomponents(name, components)
+
+
+def runner_manager(env_runner_group: Any) -> Any:
+    """The ``FaultTolerantActorManager`` of an ``EnvRunnerGroup``'s remote env runners."""
+    return env_runner_group._worker_manager
+
+
+def runner_actors(env_runner_group: Any) -> Dict[int, Any]:
+    """Remote env runner id (1-based) -> Ray actor handle."""
+    return env_runner_group._worker_manager.actors()
+
+
+def local_learner(learner_group: Any) -> Any:
+    """The learner of a ``LearnerGroup`` without remote learners (``num_learners=0``); else ``None``."""
+    return getattr(learner_group, "_learner", None)
+
+
+def count_gradient_steps(learner: Any, on_step: Callable[[Any], None]) -> None:
+    """Call ``on_step(batch)`` before each gradient step of any RLlib learner (marl's or RLlib's
+    stock ones, whose ``update`` cuts minibatches itself); for the RLlib anchor benchmark."""
+    step = learner._update
+
+    def counted(batch: Any, *args: Any, **kwargs: Any) -> Any:
+        on_step(batch)
+        return step(batch, *args, **kwargs)
+
+    learner._update = counted
+
+
+def init_loopback_ray(**init_kwargs: Any) -> None:
+    """``ray.init(**init_kwargs)`` with every server of the new node bound to the loopback address.
+
+    Ray 2.60 resolves a loopback node address to the machine's external IP (and its servers then
+    listen on every interface) unless its single-machine mode is on; that mode is read from
+    ``ray_constants.ENABLE_RAY_CLUSTER`` when the node starts, and the address from ``ray.init``'s
+    ``_node_ip_address``.
+    """
+    import ray
+    from ray._private import ray_constants
+
+    multi_node = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(_node_ip_address="127.0.0.1", **init_kwargs)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = multi_node
