@@ -84,9 +84,10 @@ class GroupInfo:
     @property
     def n_actions(self) -> int:
         """Number of discrete actions, or the dimension of a continuous action."""
-        if self.discrete:
-            return int(self.action_space.n)
-        return int(np.prod(self.action_space.shape))
+        space = self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            return int(space.n)
+        return int(np.prod(space.shape or ()))
 
 
 @dataclass(frozen=True)
@@ -208,9 +209,9 @@ def spaces_equal(a: gym.spaces.Space, b: gym.spaces.Space) -> bool:
     """Structural equality of two gymnasium spaces (type, shape, bounds, n)."""
     if type(a) is not type(b):
         return False
-    if isinstance(a, gym.spaces.Discrete):
+    if isinstance(a, gym.spaces.Discrete) and isinstance(b, gym.spaces.Discrete):
         return int(a.n) == int(b.n) and int(a.start) == int(b.start)
-    if isinstance(a, gym.spaces.Box):
+    if isinstance(a, gym.spaces.Box) and isinstance(b, gym.spaces.Box):
         return (
             a.shape == b.shape
             and np.array_equal(a.low, b.low)
@@ -550,8 +551,10 @@ class MultiAgentEnv(abc.ABC):
                 probs = torch.softmax(logits, -1).reshape(B * N, -1)
                 out[name] = torch.multinomial(probs, 1, generator=generator).reshape(B, N)
             else:
-                low = torch.as_tensor(g.action_space.low, dtype=torch.float32)
-                high = torch.as_tensor(g.action_space.high, dtype=torch.float32)
+                box = g.action_space
+                assert isinstance(box, gym.spaces.Box)  # GroupInfo: Discrete or Box
+                low = torch.as_tensor(box.low, dtype=torch.float32)
+                high = torch.as_tensor(box.high, dtype=torch.float32)
                 u = torch.rand(B, N, g.n_actions, generator=generator)
                 out[name] = low + u * (high - low)
         return out
