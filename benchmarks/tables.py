@@ -45,8 +45,8 @@ from marl.benchmarks.stats import fmt
 from marl.benchmarks.targets import target_lines
 from marl.errors import MarlError
 
-__all__ = ["SuiteResults", "load_suite", "render", "rewrite_text", "rewrite_docs", "check_docs",
-           "check_reports", "import_run", "main"]
+__all__ = ["SuiteResults", "load_suite", "render", "duration", "rewrite_text", "doc_files", "rewrite_docs",
+           "check_docs", "check_reports", "import_run", "add_arguments", "run", "main"]
 
 RESULTS_DIR = Path("docs") / "results"
 KEPT_FILES = ("results.json", "provenance.json", "suite.yaml", "report.json")
