@@ -17,6 +17,8 @@ Modules:
 - :mod:`~marl.benchmarks.smax`: ``marl bench smax`` (QMIX and MAPPO on SMAX).
 - :mod:`~marl.benchmarks.agents`: ``marl bench agents`` (HPN / DPN / ASN vs the plain network).
 - :mod:`~marl.benchmarks.cli`: the ``marl bench`` command line.
+- :mod:`~marl.benchmarks.tables`: ``marl benchmark tables``, the result tables of README.md and docs/
+  written from the runner's JSON kept in ``docs/results/``.
 """
 from marl.cli import register_command
 from marl.plugins import register_function

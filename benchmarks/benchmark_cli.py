@@ -1,9 +1,11 @@
-"""``marl benchmark run|report|list``: the command line of the benchmark runner.
+"""``marl benchmark run|report|tables|list``: the command line of the benchmark runner.
 
     marl benchmark run smoke                          # a bundled suite (configs/benchmarks/)
     marl benchmark run my_suite.yaml --seeds 0 1 2 --out results/mine
     marl benchmark run mpe --address auto             # on a running Ray cluster
     marl benchmark report results/mine                # report.md, tables and figures
+    marl benchmark tables --import results/mine       # keep its JSON in docs/results/, rewrite the doc tables
+    marl benchmark tables --check                     # exit 1 if a doc table differs from docs/results/
     marl benchmark list                               # bundled suites
 """
 from __future__ import annotations
@@ -30,12 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="write report.md (tables, curves, profiles) of an output folder")
     rep.add_argument("out", help="the output folder of 'marl benchmark run'")
     rep.add_argument("--reps", type=int, default=2000, help="bootstrap repetitions of the 95%% CIs (default 2000)")
+    from marl.benchmarks.tables import add_arguments
+
+    add_arguments(sub.add_parser("tables", help="write the result tables of README.md and docs/ from docs/results/"))
     sub.add_parser("list", help="list the bundled suites")
     return p
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Exit codes: 0 done, 1 some runs failed, 2 bad input (MarlError, via ``marl``), 130 Ctrl-C."""
+    """Exit codes: 0 done, 1 some runs failed (tables: a block differs, with --check), 2 bad input (MarlError, via ``marl``), 130 Ctrl-C."""
     ns = build_parser().parse_args(argv)
     if ns.what == "list":
         from marl.benchmarks.suite import bundled_suites, load_suite
@@ -43,6 +48,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         for name in bundled_suites():
             print(f"{name:10s} {load_suite(name).description}")
         return 0
+    if ns.what == "tables":
+        from marl.benchmarks.tables import run
+
+        return run(ns)
     if ns.what == "report":
         from marl.benchmarks.report import write_report
 

@@ -13,7 +13,8 @@ local_ratio 0.5, discrete actions) with full knowledge of the world:
 Each agent picks the discrete move (no-op, left, right, down, up) best aligned
 with a PD command ``(landmark - position) - kd * velocity``; ``kd`` trades speed
 for overshoot and is swept here. The numbers put a learned policy in context:
-random play scores about -81.
+random play scores about -81. Measured yardsticks beside the learned ones: docs/algorithms/ppo.md,
+"Measured results".
 """
 import argparse
 import itertools
