@@ -1,26 +1,29 @@
 """Built-in algorithms (installed as ``marl.algos``), registered by name with strings: a
-trainer module (and Ray) is imported when its algorithm is first used, not by ``marl list``.
-Each trainer names its config schema in ``config_class``; the values are in
+trainer module (and Ray, torch) is imported when its algorithm is first built, not by
+``marl list`` or when a config is loaded and checked. Each algorithm names its config
+schema (``schema=``, a module without torch or Ray); the values are in
 ``configs/algos/<name>.yaml``."""
 from marl.config.registry import register_algo
 
-register_algo("mappo", "marl.algos.ppo:PPO",
-              "Multi-agent PPO with a centralised critic on the global state")
-register_algo("ippo", "marl.algos.ppo:PPO",
-              "Independent PPO: decentralised actors, critic on each agent's own observation (de Witt et al. 2020)")
-register_algo("qmix", "marl.algos.value_decomp:ValueDecomp",
-              "QMIX: monotonic hypernetwork mixer of recurrent agent Q-values on the global state")
-register_algo("vdn", "marl.algos.value_decomp:ValueDecomp",
-              "VDN: team Q-value as the sum of recurrent agent Q-values")
-register_algo("iql", "marl.algos.value_decomp:ValueDecomp",
-              "Independent Q-learning: recurrent agent Q-networks, one TD loss per agent")
-register_algo("reinforce", "marl.algos.llm.selfplay:LLMSelfPlay",
-              "LLM self-play REINFORCE with a leave-one-out baseline (text games)")
-register_algo("mars", "marl.algos.llm.selfplay:LLMSelfPlay",
-              "MARS: turn-level, role-normalised advantages for LLM self-play in strategic games")
-register_algo("advantage_alignment", "marl.algos.llm.selfplay:LLMSelfPlay",
-              "Advantage Alignment: opponent-aware advantages for social dilemmas (text games)")
-register_algo("grpo", "marl.algos.llm.selfplay:LLMSelfPlay",
-              "LLM self-play with a GRPO-style trajectory baseline (text games)")
-register_algo("spiral", "marl.algos.llm.selfplay:LLMSelfPlay",
-              "SPIRAL: zero-sum LLM self-play with role-conditioned advantage estimation (text games)")
+_PPO = dict(trainer="marl.algos.ppo:PPO", schema="marl.algos.ppo_config:PPOConfig")
+_VALUE_DECOMP = dict(trainer="marl.algos.value_decomp:ValueDecomp",
+                     schema="marl.algos.value_decomp_config:ValueDecompConfig")
+_LLM = dict(trainer="marl.algos.llm.selfplay:LLMSelfPlay", schema="marl.algos.llm.config:LLMConfig")
+
+register_algo("mappo", **_PPO, description="Multi-agent PPO with a centralised critic on the global state")
+register_algo("ippo", **_PPO, description="Independent PPO: decentralised actors, critic on each agent's own "
+                                          "observation (de Witt et al. 2020)")
+register_algo("qmix", **_VALUE_DECOMP,
+              description="QMIX: monotonic hypernetwork mixer of recurrent agent Q-values on the global state")
+register_algo("vdn", **_VALUE_DECOMP, description="VDN: team Q-value as the sum of recurrent agent Q-values")
+register_algo("iql", **_VALUE_DECOMP,
+              description="Independent Q-learning: recurrent agent Q-networks, one TD loss per agent")
+register_algo("reinforce", **_LLM,
+              description="LLM self-play REINFORCE with a leave-one-out baseline (text games)")
+register_algo("mars", **_LLM,
+              description="MARS: turn-level, role-normalised advantages for LLM self-play in strategic games")
+register_algo("advantage_alignment", **_LLM,
+              description="Advantage Alignment: opponent-aware advantages for social dilemmas (text games)")
+register_algo("grpo", **_LLM, description="LLM self-play with a GRPO-style trajectory baseline (text games)")
+register_algo("spiral", **_LLM,
+              description="SPIRAL: zero-sum LLM self-play with role-conditioned advantage estimation (text games)")

@@ -8,14 +8,13 @@ masking, advantage normalisation over active agents). IPPO (de Witt et al.
 2020, arXiv 2011.09533) is the same learner with the critic on the agent's
 own observation.
 
-This file holds the family's config (:class:`PPOConfig`), RLModule
-(:class:`PPOModule`), Learner (:class:`PPOLearner`) and training step
-(:class:`PPO`); the losses and advantages are in :mod:`marl.algos.policy_gradient`;
+This file holds the family's RLModule (:class:`PPOModule`), Learner
+(:class:`PPOLearner`) and training step (:class:`PPO`); its config schema is
+:class:`~marl.algos.ppo_config.PPOConfig` (importable from here too); the losses and advantages are in :mod:`marl.algos.policy_gradient`;
 the engine in ``marl.engine`` provides sampling, weight sync, checkpoints and logging.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 import gymnasium as gym
@@ -26,59 +25,20 @@ from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from marl.algos.networks.config import AgentNetConfig
-from marl.algos.networks.mlp import ACTIVATIONS, MLP
+from marl.algos.networks.mlp import MLP
 from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
+from marl.algos.ppo_config import CRITICS, REDISTRIBUTIONS, PPOConfig  # noqa: F401  (importable from here too)
 from marl.algos.policy_gradient import (
     ValueNorm, explained_variance, gae, next_values, normalize_advantages, ppo_losses,
 )
-from marl.config import EngineConfig, config_view, key
+from marl.config import config_view
 from marl.engine.context import RunAccess
 from marl.engine.rllib_seam import SeamLearner
 from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
 from marl.env import MarlError
 
-CRITICS = ("state", "team", "obs", "auto")  # PPOConfig.critic
-REDISTRIBUTIONS = ("none", "causal_shift")  # reward_redistribution choices (legem: value decomposition only)
 NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
-
-
-# ============================================================ configuration
-@dataclass(frozen=True, kw_only=True)
-class PPOConfig(AgentNetConfig, EngineConfig):
-    """IPPO / MAPPO keys (``docs/algorithms/ppo.md``); values in ``configs/algos/mappo.yaml``, which
-    ``ippo.yaml`` starts from (``base: mappo``)."""
-
-    LAYER = "PPO"
-
-    critic: str = key("value function: global state + agent id, one row per agent (state); global state once per "
-                      "env step with one value head per agent (team, MLP actors); own observation (obs, IPPO); "
-                      "team for MLP actors and state for GRU actors (auto)", choices=CRITICS)
-    gamma: float = key("discount factor", gt=0, le=1)
-    gae_lambda: float = key("GAE lambda", ge=0, le=1)
-    clip: float = key("PPO clip epsilon of the policy ratio", gt=0)
-    value_clip: float = key("clip of the value change around the old value; 0 = no value clipping", ge=0)
-    huber_delta: float = key("Huber loss delta of the value loss; 0 = squared error", ge=0)
-    entropy_coef: float = key("weight of the entropy bonus", ge=0)
-    value_loss_coef: float = key("weight of the value loss", ge=0)
-    adam_eps: float = key("Adam epsilon", gt=0)
-    epochs: int = key("passes over each rollout", ge=1)
-    num_minibatches: int = key("minibatches per pass (split along the env copies)", ge=1)
-    value_norm: bool = key("normalise value targets with running statistics (ValueNorm)")
-    advantage_norm: bool = key("normalise advantages over the active agents of the batch")
-    hidden: int = key("width of the hidden layers (and of the GRU)", ge=1)
-    layers: int = key("hidden layers of the actor and critic MLPs", ge=1)
-    activation: str = key("activation of the hidden layers", choices=tuple(ACTIVATIONS))
-    layer_norm: bool = key("LayerNorm on the network inputs")
-    policy_gain: float = key("orthogonal-init gain of the policy output layer", gt=0)
-    log_std_init: float = key("continuous actions: initial log standard deviation")
-    recurrent: bool = key("GRU actor and critic instead of MLPs")
-    chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
-    reward_redistribution: str = key("off-beat envs: per-agent causal shift of rewards inside each rollout "
-                                     "(docs/offbeat.md)", choices=REDISTRIBUTIONS)
-    torch_compile: bool = key("compile the learner's training forward and minibatch loss with torch.compile "
-                              "(inductor); the first update pays the compile, about 20 s on a 2-core CPU (docs/engine.md)")
 
 
 # ============================================================ RL module

@@ -39,12 +39,12 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from marl.algos.networks.base import AgentNetwork
-from marl.algos.networks.config import AgentNetConfig
 from marl.algos.networks.mixers import QMixer
 from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
 from marl.algos.q_learning import check_q_bound, double_q_next, epsilon_at, epsilon_greedy, masked_td_loss, merge_moments, on_mask
+from marl.algos.value_decomp_config import MIXERS, OPTIMIZERS, REDISTRIBUTIONS, ValueDecompConfig  # noqa: F401
 from marl.algos.value_decomp_inputs import PackedEpisodes, agent_inputs
-from marl.config import EngineConfig, config_view, key
+from marl.config import config_view
 from marl.engine.context import RunAccess
 from marl.engine.replay import JointEpisodeBuffer, check_buffer_size
 from marl.engine.rllib_seam import SeamLearner, wants_component
@@ -52,51 +52,7 @@ from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
 from marl.env import MarlError
 
-MIXERS = ("none", "vdn", "qmix")
 JOINT = "__joint__"  # batch key of the team-level columns (not a module id: forward_train skips it)
-REDISTRIBUTIONS = ("none", "causal_shift", "legem")
-OPTIMIZERS = ("adam", "rmsprop")
-
-
-# ============================================================ configuration
-@dataclass(frozen=True, kw_only=True)
-class ValueDecompConfig(AgentNetConfig, EngineConfig):
-    """IQL / VDN / QMIX keys (``docs/algorithms/value_decomposition.md``); values in
-    ``configs/algos/qmix.yaml``, which ``vdn.yaml`` and ``iql.yaml`` start from (``base: qmix``)."""
-
-    LAYER = "value decomposition"
-
-    mixer: str = key("team value: none (IQL, one TD loss per agent), vdn (sum) or qmix (monotonic mixer)",
-                     choices=MIXERS)
-    gamma: float = key("discount factor", gt=0, le=1)
-    optimizer: str = key("adam, or rmsprop (pymarl's RMSprop: alpha 0.99, eps 1e-5)", choices=OPTIMIZERS)
-    batch_size: int = key("episodes per gradient step", ge=1)
-    buffer_size: int = key("episodes in the joint replay buffer", ge=1)
-    episodes_per_update: int = key("new episodes per gradient step", ge=1)
-    learning_starts_episodes: int = key("episodes in the buffer before training (at least batch_size)", ge=0)
-    target_update_interval: int = key("episodes between hard target-network copies", ge=1)
-    reward_redistribution: str = key("off-beat envs: causal shift of team rewards, or legem (causal shift + "
-                                     "episodic-memory shaping; docs/offbeat.md)", choices=REDISTRIBUTIONS)
-    legem_beta: float = key("legem: weight of the memory-based potential shaping (0 = causal shift only)", ge=0)
-    legem_key_dim: int = key("legem: random-projection size of the observation keys", ge=1)
-    legem_resolution: float = key("legem: rounding step of the keys (coarser merges more observations)", gt=0)
-    legem_time_key: bool = key("legem: the decision step is part of a node key (acyclic graph)")
-    legem_refresh_episodes: int = key("legem: episodes between value propagations on the memory graphs", ge=1)
-    legem_max_nodes: int = key("legem: FIFO cap on nodes per agent graph", ge=1)
-    standardise_rewards: bool = key("train on (r - running mean) / running std (EPyMARL standardise_rewards)")
-    td_lambda: float = key("TD(lambda) targets; 0 = the 1-step target", ge=0, le=1)
-    epsilon_start: float = key("exploration epsilon at env step 0", ge=0, le=1)
-    epsilon_end: float = key("exploration epsilon after epsilon_anneal_steps", ge=0, le=1)
-    epsilon_anneal_steps: int = key("env steps of the linear epsilon decay", ge=0)
-    hidden: int = key("width of the agent network (rnn_hidden_dim)", ge=1)
-    recurrent: bool = key("FC-GRU-FC agent network (pymarl rnn_agent) instead of an MLP")
-    last_action: bool = key("the agent's last action is part of its input (obs_last_action)")
-    mixing_embed: int = key("QMIX: mixing network width (mixing_embed_dim)", ge=1)
-    hypernet_layers: int = key("QMIX: layers of the hypernetworks", choices=(1, 2))
-    hypernet_embed: int = key("QMIX: hidden width of two-layer hypernetworks", ge=1)
-    checkpoint_buffer: bool = key("save the replay buffer in checkpoints (a resumed run keeps learning off-policy)")
-    q_abs_max: float = key("TrainingDiverged when an agent's Q or Q_tot of a trained step exceeds this in absolute "
-                           "value (diverging TD targets); 0 = no bound", gt=0, off=0)
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,18 @@ def init_ray(cfg: Union[EngineConfig, Dict[str, Any]]) -> Union[EngineConfig, Di
     Raises:
         MarlError: more env runners than Ray has CPUs.
     """
+    start_ray()
+    return _fit_to_ray(cfg)
+
+
+def _fit_to_ray(cfg: Union[EngineConfig, Dict[str, Any]]) -> Union[EngineConfig, Dict[str, Any]]:
+    """The CPU check and scaling of :func:`init_ray`, in the Ray that is running (started by the caller).
+
+    Raises:
+        MarlError: more env runners than Ray has CPUs.
+    """
     import ray
 
-    start_ray()
     cpus = float(ray.cluster_resources().get("CPU", 1))
     c = config_view(cfg)  # a plain dict of these keys is accepted too (tests call init_ray with one)
     runners, learners = c.num_env_runners, c.num_learners
@@ -157,11 +166,14 @@ def build_trainer(env: MultiAgentEnv, algo: str, *, run_dir: Optional[Path] = No
     :func:`fit` is built on this.
     """
     cfg, algo_cls, env, mapping = prepare(env, algo, overrides)
+    start_ray()
     return _build(cfg, algo_cls, env, mapping, run_dir, callbacks)
 
 
 def _build(cfg, algo_cls, env, mapping, run_dir: Optional[Path], callbacks: Sequence[Callback]):
-    cfg = init_ray(cfg)
+    """The trainer of a prepared run, in the Ray its caller started (once: :func:`fit` must know
+    whether it started Ray, to shut it down after an interrupt)."""
+    cfg = _fit_to_ray(cfg)
     run_callbacks = CallbackList([*env.callbacks(), *callbacks])
     config = algo_cls.build_config(cfg, env, mapping)
     trainer = algo_cls(config=config, env=env, run_dir=run_dir, callbacks=run_callbacks)

@@ -5,17 +5,18 @@
     marl eval marl_runs/<run>            # or a checkpoint folder; episodes=100
     marl eval marl_runs/<run> env=smax:8m     # transfer: act on another scenario (HPN / DPN agents)
     marl league marl_runs/<run> bots=[random] episodes=50   # cross-play matrix + ratings of its checkpoints
-    marl list
+    marl list                            # env families and algorithms; marl list mpe: mpe's scenarios
     marl bench throughput --iters 10     # from the marl.benchmarks plugin
 
 ``train`` takes ``key=value`` pairs: ``env=family:scenario``, ``algo=name``,
 ``env.<kwarg>=value`` for the env (e.g. ``env.N=4``), ``stop.<criterion>=value``,
-``resume=path``, and any config key of the algorithm (see ``configs/``).
+``resume=path``, and any config key of the algorithm (see ``configs/``);
+``marl train algo=mappo [env=mpe] [key=value ...] --help`` lists the algorithm's keys
+with the values it would train with (checked, without starting Ray).
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import shlex
 import sys
@@ -23,20 +24,30 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from marl.errors import MarlError, RunInterrupted
-from marl.plugins import load_plugins
+from marl.plugins import load_plugins, load_target
+
+
+TRAIN_USAGE = """usage: marl train env=<family>:<scenario> algo=<name> [env.<kwarg>=value ...]
+                  [stop.<criterion>=value ...] [resume=<checkpoint or run>] [<key>=value ...]
+       marl train algo=<name> [env=<family>] [<key>=value ...] --help   (the algorithm's keys and values)
+
+Trains <name> on the env and prints the final metrics, checkpoint and run folder as JSON.
+stop criteria: env_steps, iterations, time_s, episode_return_mean (default stop.env_steps=1000000)."""
 
 
 def _train(items: List[str]) -> int:
     import marl
     from marl.config import parse_cli_overrides
 
+    if "--help" in items or "-h" in items:
+        return _train_help([i for i in items if i not in ("--help", "-h")])
     env_kwargs = parse_cli_overrides([i[len("env."):] for i in items if i.startswith("env.")])
     kv = parse_cli_overrides([i for i in items if not i.startswith("env.")])
     env_name = kv.pop("env", None)
     algo = kv.pop("algo", None)
     if not env_name or not algo:
         raise MarlError("marl train needs env=<family>:<scenario> and algo=<name>, e.g. "
-                        "'marl train env=mpe:simple_spread algo=mappo'.")
+                        "'marl train env=mpe:simple_spread algo=mappo' (marl train --help: the algorithms and keys).")
     env = _make_env(env_name, env_kwargs)
     stop = kv.pop("stop", None)
     resume = kv.pop("resume", None)
@@ -51,6 +62,41 @@ def _train(items: List[str]) -> int:
     print(json.dumps({"env_steps": result.metrics.get("env_steps"),
                       "episode_return_mean": result.metrics.get("episode_return_mean"),
                       "eval": result.eval, "checkpoint": result.checkpoint, "log_dir": result.log_dir}, indent=2))
+    return 0
+
+
+def _train_help(items: List[str]) -> int:
+    """``marl train [algo=<name>] [env=<family>] [key=value ...] --help``: the usage, and with ``algo``
+    the algorithm's keys with the values it would train with on ``env`` (checked; imports no torch, no Ray).
+
+    Raises:
+        MarlError: unknown algorithm, env family or key, or a bad value.
+    """
+    from marl.config import config_class, load_config, parse_cli_overrides, spec_map
+    from marl.config.docs import fmt
+    from marl.config.schema import type_name
+    from marl.env import list_envs
+    from marl.errors import unknown_choice
+
+    kv = parse_cli_overrides([i for i in items if not i.startswith(("env.", "stop.", "resume="))])
+    algo, env = kv.pop("algo", None), kv.pop("env", None)
+    if algo is None:
+        print(TRAIN_USAGE + "\n")
+        _print_algos()
+        return 0
+    family = None if env is None else str(env).partition(":")[0]
+    if family is not None and family not in list_envs():
+        raise unknown_choice("env family", family, list(list_envs()))
+    cfg = load_config(str(algo), family, kv)
+    specs = spec_map(config_class(str(algo)))
+    print(TRAIN_USAGE)
+    where = f" on {family}" if family else ""
+    print(f"\nKeys of {algo}{where} (key=value; the value it would train with, the type and range):")
+    for layer in dict.fromkeys(s.layer for s in specs.values() if not s.internal):
+        print(f"\n  {layer}:")
+        for spec in (s for s in specs.values() if s.layer == layer and not s.internal):
+            kind = type_name(spec.type) + (f", {spec.range_text()}" if spec.range_text() else "")
+            print(f"    {spec.name}={fmt(getattr(cfg, spec.name))}  ({kind})  {spec.doc}")
     return 0
 
 
@@ -104,7 +150,7 @@ def _eval(items: List[str]) -> int:
     result = marl.load(path, env=env)
     if protocols:
         for name, value in protocols.items():
-            print(json.dumps(_load(_EVAL_OPTIONS[name][0])(result, value, episodes), indent=2))
+            print(json.dumps(load_target(_EVAL_OPTIONS[name][0])(result, value, episodes), indent=2))
         return 0
     extra = {"opponent": str(rest["opponent"])} if "opponent" in rest else {}
     stats = result.evaluate(episodes=episodes, env=env, **extra)
@@ -139,18 +185,37 @@ def _make_env(name: object, kwargs: Dict[str, object]):
                         f"{type(e).__name__}: {e}") from e
 
 
-def _list(_: List[str]) -> int:
-    from marl.config import list_algos
-    from marl.env import list_envs
+def _list(items: List[str]) -> int:
+    """``marl list``: env families and algorithms (imports no env, no torch, no Ray);
+    ``marl list <family> ...``: the scenarios of those families; ``marl list envs``: of every family.
 
-    print("Environments (marl.make_env(family, scenario)):")
-    for fam, scen in list_envs(with_scenarios=True).items():
-        shown = ", ".join(scen[:40]) + (" ..." if len(scen) > 40 else "")
-        print(f"  {fam:<11} {shown or '(one game: marl.make_env(' + repr(fam) + '))'}")
-    print("Algorithms (env.fit(algo)):")
-    for name, desc in list_algos().items():
-        print(f"  {name:<11} {desc}")
+    Raises:
+        MarlError: an unknown family (names the closest).
+    """
+    from marl.env import list_envs
+    from marl.errors import unknown_choice
+
+    families = list_envs()
+    if items:
+        names = list(families) if items == ["envs"] else items
+        for name in names:
+            if name not in families:
+                raise unknown_choice("env family", name, ["envs", *families])
+            print(f"{name}: {', '.join(list_envs(with_scenarios=True, families=[name])[name]) or '(one game)'}")
+        return 0
+    print("Environments (marl.make_env(family, scenario); the scenarios: marl list <family>):")
+    for fam, desc in families.items():
+        print(f"  {fam:<15} {desc}")
+    _print_algos()
     return 0
+
+
+def _print_algos() -> None:
+    from marl.config import list_algos
+
+    print("Algorithms (env.fit(algo), marl train algo=<name>; the keys: marl train algo=<name> --help):")
+    for name, desc in list_algos().items():
+        print(f"  {name:<19} {desc}")
 
 
 def _league(items: List[str]) -> int:
@@ -203,13 +268,8 @@ def _commands() -> Dict[str, Callable[[List[str]], int]]:
     load_plugins()
     out = dict(COMMANDS)
     for name, target in _PLUGIN_COMMANDS.items():
-        out[name] = lambda items, t=target: _load(t)(items)
+        out[name] = lambda items, t=target: load_target(t)(items)
     return out
-
-
-def _load(target: str) -> Callable[[List[str]], int]:
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

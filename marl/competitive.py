@@ -25,7 +25,6 @@ No env or algorithm is imported here: bots are registered by name (:func:`regist
 from __future__ import annotations
 
 import copy
-import importlib
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ import torch
 from marl.callbacks import Callback
 from marl.env import EnvInfo, MultiAgentEnv, Step
 from marl.errors import MarlError, unknown_choice
+from marl.plugins import load_target
 
 OUTCOMES = ("win", "draw", "loss")
 
@@ -122,9 +122,7 @@ def game_runner(env: Any) -> Optional[Any]:
     found = next((r for accepts, r in _GAME_RUNNERS if accepts(env)), None)
     path = getattr(type(env), "game_runner", None)
     if found is None and isinstance(path, str):
-        module, _, name = path.partition(":")
-        cls = getattr(importlib.import_module(module), name)
-        found = cls()
+        found = load_target(path)()
         register_game_runner(lambda e, c=type(env): isinstance(e, c), found)
     return found
 

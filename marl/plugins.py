@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from typing import List
+from typing import Any, List
+
+from marl.errors import MarlError
 
 GROUP = "marl.plugins"
 _loaded: List[str] = []
@@ -59,5 +61,30 @@ def plugin_function(name: str):
     load_plugins()
     if name not in _FUNCTIONS:
         raise AttributeError(f"module 'marl' has no attribute {name!r}")
-    module, _, attr = _FUNCTIONS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return load_target(_FUNCTIONS[name])
+
+
+def load_target(target: str) -> Any:
+    """The object a ``"module:attribute"`` string names (``"marl.algos.ppo:PPO"``), its module imported
+    now: how marl's registries (algorithms, schemas, env families, wrappers, commands, game runners)
+    reach the code they name without importing it before it is used.
+
+    Raises:
+        MarlError: ``target`` is not a ``"module:attribute"`` string, no module ``module``
+            exists, or the module has no attribute ``attribute`` (the message names all three).
+        ImportError: the module exists but imports something that is not installed (an
+            optional extra: callers such as ``list_envs`` report it as unavailable).
+    """
+    module, sep, attr = target.partition(":") if isinstance(target, str) else ("", "", "")
+    if not (sep and module and attr):
+        raise MarlError(f"Expected a 'module:attribute' string, got {target!r}.")
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (module == e.name or module.startswith(e.name + ".")):
+            raise  # the module exists; something it imports is missing
+        raise MarlError(f"Cannot load {target!r}: there is no module '{module}' ({e}).") from e
+    try:
+        return getattr(loaded, attr)
+    except AttributeError:
+        raise MarlError(f"Cannot load {target!r}: module '{module}' has no attribute '{attr}'.") from None

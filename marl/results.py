@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from marl.checkpoint import read_meta, resolve_checkpoint
+from marl.config import ConfigBase, restore_config, trainer_class
 from marl.env import EnvSpec, MultiAgentEnv
 from marl.policy import Policy
-from marl.config import trainer_class
 
 
 @dataclass
@@ -20,6 +20,11 @@ class Result:
         checkpoint: path of the final checkpoint (reload with :func:`marl.load`).
         log_dir: run folder (TensorBoard logs in ``<log_dir>/tb``, ``progress.csv``).
         policy: greedy :class:`Policy`.
+        env_spec: how to rebuild the env trained on (``None`` for an env built by hand).
+        config: the run's typed configuration, an instance of the algorithm's schema after
+            :func:`marl.fit` and after :func:`load` (``config.lr``, ``config.replace(...)``); after
+            :func:`load`, a value the checkpoint holds as text (a callable ``share``) is the YAML default
+            (:func:`marl.config.restore_config`).
         eval: statistics of the greedy evaluation at the end of training (may be empty).
     """
 
@@ -29,7 +34,7 @@ class Result:
     log_dir: Optional[str]
     policy: Policy
     env_spec: Optional[EnvSpec] = None
-    config: Dict[str, Any] = field(default_factory=dict)
+    config: Optional[ConfigBase] = None
     eval: Dict[str, float] = field(default_factory=dict)
 
     def evaluate(self, episodes: int = 32, env: Optional[MultiAgentEnv] = None, num_envs: Optional[int] = None,
@@ -77,5 +82,5 @@ def load(path: str, env: Optional[MultiAgentEnv] = None) -> Result:
         log_dir=str(ckpt.parent.parent),
         policy=policy,
         env_spec=env.spec if env is not None else meta.get("env_spec"),
-        config=meta["config"],
+        config=restore_config(meta["algo"], meta["config"]),
     )

@@ -17,7 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 def test_list(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "mpe" in out and "simple_spread" in out and "mappo" in out and "vmas" in out
+    assert "mpe" in out and "mappo" in out and "vmas" in out and "simple_spread" not in out  # families only
+    assert main(["list", "envs"]) == 0
+    out = capsys.readouterr().out
+    assert "mpe: " in out and "simple_spread" in out and "vmas: " in out and "navigation" in out
 
 
 def test_train_then_eval(ray_session, run_dir, capsys, monkeypatch):

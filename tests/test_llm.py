@@ -264,6 +264,35 @@ def test_bad_opponent_and_turn_based_alignment_are_errors(tiny):
         ttt.fit("advantage_alignment", model=tiny_config(len(tok)), tokenizer=tok, stop={"iterations": 1})
 
 
+def test_rllib_config_of_a_text_game():
+    """LLMSelfPlay builds through marl.engine.spec.build_algorithm_config with its own spaces and
+    runners: Text spaces in the modules, the policies and the run context; TextEnvRunners with the
+    GPUs asked for; the engine's learners, seed and learning rate; DDP that tolerates unused weights."""
+    import gymnasium as gym
+
+    from marl.algos.llm.policy import CausalLMModule
+    from marl.algos.llm.runner import TextEnvRunner
+    from marl.algos.llm.selfplay import LLMSelfPlay
+    from marl.api import prepare
+    from marl.engine.context import CONFIG, RUN
+
+    env, _, kw = _ipd_tiny(seed=7, lr=3e-4, num_gpus_per_env_runner=0.5, num_env_runners=1)
+    cfg, _, env, mapping = prepare(env, "mars", kw)
+    config = LLMSelfPlay.build_config(cfg, env, mapping)
+    assert config.env_runner_cls is TextEnvRunner and config.num_gpus_per_env_runner == 0.5
+    assert config.num_env_runners == 1 and config.seed == 7 and config.lr == 3e-4
+    assert config.torch_ddp_kwargs == {"find_unused_parameters": True}
+    specs = config.rl_module_spec.rl_module_specs
+    assert set(specs) == set(mapping.modules) == set(config.policies)
+    for mid, spec in specs.items():
+        assert spec.module_class is CausalLMModule and set(spec.model_config) == set(LLMSelfPlay.MODULE_KEYS)
+        assert isinstance(spec.observation_space, gym.spaces.Text) and isinstance(spec.action_space, gym.spaces.Text)
+        assert isinstance(config.policies[mid].observation_space, gym.spaces.Text)
+    assert config.learner_config_dict[CONFIG] is cfg
+    assert set(config.learner_config_dict[RUN].module_spaces) == set(mapping.modules)
+    assert config.learner_config_dict[RUN].family.simultaneous  # ipd: both seats move at once
+
+
 # ------------------------------------------------------------------ Ray: learners and a short run
 def _ipd_tiny(**kw):
     from marl.envs.text.dilemmas import COMPACT_STATES

@@ -38,8 +38,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
-from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
-from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.policy import PolicySpec
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 import gymnasium as gym
@@ -50,10 +48,7 @@ from marl.algos.llm.learner import LLMLearner
 from marl.algos.llm.policy import CausalLMModule, Generator, load_tokenizer
 from marl.algos.llm.runner import TextEnvRunner, Turn, check_opponent_names, evaluate
 from marl.config import config_view
-from marl.engine.context import RunContext, learner_config_dict
-from marl.engine.faults import fault_tolerance_settings
-from marl.engine.runner import MappingFn
-from marl.engine.spec import TrainerConfig, lr_schedule
+from marl.engine.spec import build_algorithm_config
 from marl.engine.trainer import StepOutput, Trainer
 from marl.env import MarlError
 
@@ -292,30 +287,14 @@ class LLMSelfPlay(Trainer):
 
     @classmethod
     def build_config(cls, cfg, env, mapping):
-        """RLlib config: TextEnvRunners for sampling, LLMLearners (DDP when ``num_learners`` > 1)."""
+        """RLlib config (:func:`~marl.engine.spec.build_algorithm_config`) with chats in and replies out
+        (``Text`` spaces), TextEnvRunners for sampling and LLMLearners (DDP when ``num_learners`` > 1)."""
         cls.check_text_env(cfg, env)
-        learner_cfg = learner_config_dict(cfg, RunContext.of(env, mapping, family=cls.family_context(cfg, env, mapping)))
-        text = gym.spaces.Text(max_length=1 << 16)  # chats in, replies out (RLlib wants spaces)
-        specs = {mid: RLModuleSpec(module_class=CausalLMModule, observation_space=text, action_space=text,
-                                   model_config=cls.module_config(cfg)) for mid in mapping.modules}
-        policies = {mid: PolicySpec(observation_space=text, action_space=text) for mid in mapping.modules}
-        config = (
-            TrainerConfig(algo_class=cls)
-            .environment(observation_space=None, action_space=None, disable_env_checking=True)
-            .env_runners(env_runner_cls=TextEnvRunner, num_env_runners=cfg.num_env_runners,
-                         num_cpus_per_env_runner=cfg.num_cpus_per_env_runner,
-                         num_gpus_per_env_runner=cfg.num_gpus_per_env_runner)
-            .fault_tolerance(**fault_tolerance_settings(cfg))
-            .learners(num_learners=cfg.num_learners, num_gpus_per_learner=cfg.num_gpus_per_learner,
-                      num_cpus_per_learner=cfg.num_cpus_per_learner if cfg.num_learners else "auto",
-                      learner_config_dict=learner_cfg)
-            .multi_agent(policies=policies, policy_mapping_fn=MappingFn(mapping.agent_to_module))
-            .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
-            .training(lr=lr_schedule(cfg), grad_clip=cfg.max_grad_norm, grad_clip_by="global_norm")
-            .debugging(seed=cfg.seed, log_level="ERROR")
-        )
+        text = gym.spaces.Text(max_length=1 << 16)  # RLlib wants spaces
+        spaces = {mid: PolicySpec(observation_space=text, action_space=text) for mid in mapping.modules}
+        runners = dict(env_runner_cls=TextEnvRunner, num_gpus_per_env_runner=cfg.num_gpus_per_env_runner)
+        config = build_algorithm_config(cls, cfg, env, mapping, spaces=spaces, sampling={"env_runners": runners})
         config.torch_ddp_kwargs = {"find_unused_parameters": True}  # LoRA's frozen base / unused heads get no grad
-        config.learner_config_dict = learner_cfg
         return config
 
     # --------------------------------------------------------------- RAE baselines

@@ -35,11 +35,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from marl.algos.networks.base import AgentNetwork, RecurrentCore
+from marl.algos.networks.config import ENTITY_MODULES, ENV_INPUTS
 from marl.algos.networks.entity import EntityInputs
 from marl.errors import MarlError
-
-ENV_INPUTS = ("all", "non_target")
-ENTITY_MODULES = ("shared", "unit_type", "separate")
 
 
 class Stream(nn.Module):

@@ -1,18 +1,36 @@
 """Config keys of the agent network (values in ``configs/agent_net.yaml``), part of the schema of
-every family that builds its agents from tensors (PPO, value decomposition), not of the LLM family."""
+every family that builds its agents from tensors (PPO, value decomposition), not of the LLM family.
+
+This module imports neither torch nor the network modules, so that a config is loaded and
+checked without torch: the choices that the networks define are spelled here, and
+``marl.algos.networks.asn`` and ``tests/test_lazy_imports.py`` hold the networks to them.
+"""
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from marl.algos.networks.asn import ENTITY_MODULES, ENV_INPUTS
-from marl.algos.networks.registry import FAMILIES, agent_networks
 from marl.config import ConfigBase, key
+
+ENV_INPUTS = ("all", "non_target")  # ASN's environment-stream input (marl.algos.networks.asn)
+ENTITY_MODULES = ("shared", "unit_type", "separate")  # ASN's entity-stream modules (marl.algos.networks.asn)
+ACTIVATIONS = ("relu", "tanh", "elu")  # the keys of marl.algos.networks.mlp.ACTIVATIONS
+# the networks marl.algos.networks.registry registers when it is imported (mlp for each family)
+BUILTIN_AGENTS = ("mlp", "hpn", "dpn", "asn")
+REGISTRY = "marl.algos.networks.registry"
 
 
 def _agent_choices() -> list:
-    """Every registered agent network (of any family; a research network plugs in by registering)."""
-    return list(dict.fromkeys(n for family in FAMILIES for n in agent_networks(family)))
+    """Every registered agent network (of any family; a research network plugs in by registering).
+
+    Registering a network imports the registry (and torch); until something has, the
+    registered networks are the built-in ones, so a config is checked without importing it.
+    """
+    registry = sys.modules.get(REGISTRY)
+    if registry is None:
+        return list(BUILTIN_AGENTS)
+    return list(dict.fromkeys(n for family in registry.FAMILIES for n in registry.agent_networks(family)))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -75,23 +75,25 @@ use the defaults above.
 PLUGINS = """\
 ## Adding an algorithm
 
-An algorithm registers itself by name, with strings, so that `marl list` imports neither
-its module nor Ray; a package outside marl does it in the module its `marl.plugins` entry
-point names:
+An algorithm registers itself by name, with strings, so that `marl list`, loading and
+checking a config and `marl train algo=<name> --help` import neither its trainer nor torch
+nor Ray; a package outside marl does it in the module its `marl.plugins` entry point names:
 
 ```python
 from marl.config import register_algo
 
 register_algo("my_ppo", "my_package.trainer:MyPPO", "one line for marl list",
+              schema="my_package.config:MyPPOConfig",   # a module without torch or Ray
               defaults="/path/to/my_ppo.yaml")  # default: configs/algos/<name>.yaml of marl
 ```
 
-The trainer (a `marl.engine.trainer.Trainer` subclass) names its schema in `config_class`:
-a frozen, keyword-only dataclass deriving from `marl.config.EngineConfig` (and
+The schema is a frozen, keyword-only dataclass deriving from `marl.config.EngineConfig` (and
 `marl.algos.networks.config.AgentNetConfig` for tensor agents), with `LAYER = "<family>"`
 and one field per key, `name: type = marl.config.key("one-line doc", ge=..., choices=...)`,
-without defaults. Its YAML file gives every key a value that the engine files do not
-(`base: <algo>` starts from another algorithm's file).
+without defaults; the trainer (a `marl.engine.trainer.Trainer` subclass) names the same class
+in `config_class` (without `schema=`, marl imports the trainer to find it). Its YAML file
+gives every key a value that the engine files do not (`base: <algo>` starts from another
+algorithm's file).
 """
 
 

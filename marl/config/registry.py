@@ -1,25 +1,26 @@
-"""Algorithm registry: name -> trainer class (a ``"module:Class"`` string, imported on first use).
+"""Algorithm registry: name -> trainer class and config schema (``"module:attribute"`` strings).
 
 Algorithms register themselves where they live (``algos/__init__.py`` for marl's
 own, a plugin package's ``__init__`` for others, found through the
 ``marl.plugins`` entry points)::
 
-    register_algo("mappo", trainer="marl.algos.ppo:PPO", description="Multi-agent PPO ...")
+    register_algo("mappo", trainer="marl.algos.ppo:PPO", schema="marl.algos.ppo_config:PPOConfig",
+                  description="Multi-agent PPO ...")
 
-The trainer class names its config schema in ``config_class`` (a subclass of
-:class:`~marl.config.schema.ConfigBase`). Listing the algorithms imports no
-algorithm module and no Ray.
+The schema (a subclass of :class:`~marl.config.schema.ConfigBase`) lives in a module
+that imports neither torch nor Ray, so listing the algorithms, loading and checking a
+config and ``marl train --help`` import neither; the trainer (and with it RLlib and
+torch) is imported when the algorithm is built.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from marl.config.schema import ConfigBase, spec_map
 from marl.errors import MarlError, unknown_choice
-from marl.plugins import load_plugins
+from marl.plugins import load_plugins, load_target
 
 
 @dataclass(frozen=True)
@@ -30,27 +31,34 @@ class AlgoEntry:
     trainer: str  # "module:Class" of its Trainer
     description: str
     defaults: Optional[str]  # YAML file of its values; None = configs/algos/<name>.yaml
+    schema: Optional[str] = None  # "module:Class" of its config schema; None = the trainer's config_class
 
 
 _ALGOS: Dict[str, AlgoEntry] = {}
 
 
-def register_algo(name: str, trainer: str, description: str = "", defaults: Optional[str] = None) -> None:
+def register_algo(name: str, trainer: str, description: str = "", defaults: Optional[str] = None, *,
+                  schema: Optional[str] = None) -> None:
     """Register an algorithm under ``name`` (registering a name again replaces it).
 
     Args:
         name: what users pass to ``fit(env, name)`` and ``marl train algo=name``.
         trainer: ``"module:Class"`` of its :class:`~marl.engine.trainer.Trainer`
-            subclass, imported when the algorithm is first used.
+            subclass, imported when the algorithm is first built.
         description: one line for ``marl list``.
         defaults: path of the YAML file with its values (and ``base: <algo>``);
             default ``configs/algos/<name>.yaml`` of marl.
+        schema: ``"module:Class"`` of its config schema (the trainer's ``config_class``),
+            in a module that imports neither torch nor Ray: configs are then loaded and
+            checked without importing the trainer. ``None``: the trainer's ``config_class``
+            (importing the trainer module to check a config).
     Raises:
-        MarlError: ``trainer`` is not a ``"module:Class"`` string.
+        MarlError: ``trainer`` or ``schema`` is not a ``"module:Class"`` string.
     """
-    if not isinstance(trainer, str) or ":" not in trainer:
-        raise MarlError(f"register_algo('{name}'): trainer must be a 'module:Class' string, got {trainer!r}.")
-    _ALGOS[name] = AlgoEntry(name, trainer, description, str(defaults) if defaults is not None else None)
+    for what, target in (("trainer", trainer), ("schema", schema)):
+        if target is not None and not (isinstance(target, str) and ":" in target):
+            raise MarlError(f"register_algo('{name}'): {what} must be a 'module:Class' string, got {target!r}.")
+    _ALGOS[name] = AlgoEntry(name, trainer, description, str(defaults) if defaults is not None else None, schema)
 
 
 def list_algos() -> Dict[str, str]:
@@ -78,22 +86,35 @@ def builtin_algos() -> List[str]:
 
 
 def trainer_class(name: str) -> type:
-    """Import and return the trainer class of algorithm ``name``."""
-    module, _, attr = algo_entry(name).trainer.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    """Import and return the trainer class of algorithm ``name``.
+
+    Raises:
+        MarlError: unknown algorithm; a trainer string that names nothing; or a trainer whose
+            ``config_class`` is not the registered ``schema``.
+    """
+    entry = algo_entry(name)
+    trainer = load_target(entry.trainer)
+    if entry.schema is not None and getattr(trainer, "config_class", None) is not config_class(name):
+        raise MarlError(f"Algorithm '{name}': {trainer.__name__}.config_class is "
+                        f"{getattr(trainer, 'config_class', None)!r}, but register_algo named schema={entry.schema!r}.")
+    return trainer
 
 
 def config_class(name: str) -> type:
-    """The config schema (``config_class`` of its trainer) of algorithm ``name``.
+    """The config schema of algorithm ``name``: its registered ``schema`` (no trainer module is
+    imported), else the ``config_class`` of its trainer.
 
     Raises:
-        MarlError: the trainer declares no ``config_class`` deriving from ConfigBase.
+        MarlError: unknown algorithm, or a schema that is not a ConfigBase dataclass.
     """
-    trainer = trainer_class(name)
-    cls = getattr(trainer, "config_class", None)
+    entry = algo_entry(name)
+    if entry.schema is not None:
+        cls, where = load_target(entry.schema), f"schema {entry.schema!r}"
+    else:
+        trainer = trainer_class(name)
+        cls, where = getattr(trainer, "config_class", None), f"{trainer.__name__}.config_class"
     if not (isinstance(cls, type) and issubclass(cls, ConfigBase)):
-        raise MarlError(f"Algorithm '{name}': {trainer.__name__}.config_class must be a marl.config.ConfigBase "
-                        f"dataclass, got {cls!r}.")
+        raise MarlError(f"Algorithm '{name}': {where} must be a marl.config.ConfigBase dataclass, got {cls!r}.")
     return cls
 
 

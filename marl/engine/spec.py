@@ -7,7 +7,7 @@ for sampling, the family's learner class, and the validated marl config in
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -44,9 +44,11 @@ def module_spaces(mapping: PolicyMapping) -> Dict[str, PolicySpec]:
     return out
 
 
-def agent_module_specs(algo_cls, cfg: ConfigBase, mapping: PolicyMapping, **kwargs) -> Dict[str, RLModuleSpec]:
-    """One ``RLModuleSpec`` per policy-mapping module (``kwargs``: e.g. ``inference_only=True``)."""
-    spaces = module_spaces(mapping)
+def agent_module_specs(algo_cls, cfg: ConfigBase, mapping: PolicyMapping, spaces: Optional[Dict[str, PolicySpec]] = None,
+                       **kwargs) -> Dict[str, RLModuleSpec]:
+    """One ``RLModuleSpec`` per policy-mapping module (``spaces``: module id -> ``PolicySpec``,
+    default :func:`module_spaces`; ``kwargs``: e.g. ``inference_only=True``)."""
+    spaces = module_spaces(mapping) if spaces is None else spaces
     return {
         mid: RLModuleSpec(
             module_class=algo_cls.module_class,
@@ -59,24 +61,41 @@ def agent_module_specs(algo_cls, cfg: ConfigBase, mapping: PolicyMapping, **kwar
     }
 
 
-def build_algorithm_config(algo_cls, cfg: ConfigBase, env: MultiAgentEnv, mapping: PolicyMapping):
+def batched_sampling(cfg: ConfigBase, env: MultiAgentEnv) -> Dict[str, Dict[str, Any]]:
+    """How tensor envs are sampled: :class:`~marl.engine.runner.BatchedEnvRunner` env runners,
+    each stepping ``B = env.num_envs`` copies for ``T = rollout_length`` steps, and a train batch
+    of ``T * B`` env steps per learner (the ``sampling`` default of :func:`build_algorithm_config`)."""
+    return {
+        "env_runners": dict(env_runner_cls=BatchedEnvRunner, num_envs_per_env_runner=env.num_envs,
+                            rollout_fragment_length=cfg.rollout_length),
+        "training": dict(train_batch_size_per_learner=cfg.rollout_length * env.num_envs),
+    }
+
+
+def build_algorithm_config(algo_cls, cfg: ConfigBase, env: MultiAgentEnv, mapping: PolicyMapping, *,
+                           spaces: Optional[Dict[str, PolicySpec]] = None,
+                           sampling: Optional[Dict[str, Dict[str, Any]]] = None):
     """Translate a validated marl config into an RLlib ``AlgorithmConfig`` for ``algo_cls``
-    (batched env runners, the family's learner and modules; the default ``Trainer.build_config``)."""
-    spaces = module_spaces(mapping)
-    specs = agent_module_specs(algo_cls, cfg, mapping)
+    (the family's learner and modules; the default ``Trainer.build_config``).
+
+    Args:
+        spaces: module id -> ``PolicySpec`` of the modules' spaces; default :func:`module_spaces`
+            (text games pass their ``Text`` spaces).
+        sampling: the env runners' settings beside their number and CPUs (``"env_runners"``:
+            keywords of ``AlgorithmConfig.env_runners``, with ``env_runner_cls``) and the
+            ``"training"`` keywords that depend on them; default :func:`batched_sampling`.
+    """
+    spaces = module_spaces(mapping) if spaces is None else spaces
+    sampling = batched_sampling(cfg, env) if sampling is None else sampling
+    specs = agent_module_specs(algo_cls, cfg, mapping, spaces)
     specs.update(algo_cls.extra_module_specs(cfg, mapping))  # learner-only modules (e.g. QMIX mixers)
     run = RunContext.of(env, mapping, spaces, family=algo_cls.family_context(cfg, env, mapping))
     learner_cfg = learner_config_dict(cfg, run)
     config = (
         TrainerConfig(algo_class=algo_cls)
         .environment(observation_space=None, action_space=None, disable_env_checking=True)
-        .env_runners(
-            env_runner_cls=BatchedEnvRunner,
-            num_env_runners=cfg.num_env_runners,
-            num_envs_per_env_runner=env.num_envs,
-            num_cpus_per_env_runner=cfg.num_cpus_per_env_runner,
-            rollout_fragment_length=cfg.rollout_length,
-        )
+        .env_runners(num_env_runners=cfg.num_env_runners, num_cpus_per_env_runner=cfg.num_cpus_per_env_runner,
+                     **sampling.get("env_runners", {}))
         .fault_tolerance(**fault_tolerance_settings(cfg))
         .learners(
             num_learners=cfg.num_learners,
@@ -86,12 +105,8 @@ def build_algorithm_config(algo_cls, cfg: ConfigBase, env: MultiAgentEnv, mappin
         )
         .multi_agent(policies=spaces, policy_mapping_fn=MappingFn(mapping.agent_to_module))
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
-        .training(
-            lr=lr_schedule(cfg),
-            grad_clip=cfg.max_grad_norm,
-            grad_clip_by="global_norm",
-            train_batch_size_per_learner=cfg.rollout_length * env.num_envs,
-        )
+        .training(lr=lr_schedule(cfg), grad_clip=cfg.max_grad_norm, grad_clip_by="global_norm",
+                  **sampling.get("training", {}))
         .debugging(seed=cfg.seed, log_level="ERROR")
         .reporting(metrics_num_episodes_for_smoothing=1)
     )

@@ -11,33 +11,37 @@ Modules, each importing only those before it (and :mod:`marl.errors`, :mod:`marl
   :func:`register_wrapper`, :class:`EnvSpec`;
 * :mod:`marl.env.check`: :func:`check_env`.
 
-Nothing here imports the training code, a concrete env or a wrapper.
+Nothing here imports the training code, a concrete env or a wrapper. The names are
+imported from their modules on first use (PEP 562): the registries (``list_envs``,
+``register_env``) import no torch, the contract and ``make_env``'s envs do.
 """
-from marl.env.contract import (
-    KINDS,
-    EnvInfo,
-    EpisodeStats,
-    ExtraColumn,
-    GroupInfo,
-    MultiAgentEnv,
-    Observation,
-    Step,
-    check_actions,
-    check_continuous_actions,
-    check_discrete_actions,
-    fit_env,
-    set_fit_entry,
-    spaces_equal,
-)
-from marl.env.wrapper import Wrapper
-from marl.env.layout import check_entity_layout
-from marl.env.registry import EnvSpec, list_envs, list_wrappers, make_env, register_env, register_wrapper, scenarios_of
-from marl.env.check import check_env, check_step
-from marl.errors import MarlError, closest, unknown_choice
+from typing import Any
 
-__all__ = [
-    "KINDS", "EnvInfo", "EpisodeStats", "ExtraColumn", "GroupInfo", "MultiAgentEnv", "Observation", "Step",
-    "Wrapper", "check_actions", "check_continuous_actions", "check_discrete_actions", "fit_env", "set_fit_entry",
-    "spaces_equal", "check_entity_layout", "EnvSpec", "list_envs", "list_wrappers", "make_env", "register_env",
-    "register_wrapper", "scenarios_of", "check_env", "check_step", "MarlError", "closest", "unknown_choice",
-]
+# public name -> the module that defines it
+_LAZY = {
+    **dict.fromkeys(["KINDS", "EnvInfo", "EpisodeStats", "ExtraColumn", "GroupInfo", "MultiAgentEnv", "Observation",
+                     "Step", "check_actions", "check_continuous_actions", "check_discrete_actions", "fit_env",
+                     "set_fit_entry", "spaces_equal"], "marl.env.contract"),
+    "Wrapper": "marl.env.wrapper",
+    "check_entity_layout": "marl.env.layout",
+    **dict.fromkeys(["EnvSpec", "list_envs", "list_wrappers", "make_env", "register_env", "register_wrapper",
+                     "scenarios_of"], "marl.env.registry"),
+    **dict.fromkeys(["check_env", "check_step"], "marl.env.check"),
+    **dict.fromkeys(["MarlError", "closest", "unknown_choice"], "marl.errors"),
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name not in _LAZY:
+        raise AttributeError(f"module 'marl.env' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

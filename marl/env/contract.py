@@ -404,8 +404,8 @@ _fit_entry: Optional[Callable[..., Any]] = None
 def set_fit_entry(fn: Optional[Callable[..., Any]]) -> None:
     """Install the training entry ``fn(env, algo, **overrides)`` behind :meth:`MultiAgentEnv.fit`.
 
-    ``marl.api`` installs :func:`marl.fit` when it is imported (``import marl``
-    does); the env layer itself never imports the training code.
+    ``marl.api`` installs :func:`marl.fit` when it is imported; the env layer imports
+    the training code only by name, in :func:`fit_env`, when nothing is installed.
     """
     global _fit_entry
     _fit_entry = fn
@@ -415,8 +415,13 @@ def fit_env(env: Any, algo: str, **overrides) -> Any:
     """Train ``algo`` on ``env`` through the installed training entry (see :func:`set_fit_entry`).
 
     Raises:
-        MarlError: no training entry is installed (``marl.api`` was never imported).
+        MarlError: no training entry is installed, even after importing ``marl.api``
+            (which installs :func:`marl.fit`; it is imported by name here, not before).
     """
+    if _fit_entry is None:
+        import importlib
+
+        importlib.import_module("marl.api")  # installs marl.fit (set_fit_entry) unless something else was
     if _fit_entry is None:
         raise MarlError("No training entry is installed: import marl (it installs marl.fit) before env.fit(...).")
     return _fit_entry(env, algo, **overrides)

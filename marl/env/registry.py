@@ -10,15 +10,15 @@ built-in families and the ``offbeat`` and ``crash`` wrappers.
 from __future__ import annotations
 
 import copy
-import importlib
 import numbers
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from marl.env.contract import MultiAgentEnv
-from marl.env.layout import check_entity_layout
 from marl.errors import MarlError, unknown_choice
-from marl.plugins import load_plugins
+from marl.plugins import load_plugins, load_target
+
+if TYPE_CHECKING:  # the contract imports torch: the registries here are used without it (marl list)
+    from marl.env.contract import MultiAgentEnv
 
 
 @dataclass
@@ -96,11 +96,6 @@ def register_wrapper(name: str, factory: str, description: str = "", order: int 
     _WRAPPERS[name] = _Wrapper(factory, description, int(order))
 
 
-def _load(path: str) -> Callable:
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def _builtin_families() -> Dict[str, _Family]:
     load_plugins()  # the installed env packages register their families and wrappers (marl.plugins)
     return _FAMILIES
@@ -111,15 +106,22 @@ def _wrapper_order() -> List[Tuple[str, _Wrapper]]:
     return sorted(_WRAPPERS.items(), key=lambda kv: kv[1].order)
 
 
-def list_envs(with_scenarios: bool = False) -> Dict[str, Any]:
-    """Registered env families -> description (or, with ``with_scenarios``, their scenario names)."""
+def list_envs(with_scenarios: bool = False, families: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Registered env families -> description, or with ``with_scenarios`` their scenario names
+    (which imports each family's module: the descriptions alone import none).
+
+    Args:
+        families: only these registered families (default: all).
+    """
     fams = _builtin_families()
+    if families is not None:
+        fams = {k: fams[k] for k in families}
     if not with_scenarios:
         return {k: f.description for k, f in fams.items()}
     out = {}
     for k, f in fams.items():
         try:
-            out[k] = list(_load(f.scenarios)()) if f.scenarios else []
+            out[k] = list(load_target(f.scenarios)()) if f.scenarios else []
         except ImportError as e:  # an optional extra that is not installed
             out[k] = [f"<unavailable: {e}>"]
     return out
@@ -133,7 +135,7 @@ def list_wrappers() -> Dict[str, str]:
 def scenarios_of(family: str) -> List[str]:
     fams = _builtin_families()
     f = fams[family]
-    return list(_load(f.scenarios)()) if f.scenarios else []
+    return list(load_target(f.scenarios)()) if f.scenarios else []
 
 
 def make_env(name: Any, scenario: Optional[str] = None, **kwargs) -> MultiAgentEnv:
@@ -186,10 +188,12 @@ def make_env(name: Any, scenario: Optional[str] = None, **kwargs) -> MultiAgentE
             name, scenario = name.split(":", 1)
         if name not in fams:
             raise unknown_choice("env", name, list(fams))
-        env = _load(fams[name].factory)(scenario, **kwargs)
+        env = load_target(fams[name].factory)(scenario, **kwargs)
         if env.spec is None:
             env.spec = EnvSpec(name, scenario, dict(kwargs))
     if layout is not None:
+        from marl.env.layout import check_entity_layout
+
         env.info.entity_layout = check_entity_layout(layout, env.info)
         if env.spec is not None:
             env.spec.kwargs = {**env.spec.kwargs, "entity_layout": copy.deepcopy(env.info.entity_layout)}
@@ -203,7 +207,7 @@ def _from_object(obj: Any, fams: Dict[str, _Family], kwargs: Dict[str, Any]) -> 
     """Ask the families that registered a ``from_object`` factory, in registration order."""
     takers = [k for k, f in fams.items() if f.from_object]
     for k in takers:
-        env = _load(fams[k].from_object)(obj, **kwargs)
+        env = load_target(fams[k].from_object)(obj, **kwargs)
         if env is not None:
             return env
     raise MarlError(
@@ -215,7 +219,7 @@ def _from_object(obj: Any, fams: Dict[str, _Family], kwargs: Dict[str, Any]) -> 
 def _wrap(env: MultiAgentEnv, name: str, entry: _Wrapper, options: Any, seed: Any) -> MultiAgentEnv:
     """Apply one registered wrapper; its options join the inner env's spec."""
     inner = env.spec
-    wrapped = _load(entry.factory)(env, options, seed=seed)
+    wrapped = load_target(entry.factory)(env, options, seed=seed)
     if inner is not None:
         own = getattr(type(wrapped), "options", None)
         kept = wrapped.options() if callable(own) else copy.deepcopy(options)

@@ -1,0 +1,52 @@
+"""The config schema of IPPO and MAPPO (:class:`PPOConfig`), apart from the trainer so that a
+config is loaded and checked without importing torch or Ray (the algorithm is in :mod:`marl.algos.ppo`).
+
+Sources of the keys: Schulman et al. 2017 (PPO clip, arXiv 1707.06347); Schulman et al. 2016
+(GAE, arXiv 1506.02438); Yu et al. 2022 (MAPPO, arXiv 2103.01955: value normalisation, Huber
+value loss, value clipping); de Witt et al. 2020 (IPPO, arXiv 2011.09533).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from marl.algos.networks.config import ACTIVATIONS, AgentNetConfig
+from marl.config import EngineConfig, key
+
+CRITICS = ("state", "team", "obs", "auto")  # PPOConfig.critic
+REDISTRIBUTIONS = ("none", "causal_shift")  # reward_redistribution choices (legem: value decomposition only)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig(AgentNetConfig, EngineConfig):
+    """IPPO / MAPPO keys (``docs/algorithms/ppo.md``); values in ``configs/algos/mappo.yaml``, which
+    ``ippo.yaml`` starts from (``base: mappo``)."""
+
+    LAYER = "PPO"
+
+    critic: str = key("value function: global state + agent id, one row per agent (state); global state once per "
+                      "env step with one value head per agent (team, MLP actors); own observation (obs, IPPO); "
+                      "team for MLP actors and state for GRU actors (auto)", choices=CRITICS)
+    gamma: float = key("discount factor", gt=0, le=1)
+    gae_lambda: float = key("GAE lambda", ge=0, le=1)
+    clip: float = key("PPO clip epsilon of the policy ratio", gt=0)
+    value_clip: float = key("clip of the value change around the old value; 0 = no value clipping", ge=0)
+    huber_delta: float = key("Huber loss delta of the value loss; 0 = squared error", ge=0)
+    entropy_coef: float = key("weight of the entropy bonus", ge=0)
+    value_loss_coef: float = key("weight of the value loss", ge=0)
+    adam_eps: float = key("Adam epsilon", gt=0)
+    epochs: int = key("passes over each rollout", ge=1)
+    num_minibatches: int = key("minibatches per pass (split along the env copies)", ge=1)
+    value_norm: bool = key("normalise value targets with running statistics (ValueNorm)")
+    advantage_norm: bool = key("normalise advantages over the active agents of the batch")
+    hidden: int = key("width of the hidden layers (and of the GRU)", ge=1)
+    layers: int = key("hidden layers of the actor and critic MLPs", ge=1)
+    activation: str = key("activation of the hidden layers", choices=ACTIVATIONS)
+    layer_norm: bool = key("LayerNorm on the network inputs")
+    policy_gain: float = key("orthogonal-init gain of the policy output layer", gt=0)
+    log_std_init: float = key("continuous actions: initial log standard deviation")
+    recurrent: bool = key("GRU actor and critic instead of MLPs")
+    chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
+    reward_redistribution: str = key("off-beat envs: per-agent causal shift of rewards inside each rollout "
+                                     "(docs/offbeat.md)", choices=REDISTRIBUTIONS)
+    torch_compile: bool = key("compile the learner's training forward and minibatch loss with torch.compile "
+                              "(inductor); the first update pays the compile, about 20 s on a 2-core CPU (docs/engine.md)")
