@@ -1,11 +1,12 @@
-"""The math of multi-agent PPO, free of RLlib: value normalisation, GAE, the clipped losses.
+"""The math of multi-agent PPO, free of RLlib: value normalisation and the clipped losses.
 
 Sources: Schulman et al. 2017 (PPO clipped surrogate, arXiv 1707.06347, eq. 7);
-Schulman et al. 2016 (GAE, arXiv 1506.02438, eq. 16); Yu et al. 2022 (MAPPO,
-arXiv 2103.01955: the losses of its appendix, its implementation suggestions
-and its official code's defaults: value normalisation, Huber value loss, value
-clipping, advantage normalisation over active agents). :mod:`marl.algos.ppo`
-builds the RLlib module, learner and training step on these functions.
+Yu et al. 2022 (MAPPO, arXiv 2103.01955: the losses of its appendix, its
+implementation suggestions and its official code's defaults: value
+normalisation, Huber value loss, value clipping). :mod:`marl.algos.ppo` builds
+its module and minibatch loss on these; GAE, the time-limit bootstrap and
+advantage normalisation over active agents belong to every on-policy algorithm
+and live in the on-policy core, :mod:`marl.engine.on_policy`.
 """
 from __future__ import annotations
 
@@ -61,65 +62,6 @@ class ValueNorm(nn.Module):
         return x * var.sqrt() + mean
 
 
-# ============================================================ advantages
-def gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_values: torch.Tensor,
-    dones: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> torch.Tensor:
-    """Generalized advantage estimation (Schulman et al. 2016, eq. 16), time on the last axis.
-
-    Args:
-        rewards: ``[..., T]`` reward of step ``t``.
-        values: ``[..., T]`` ``V(s_t)`` (denormalised).
-        next_values: ``[..., T]`` value of the state after step ``t``: ``V(s_{t+1})``,
-            the value of the final observation where the episode was truncated at
-            ``t`` (time limits bootstrap), and 0 where it terminated.
-        dones: ``[..., T]`` bool, an episode ended at step ``t`` (terminated or
-            truncated): the advantage recursion stops there.
-        gamma, lam: discount and GAE lambda.
-    Returns:
-        ``A_t = delta_t + gamma*lam*(1-done_t)*A_{t+1}`` with
-        ``delta_t = r_t + gamma*next_value_t - V(s_t)``, shape ``[..., T]``.
-    """
-    deltas = rewards + gamma * next_values - values
-    carry = (~dones).to(values.dtype) * (gamma * lam)
-    adv = torch.zeros_like(values)
-    last = torch.zeros_like(values[..., 0])
-    for t in range(values.shape[-1] - 1, -1, -1):
-        last = deltas[..., t] + carry[..., t] * last
-        adv[..., t] = last
-    return adv
-
-
-def next_values(
-    values: torch.Tensor, final_values: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor
-) -> torch.Tensor:
-    """Value of the state after each step, ``[..., T]``.
-
-    Args:
-        values: ``[..., T+1]`` values of the observed states (the last is the bootstrap state).
-        final_values: ``[..., T]`` values of the final observation of episodes that ended at ``t``.
-        terminated, truncated: ``[..., T]`` bool.
-    Returns:
-        ``values[t+1]`` normally; ``final_values[t]`` where the episode was truncated
-        (a time limit is not the end of the task, so it bootstraps); 0 where it terminated.
-    """
-    nxt = torch.where(truncated, final_values, values[..., 1:])
-    return torch.where(terminated, torch.zeros_like(nxt), nxt)
-
-
-def normalize_advantages(adv: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-    """Zero mean, unit std over active entries only (dead agents excluded; MAPPO code)."""
-    a = adv[active]
-    if a.numel() < 2:
-        return adv
-    return (adv - a.mean()) / (a.std() + 1e-5)
-
-
 # ============================================================ losses
 def huber(e: torch.Tensor, delta: float) -> torch.Tensor:
     """Huber loss of residuals ``e`` (elementwise), quadratic inside ``|e| <= delta``."""
@@ -170,11 +112,3 @@ def ppo_losses(
         "clip_fraction": clip_frac,
         "approx_kl": approx_kl,
     }
-
-
-def explained_variance(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> float:
-    """``1 - Var[target - pred] / Var[target]`` over masked entries (1 is perfect, <=0 useless)."""
-    p, t = pred[mask], target[mask]
-    if t.numel() < 2 or t.var() == 0:
-        return 0.0
-    return float(1 - (t - p).var() / t.var())

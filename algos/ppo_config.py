@@ -11,13 +11,12 @@ from dataclasses import dataclass
 
 from marl.algos.networks.config import ACTIVATIONS, AgentNetConfig
 from marl.config import EngineConfig, key
-
-CRITICS = ("state", "team", "obs", "auto")  # PPOConfig.critic
+from marl.config.critic import CRITICS, CriticChoice
 REDISTRIBUTIONS = ("none", "causal_shift")  # reward_redistribution choices (legem: value decomposition only)
 
 
 @dataclass(frozen=True, kw_only=True)
-class PPOConfig(AgentNetConfig, EngineConfig):
+class PPOConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cfg.critic_kind, auto resolved once
     """IPPO / MAPPO keys (``docs/algorithms/ppo.md``); values in ``configs/algos/mappo.yaml``, which
     ``ippo.yaml`` starts from (``base: mappo``)."""
 
@@ -25,7 +24,7 @@ class PPOConfig(AgentNetConfig, EngineConfig):
 
     critic: str = key("value function: global state + agent id, one row per agent (state); global state once per "
                       "env step with one value head per agent (team, MLP actors); own observation (obs, IPPO); "
-                      "team for MLP actors and state for GRU actors (auto)", choices=CRITICS)
+                      "team for MLP actors and state for GRU actors (auto)", choices=CRITICS + ("auto",))
     gamma: float = key("discount factor", gt=0, le=1)
     gae_lambda: float = key("GAE lambda", ge=0, le=1)
     clip: float = key("PPO clip epsilon of the policy ratio", gt=0)

@@ -101,7 +101,7 @@ CONFIG = [
     ("clip=0", fit(match, "mappo", clip=0), LOADER, "Config key 'clip' must be > 0, got 0."),
     ("epochs=0", fit(match, "mappo", epochs=0), LOADER, "'epochs' must be >= 1, got 0."),
     ("num_minibatches=0", fit(match, "mappo", num_minibatches=0), LOADER, "'num_minibatches' must be >= 1, got 0."),
-    ("num_minibatches > rows", fit(match, "mappo", num_minibatches=MATCH_ROWS + 1), "marl.algos.ppo",
+    ("num_minibatches > rows", fit(match, "mappo", num_minibatches=MATCH_ROWS + 1), "marl.engine.on_policy",
      f"num_minibatches={MATCH_ROWS + 1} is more than the {MATCH_ROWS} rows a learner gets per update"),
     ("hidden=0", fit(match, "mappo", hidden=0), LOADER, "'hidden' must be >= 1, got 0."),
     ("layers=0", fit(match, "mappo", layers=0), LOADER, "'layers' must be >= 1, got 0."),

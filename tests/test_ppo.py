@@ -1,11 +1,14 @@
-"""IPPO/MAPPO math on hand-computed values and properties (docs/algorithms/ppo.md). No Ray."""
+"""IPPO/MAPPO math on hand-computed values and properties (docs/algorithms/ppo.md). No Ray.
+
+GAE, the time-limit bootstrap, advantage normalisation, critic inputs and the learner's data path are the
+on-policy core's (marl/engine/on_policy.py): tests/test_on_policy_core.py."""
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from marl.algos.policy_gradient import ValueNorm, gae, masked_mean, next_values, normalize_advantages, ppo_losses
-from marl.algos.ppo import PPOModule, critic_inputs
+from marl.algos.policy_gradient import ValueNorm, masked_mean, ppo_losses
+from marl.algos.ppo import PPOModule
 
 
 def test_value_norm_roundtrip_and_first_update_exact():
@@ -36,52 +39,6 @@ def test_value_norm_mask_ignores_inactive():
     vn = ValueNorm()
     vn.update(torch.tensor([1.0, 1000.0]), mask=torch.tensor([True, False]))
     assert vn.stats()[0].item() == pytest.approx(1.0)
-
-
-def test_gae_lambda_one_gamma_one_is_return_minus_value():
-    r = torch.tensor([1.0, 2.0, 3.0])
-    v = torch.tensor([0.5, 0.2, 0.1, 4.0])  # V_0..V_3 (V_3 bootstraps)
-    done = torch.zeros(3, dtype=torch.bool)
-    adv = gae(r, v[:-1], v[1:], done, gamma=1.0, lam=1.0)
-    expected = torch.tensor([1 + 2 + 3 + 4.0 - 0.5, 2 + 3 + 4.0 - 0.2, 3 + 4.0 - 0.1])
-    assert torch.allclose(adv, expected)
-
-
-def test_gae_lambda_zero_is_td_error_and_hand_computed():
-    r = torch.tensor([1.0, 0.0, 2.0])
-    v = torch.tensor([0.5, 1.0, -1.0, 2.0])
-    done = torch.zeros(3, dtype=torch.bool)
-    g = 0.9
-    assert torch.allclose(gae(r, v[:-1], v[1:], done, g, 0.0), r + g * v[1:] - v[:-1])
-    lam = 0.8
-    d = r + g * v[1:] - v[:-1]
-    a2 = d[2]
-    a1 = d[1] + g * lam * a2
-    a0 = d[0] + g * lam * a1
-    assert torch.allclose(gae(r, v[:-1], v[1:], done, g, lam), torch.stack([a0, a1, a2]))
-
-
-def test_gae_stops_at_episode_end_and_truncation_bootstraps():
-    r = torch.tensor([1.0, 1.0, 1.0, 1.0])
-    v = torch.tensor([0.0, 0.0, 0.0, 0.0, 5.0])
-    v_final = torch.tensor([0.0, 7.0, 0.0, 0.0])
-    term = torch.tensor([False, False, False, False])
-    trunc = torch.tensor([False, True, False, False])  # time limit after step 1
-    nv = next_values(v, v_final, term, trunc)
-    assert nv.tolist() == [0.0, 7.0, 0.0, 5.0]  # bootstraps from the final observation
-    adv = gae(r, v[:-1], nv, term | trunc, 1.0, 1.0)
-    assert adv.tolist() == [1.0 + 1.0 + 7.0, 1.0 + 7.0, 1.0 + 1.0 + 5.0, 1.0 + 5.0]
-    term2 = torch.tensor([False, True, False, False])
-    nv2 = next_values(v, v_final, term2, torch.zeros(4, dtype=torch.bool))
-    assert nv2[1] == 0.0  # termination: no bootstrap
-
-
-def test_advantage_normalisation_over_active_only():
-    adv = torch.tensor([1.0, 3.0, 100.0])
-    active = torch.tensor([True, True, False])
-    out = normalize_advantages(adv, active)
-    assert out[:2].mean().item() == pytest.approx(0.0, abs=1e-6)
-    assert out[:2].std().item() == pytest.approx(1.0, abs=1e-3)
 
 
 def _losses(logp, adv, values=None, values_old=None, targets=None, active=None, clip=0.2, value_clip=0.2):
@@ -206,79 +163,32 @@ def test_training_forward_reproduces_rollout_logp(discrete, recurrent):
     assert torch.allclose(lp, rows(logps).reshape(-1), atol=1e-5)
 
 
-def test_critic_inputs_ippo_vs_mappo():
-    obs = torch.randn(5, 3, 7)
-    state = torch.randn(5, 21)
-    assert critic_inputs("obs", obs, state, 3).shape == (5, 3, 7)
-    c = critic_inputs("state", obs, state, 3)
-    assert c.shape == (5, 3, 21 + 3)
-    assert torch.equal(c[:, 1, :21], state) and torch.equal(c[:, 1, 21:], torch.tensor([0.0, 1.0, 0.0]).expand(5, 3))
-
-
 def test_masked_mean_ignores_masked():
     assert masked_mean(torch.tensor([1.0, 100.0]), torch.tensor([True, False])).item() == 1.0
 
 
-# ---------------------------------------------------------------- team critic, final values
-def _team_module(n_agents=3, state_dim=6):
-    cfg = dict(obs_dim=4, critic_dim=state_dim, critic_heads=n_agents, team_critic=True, n_actions=3, discrete=True,
-               hidden=16, layers=2, activation="relu", layer_norm=True, recurrent=False, policy_gain=1.0,
-               log_std_init=-0.5)
-    return PPOModule(observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
-                     action_space=gym.spaces.Discrete(3), model_config=cfg)
+def test_learner_passes_the_config_to_the_loss_in_order():
+    """PPOLearner's loss on a minibatch equals ``L_clip - c_H H + c_V L_V`` composed by hand from ``ppo_losses``
+    with each key in its place (clip 0.1 and value clip 0.3 both bind: swapping any two changes the loss)."""
+    from test_on_policy_core import Bare
 
+    from marl.algos.ppo import PPOLearner
 
-def test_final_values_only_where_truncated():
-    from marl.algos.ppo import final_values
+    class BarePPO(Bare, PPOLearner):
+        pass
 
     torch.manual_seed(0)
-    m = _module()
-    final_in = torch.randn(5, 7, 6)
-    trunc = torch.zeros(5, 7, dtype=torch.bool)
-    trunc[1, 3] = trunc[4, 6] = True
-    v = final_values(m, final_in, trunc, torch.empty(5, 7))
-    full = m.values(final_in)
-    assert torch.allclose(v[trunc], full[trunc]) and bool((v[~trunc] == 0).all())
-    assert bool((final_values(m, final_in, torch.zeros_like(trunc), torch.empty(5, 7)) == 0).all())
-    t = _team_module()  # team critic: [B, T, S] inputs, [B, T, N] values
-    tv = final_values(t, final_in, trunc, torch.empty(5, 7, 3))
-    assert torch.allclose(tv[trunc], t.values(final_in)[trunc]) and bool((tv[~trunc] == 0).all())
-
-
-def test_team_critic_rows_and_advantages_by_hand():
-    """Team layout: one critic row per env step; GAE per agent on the team critic's head of that agent."""
-    from types import SimpleNamespace
-
-    from marl.algos.policy_gradient import gae, next_values
-    from marl.algos.ppo import PPOLearner, rollout_to_sequences
-
-    torch.manual_seed(1)
-    T, B, N, S = 6, 2, 3, 6
-    term = torch.zeros(T, B, dtype=torch.bool)
-    trunc = torch.zeros(T, B, dtype=torch.bool)
-    term[2, 0], trunc[4, 1] = True, True
-    mod = {"obs": torch.randn(T + 1, B, N, 4), "final_obs": torch.randn(T, B, N, 4),
-           "actions": torch.randint(0, 3, (T, B, N)), "logp": torch.randn(T, B, N), "rewards": torch.randn(T, B, N),
-           "alive": torch.ones(T, B, N, dtype=torch.bool)}
-    rollout = {"state": torch.randn(T + 1, B, S), "final_state": torch.randn(T, B, S), "terminated": term,
-               "truncated": trunc, "modules": {"shared": mod}}
-    cols = {k: torch.as_tensor(v) for k, v in rollout_to_sequences(rollout, "team").policy_batches["shared"].items()}
-    assert cols["critic_in"].shape == (B, T + 1, S) and cols["obs"].shape == (B, N, T + 1, 4)
-    assert torch.equal(cols["rewards"][1, 2], mod["rewards"][:, 1, 2])  # [B, N, T]: copy 1, agent 2
-    m = _team_module(N, S)
-    cfg = SimpleNamespace(gamma=0.9, gae_lambda=0.8, value_norm=False, advantage_norm=False)
-    fake = SimpleNamespace(cfg=cfg, metrics=SimpleNamespace(log_value=lambda *a, **k: None))
-    out = PPOLearner._prepare_team(fake, "shared", m, cols)
-    assert out["obs"].shape == (B * T, N, 4) and out["critic_in"].shape == (B * T, S)
-    with torch.no_grad():  # by hand for copy b=1, agent n=2 (its episode truncated at t=4)
-        v = m.values(rollout["state"][:, 1])[:, 2]  # [T+1]
-        vf = torch.zeros(T)
-        vf[4] = m.values(rollout["final_state"][4, 1])[2]
-        adv = gae(mod["rewards"][:, 1, 2], v[:-1], next_values(v, vf, term[:, 1], trunc[:, 1]), term[:, 1] | trunc[:, 1],
-                  0.9, 0.8)
-    rows = torch.arange(T) + T * 1  # env-step rows of copy 1
-    assert torch.allclose(out["advantages"][rows, 2], adv, atol=1e-6)
-    assert torch.allclose(out["returns"][rows, 2], adv + v[:-1], atol=1e-6)
-    fwd = m._forward_train({"obs": out["obs"][:4], "critic_in": out["critic_in"][:4]})
-    assert fwd["dist_in"].shape == (4 * N, 3) and fwd["values"].shape == (4 * N,)
-    assert torch.allclose(fwd["values"].view(4, N), out["values_old"][:4], atol=1e-6)
+    m, M = _module(), 32
+    cfg = dict(value_norm=True, clip=0.1, value_clip=0.3, huber_delta=0.5, entropy_coef=0.05, value_loss_coef=0.7)
+    learner = BarePPO({"m": m}, **cfg)
+    rows = {"obs": torch.randn(M, 4), "critic_in": torch.randn(M, 6), "actions": torch.randint(0, 3, (M,)),
+            "advantages": torch.randn(M), "returns": 3 * torch.randn(M), "values_old": torch.randn(M),
+            "active": torch.rand(M) > 0.2}
+    fwd = m._forward_train(rows)
+    rows["logp_old"] = m.log_prob_entropy(fwd["dist_in"], rows["actions"], None)[0].detach() + 0.2 * torch.randn(M)
+    loss = learner.compute_loss_for_module(module_id="m", config=None, batch=rows, fwd_out=fwd)
+    logp, ent = m.log_prob_entropy(fwd["dist_in"], rows["actions"], None)
+    parts = ppo_losses(logp, rows["logp_old"], rows["advantages"], ent, fwd["values"], rows["values_old"],
+                       m.value_norm.normalize(rows["returns"]), rows["active"], 0.1, 0.3, 0.5)
+    assert 0 < parts["clip_fraction"] < 1 and m.value_norm.debias > 0  # the clip binds; the normaliser was updated
+    assert torch.allclose(loss, parts["policy_loss"] - 0.05 * parts["entropy"] + 0.7 * parts["value_loss"])
