@@ -334,8 +334,9 @@ class ValueDecomp(OffPolicyTrainer):
     def make_buffer(self) -> JointEpisodeBuffer:
         """Whole episodes of every env copy of every runner, ``buffer_size`` of them."""
         cfg, layout = self.cfg, self.run.family
-        return JointEpisodeBuffer(cfg.buffer_size, layout.episode_limit, self.run.num_envs * max(1, cfg.num_env_runners),
-                                  layout.shapes, layout.state_dim, layout.extra_columns)
+        copies = self.run.num_envs * max(1, cfg.num_env_runners)
+        return JointEpisodeBuffer(cfg.buffer_size, layout.episode_limit, copies, layout.shapes, layout.state_dim,
+                                  layout.extra_columns)
 
     def update_schedule(self) -> UpdateSchedule:
         """One gradient step per ``episodes_per_update`` episodes once the buffer holds
@@ -346,14 +347,10 @@ class ValueDecomp(OffPolicyTrainer):
                               learning_starts=max(c.batch_size, c.learning_starts_episodes),
                               target_interval=c.target_update_interval, target_unit="episode", tau=1.0)
 
-    def epsilon(self) -> float:
-        """Exploration epsilon at the current env step (linear, pymarl's ``DecayThenFlatSchedule``)."""
-        c = self.cfg
-        return epsilon_at(self.progress["env_steps"], c.epsilon_start, c.epsilon_end, c.epsilon_anneal_steps)
-
     def act_kwargs(self) -> Dict[str, float]:
-        """The iteration's ``epsilon`` for :meth:`QAgentModule.act`."""
-        return {"epsilon": self.epsilon()}
+        """The ``epsilon`` of :meth:`QAgentModule.act` at the current env step (pymarl's linear schedule)."""
+        c, steps = self.cfg, self.progress["env_steps"]
+        return {"epsilon": epsilon_at(steps, c.epsilon_start, c.epsilon_end, c.epsilon_anneal_steps)}
 
     def observe_rollout(self, rollout) -> None:
         """``standardise_rewards``: fold every sampled reward into ``progress["reward_stats"]``."""

@@ -95,7 +95,7 @@ def check_tau(tau: float) -> None:
                         f"a small value (e.g. 0.005) averages slowly.")
 
 
-def _matched(a: Iterable[torch.Tensor], b: Iterable[torch.Tensor], what: str) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+def _matched(a: Iterable[torch.Tensor], b: Iterable[torch.Tensor], what: str) -> List[Tuple[Any, Any]]:
     a, b = list(a), list(b)
     if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
         raise MarlError(f"target and online networks differ in their {what}: {[tuple(x.shape) for x in a]} "
@@ -287,7 +287,8 @@ class OffPolicyTrainer(Trainer):
         episodes = self.progress["episodes"] + len(rollout["metrics"].get("episode_return", []))
         metrics = self.run_updates(self.schedule.updates_due(self.progress, new, len(self.buffer)), episodes)
         metrics.update(act)
-        metrics.update({f"buffer_{self.buffer.ITEMS}": float(len(self.buffer)), "updates": float(self.progress["updates"])})
+        metrics[f"buffer_{self.buffer.ITEMS}"] = float(len(self.buffer))
+        metrics["updates"] = float(self.progress["updates"])
         return StepOutput(rollout, metrics)
 
     def store(self, rollout: Dict[str, Any]) -> int:
@@ -317,7 +318,8 @@ class OffPolicyTrainer(Trainer):
         """``batch_size`` entries drawn uniformly from the buffer with :attr:`rng`, through
         :meth:`transform_batch`, as one policy batch under :func:`batch_module_id`."""
         columns = self.transform_batch(self.buffer.sample(self.cfg.batch_size, self.rng))
-        return MultiAgentBatch({batch_module_id(self.run): SampleBatch(columns)}, env_steps=self.buffer.steps_in(columns))
+        steps = self.buffer.steps_in(columns)
+        return MultiAgentBatch({batch_module_id(self.run): SampleBatch(columns)}, env_steps=steps)
 
     # --------------------------------------------------------------- checkpoints
     def get_state(self, components=None, *, not_components=None, **kwargs):
