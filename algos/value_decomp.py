@@ -11,48 +11,40 @@ tested properties: ``docs/algorithms/value_decomposition.md``.
 
 One family, three mixers: ``none`` (IQL: one TD loss per agent), ``vdn``
 (``Q_tot = sum_a Q_a``) and ``qmix`` (a monotonic hypernetwork mixer on the
-global state). The data path: :class:`~marl.engine.runner.BatchedEnvRunner`
-rollouts go into a :class:`~marl.engine.replay.JointEpisodeBuffer` in the
-driver; each gradient step is one joint batch of whole episodes under a single
-module id, so RLlib's per-module minibatching (which slices and shuffles each
-module's rows on their own) never splits the agents of one time step
-(``docs/algorithms/value_decomposition.md``).
+global state). It runs on the off-policy core (:mod:`marl.engine.off_policy`):
+:class:`~marl.engine.runner.BatchedEnvRunner` rollouts go into a
+:class:`~marl.engine.replay.JointEpisodeBuffer` in the driver; each gradient step is one
+joint batch of whole episodes under a single module id, so RLlib's per-module
+minibatching (which slices and shuffles each module's rows on their own) never splits
+the agents of one time step (``docs/algorithms/value_decomposition.md``).
 
-This file holds the family's RLModules (:class:`QAgentModule`,
-:class:`MixerModule`), Learner (:class:`ValueDecompLearner`) and training step
-(:class:`ValueDecomp`).
+This file holds the family's config, its choice of networks (:class:`QAgentModule`,
+:class:`MixerModule`, in ``algos/value_decomp_inputs.py``), its targets and loss
+(:class:`ValueDecompLearner`) and its schedule and checks (:class:`ValueDecomp`).
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import gymnasium as gym
 import numpy as np
 import torch
-from torch.nn import functional as F
 
-from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-from ray.rllib.core.rl_module.torch import TorchRLModule
-from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from marl.algos.networks.base import AgentNetwork
-from marl.algos.networks.mixers import QMixer
-from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
-from marl.algos.q_learning import check_q_bound, double_q_next, epsilon_at, epsilon_greedy, masked_td_loss, merge_moments, on_mask
+from marl.algos.networks.registry import agent_model_config, check_agent
+from marl.algos.q_learning import check_q_bound, double_q_next, epsilon_at, masked_td_loss, merge_moments, on_mask
 from marl.algos.value_decomp_config import MIXERS, OPTIMIZERS, REDISTRIBUTIONS, ValueDecompConfig  # noqa: F401
-from marl.algos.value_decomp_inputs import PackedEpisodes, agent_inputs
+from marl.algos.value_decomp_inputs import JOINT, MixerModule, QAgentModule, split_joint
 from marl.config import config_view
-from marl.engine.context import RunAccess
+from marl.engine.off_policy import OffPolicyLearner, OffPolicyTrainer, UpdateSchedule, batch_module_id
 from marl.engine.replay import JointEpisodeBuffer, check_buffer_size
-from marl.engine.rllib_seam import SeamLearner, wants_component
-from marl.engine.trainer import StepOutput, Trainer
 from marl.errors import TrainingDiverged
 from marl.env import MarlError
 
-JOINT = "__joint__"  # batch key of the team-level columns (not a module id: forward_train skips it)
+__all__ = ["MixerModule", "QAgentModule", "ValueDecomp", "ValueDecompConfig", "ValueDecompLayout",
+           "ValueDecompLearner", "split_joint"]
 
 
 @dataclass(frozen=True)
@@ -80,132 +72,18 @@ class ValueDecompLayout:
     extra_columns: Dict[str, Tuple[Any, Any]] = field(default_factory=dict)
 
 
-# ============================================================ agent network
-class QAgentModule(TorchRLModule, InferenceOnlyAPI):
-    """Agent utilities ``Q_a(tau_a, u)`` for the agents of one policy-mapping module.
-
-    ``model_config``: ``obs_dim`` (with the agent one-hot the mapping appends),
-    ``n_actions``, ``hidden`` (64), ``recurrent`` (GRU), ``last_action`` (feed the
-    one-hot previous action, pymarl ``obs_last_action``) and ``agent``: the agent
-    network's registered name (:func:`marl.algos.networks.registry.build_agent_net`;
-    ``mlp`` is pymarl's :class:`~marl.algos.networks.rnn.RNNAgent`) with its extra keys.
-    The recurrent state the runner carries is ``[B, N, S + A]``: the network's
-    state (``S = H`` for a GRU) and the last action one-hot, both zero at an
-    episode start. The target network (``target``) exists on learners only.
-    """
-
-    def setup(self):
-        c = self.model_config
-        self.n_actions = int(c["n_actions"])
-        self.use_last_action = bool(c.get("last_action", True))
-        last_dim = self.n_actions if self.use_last_action else 0
-        self.net = build_agent_net(c.get("agent", "mlp"), {**c, "last_action_dim": last_dim}, self.n_actions, "value_decomp")
-        if not self.inference_only:
-            self.target = copy.deepcopy(self.net).requires_grad_(False)
-
-    def get_non_inference_attributes(self):
-        return ["target"]
-
-    @property
-    def state_size(self) -> int:
-        """``S + A``: the network's state and (with ``last_action``) the last action one-hot."""
-        return self.net.state_size + (self.n_actions if self.use_last_action else 0)
-
-    # --- acting
-    def initial_state(self, batch_shape) -> Optional[torch.Tensor]:
-        return torch.zeros(*batch_shape, self.state_size) if self.state_size else None
-
-    @torch.no_grad()
-    def act(self, obs, avail, h, explore: bool = True, epsilon: float = 0.0, **unused):
-        """Epsilon-greedy (``explore``) or greedy actions for ``[B, N, D]`` observations.
-
-        Returns ``actions [B, N]`` int64, ``logp [B, N]`` (zeros: not a stochastic
-        policy) and the next state ``[B, N, S + A]`` (``None`` if stateless).
-        """
-        B, N = obs.shape[:2]
-        x, hid, S = obs.reshape(B * N, -1), None, self.net.state_size
-        if h is not None:
-            h = h.reshape(B * N, -1)
-            hid = h[:, :S] if S else None
-            if self.use_last_action:
-                x = torch.cat([x, h[:, S:]], -1)
-        q, hid = self.net.step(x, hid)
-        av = None if avail is None else avail.reshape(B * N, -1).bool()
-        a = epsilon_greedy(q, av, float(epsilon) if explore else 0.0)
-        parts = ([] if hid is None else [hid]) + ([F.one_hot(a, self.n_actions).float()] if self.use_last_action else [])
-        h_next = torch.cat(parts, -1).reshape(B, N, -1) if parts else None
-        return a.reshape(B, N), torch.zeros(B, N), h_next
-
-    def _forward(self, batch, **kwargs):  # RLlib's generic inference path (not used by our runner)
-        a, _, _ = self.act(batch["obs"].unsqueeze(1), None, self.initial_state((batch["obs"].shape[0], 1)), explore=False)
-        return {"actions": a.squeeze(1)}
-
-    # --- training
-    @property
-    def last_dim(self) -> int:
-        """Size of the last-action one-hot in the input (0 without ``last_action``)."""
-        return self.n_actions if self.use_last_action else 0
-
-    def q_sequence(self, net: AgentNetwork, obs: torch.Tensor, actions: torch.Tensor, steps=None) -> torch.Tensor:
-        """Unroll ``net`` over whole episodes from the zero state: ``obs [E, T+1, N, D]``, ``actions [E, T, N]``,
-        ``steps [E]`` (optional: used steps, length + 1; the network may skip the rest) -> ``Q [E, T+1, N, A]``."""
-        N = obs.shape[2]
-        q = net.sequence(agent_inputs(obs, actions, self.last_dim), None if steps is None else steps.repeat_interleave(N))
-        return q.reshape(-1, N, *q.shape[1:]).transpose(1, 2)
-
-    def _forward_train(self, batch: Dict[str, torch.Tensor], **kwargs) -> Dict[str, torch.Tensor]:
-        """Online ``q`` and target ``q_target``: both ``[E, T+1, N, A]``. With ``batch["steps"]`` and a
-        network that skips padding, both read one packed input of the used steps (zero Q after them)."""
-        obs, actions, steps = batch["obs"], batch["actions"], batch.get("steps")
-        if steps is None or not self.net.skips_padding:
-            with torch.no_grad():
-                q_target = self.q_sequence(self.target, obs, actions, steps)
-            return {"q": self.q_sequence(self.net, obs, actions, steps), "q_target": q_target}
-        packed = PackedEpisodes(steps, obs.shape[2], obs.shape[1])
-        x = packed.inputs(obs, actions, self.last_dim)
-        with torch.no_grad():
-            q_target = packed.unpack(self.target.packed(x, packed.batch_sizes))
-        return {"q": packed.unpack(self.net.packed(x, packed.batch_sizes)), "q_target": q_target}
-
-    def sync_target(self) -> None:
-        self.target.load_state_dict(self.net.state_dict())
-
-
-# ============================================================ mixers
-class MixerModule(TorchRLModule):
-    """Learner-only RLModule holding one team's :class:`QMixer` and its target copy.
-
-    ``model_config``: ``n_agents``, ``state_dim``, ``mixing_embed``,
-    ``hypernet_layers``, ``hypernet_embed``.
-    """
-
-    def setup(self):
-        c = self.model_config
-        self.net = QMixer(int(c["n_agents"]), int(c["state_dim"]), int(c["mixing_embed"]), int(c["hypernet_layers"]), int(c["hypernet_embed"]))
-        self.target = copy.deepcopy(self.net).requires_grad_(False)
-
-    def _forward(self, batch, **kwargs):
-        return {}
-
-    def _forward_train(self, batch: Dict[str, torch.Tensor], **kwargs) -> Dict[str, torch.Tensor]:
-        """``{"qs": [E, T, n], "state": [E, T, S]}`` -> ``{"q_tot": [E, T]}``."""
-        return {"q_tot": self.net(batch["qs"], batch["state"])}
-
-    def sync_target(self) -> None:
-        self.target.load_state_dict(self.net.state_dict())
-
-
-# ============================================================ learner
-class ValueDecompLearner(RunAccess, SeamLearner):
+# ============================================================ targets and loss
+class ValueDecompLearner(OffPolicyLearner):
     """Masked TD loss on joint batches of whole episodes.
 
     Input: one ``MultiAgentBatch`` whose single policy batch holds the columns of
     :class:`~marl.engine.replay.JointEpisodeBuffer` (``"<module>/obs"``, ...,
     ``"state"``, ``"terminated"``, ``"filled"``; rows = episodes, so sharding over
-    DDP learners keeps episodes whole). Per team: ``Q_tot`` of the taken actions
-    (none: per agent), double-Q TD(lambda) target from the target networks,
-    loss ``sum(mask * td^2) / sum(mask)``. ``timesteps["sync_target"]`` hard-copies
-    the online networks into the targets after the step.
+    DDP learners keeps episodes whole), split per module by :func:`split_joint`. Per team:
+    ``Q_tot`` of the taken actions (none: per agent), double-Q TD(lambda) target from the
+    target networks, loss ``sum(mask * td^2) / sum(mask)``. The off-policy core
+    (:class:`~marl.engine.off_policy.OffPolicyLearner`) takes the gradient step and copies
+    the online networks into the targets when the trainer's schedule says so.
     """
 
     def configure_optimizers_for_module(self, module_id, config=None):
@@ -217,19 +95,9 @@ class ValueDecompLearner(RunAccess, SeamLearner):
             opt = torch.optim.Adam(params, fused=True)  # one kernel call per step (see PPOLearner)
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
 
-    def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
-        """One gradient step on a joint batch; returns reduced metrics."""
-        timesteps = timesteps or {}
-        cols = next(iter(self.begin_update(batch, training_data, timesteps).values()))
-        self.gradient_step(split_joint(cols, list(self.run.family.modules)))
-        if timesteps.get("sync_target"):
-            self.sync_targets()
-        self.after_gradient_based_update(timesteps=timesteps)
-        return self.metrics.reduce()
-
-    def sync_targets(self) -> None:
-        for mid in self.module.keys():
-            self.module[mid].unwrapped().sync_target()
+    def learner_batch(self, columns):
+        """The joint batch's one policy batch -> per-module views (:func:`split_joint`)."""
+        return split_joint(next(iter(columns.values())), list(self.run.family.modules))
 
     def compute_losses(self, *, fwd_out, batch):
         layout = self.run.family
@@ -238,7 +106,7 @@ class ValueDecompLearner(RunAccess, SeamLearner):
         total = 0.0
         for team, members in layout.teams.items():
             total = total + self._team_loss(team, members, per_agent, j)
-        return {layout.modules[0]: total}
+        return {batch_module_id(self.run): total}
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         raise NotImplementedError("the loss is joint over modules: see compute_losses")
@@ -284,27 +152,9 @@ class ValueDecompLearner(RunAccess, SeamLearner):
         return loss
 
 
-def split_joint(cols: Dict[str, torch.Tensor], modules: List[str]) -> Dict[str, Dict[str, torch.Tensor]]:
-    """Joint columns -> ``{module: {obs, actions, avail, rewards, alive, steps}, JOINT: {state, terminated,
-    filled}}`` (views of ``cols``, no copies); ``steps [E]`` = episode length + 1, the used observations.
-
-    Padding past an episode's end can hold anything (even NaN): the agent networks skip or zero it
-    (:meth:`~marl.algos.networks.base.AgentNetwork.sequence`), the mixers and losses read filled steps only.
-    """
-    filled = cols["filled"].bool()
-    steps = filled.sum(1) + 1
-    out: Dict[str, Dict[str, torch.Tensor]] = {m: {"steps": steps} for m in modules}
-    for k, v in cols.items():
-        if "/" in k:
-            m, field = k.split("/", 1)
-            out[m][field] = v
-    out[JOINT] = {"state": cols["state"], "terminated": cols["terminated"], "filled": filled}
-    return out
-
-
 # ============================================================ algorithm
-class ValueDecomp(Trainer):
-    """IQL / VDN / QMIX training step.
+class ValueDecomp(OffPolicyTrainer):
+    """IQL / VDN / QMIX on the off-policy core.
 
     Each iteration: sample ``T x B`` epsilon-greedy steps from every env runner
     (epsilon from the linear schedule at the current env step), write them into
@@ -430,18 +280,53 @@ class ValueDecomp(Trainer):
                            for name, col in env.info.extra_columns.items()},
         )
 
-    # --------------------------------------------------------------- training
+    # --------------------------------------------------------------- off-policy core hooks
     def setup(self, config):
         super().setup(config)
+        self.legem = self._make_legem()  # reward redistribution, below
+        self.progress.update(reward_stats=[0.0, 0.0, 0.0])
+
+    def make_buffer(self) -> JointEpisodeBuffer:
+        """Whole episodes of every env copy of every runner, ``buffer_size`` of them."""
         cfg, layout = self.cfg, self.run.family
-        runners = max(1, cfg.num_env_runners)
-        self.buffer = JointEpisodeBuffer(
-            cfg.buffer_size, layout.episode_limit, self.run.num_envs * runners, layout.shapes, layout.state_dim,
-            layout.extra_columns,
-        )
-        self.rng = np.random.default_rng(cfg.seed)
-        self.legem = self._make_legem()
-        self.progress.update(pending_episodes=0, last_target_sync=0, updates=0, reward_stats=[0.0, 0.0, 0.0])
+        copies = self.run.num_envs * max(1, cfg.num_env_runners)
+        return JointEpisodeBuffer(cfg.buffer_size, layout.episode_limit, copies, layout.shapes, layout.state_dim,
+                                  layout.extra_columns)
+
+    def update_schedule(self) -> UpdateSchedule:
+        """One gradient step per ``episodes_per_update`` episodes once the buffer holds
+        ``max(batch_size, learning_starts_episodes)``; hard target copies every
+        ``target_update_interval`` episodes (pymarl)."""
+        c = self.cfg
+        return UpdateSchedule(updates=1, per=c.episodes_per_update, unit="episode",
+                              learning_starts=max(c.batch_size, c.learning_starts_episodes),
+                              target_interval=c.target_update_interval, target_unit="episode", tau=1.0)
+
+    def act_kwargs(self) -> Dict[str, float]:
+        """The ``epsilon`` of :meth:`QAgentModule.act` at the current env step (pymarl's linear schedule)."""
+        c, steps = self.cfg, self.progress["env_steps"]
+        return {"epsilon": epsilon_at(steps, c.epsilon_start, c.epsilon_end, c.epsilon_anneal_steps)}
+
+    def observe_rollout(self, rollout) -> None:
+        """``standardise_rewards``: fold every sampled reward into ``progress["reward_stats"]``."""
+        if self.cfg.standardise_rewards:
+            for m in rollout["modules"].values():
+                self.progress["reward_stats"] = merge_moments(self.progress["reward_stats"], m["rewards"])
+
+    def transform_batch(self, columns):
+        """``standardise_rewards``: rewards ``(r - mean) / std`` over all rewards seen (EPyMARL)."""
+        if self.cfg.standardise_rewards:
+            n, mean, m2 = self.progress["reward_stats"]
+            std = max(float(np.sqrt(m2 / max(n, 1.0))), 1e-6)
+            for k in [k for k in columns if k.endswith("/rewards")]:
+                columns[k] = (columns[k] - mean) / std
+        return columns
+
+    # --------------------------------------------------------------- reward redistribution (off-beat envs)
+    def on_episodes_committed(self, slots) -> None:
+        """``reward_redistribution``: rewrite the new episodes' rewards (:meth:`redistribute`)."""
+        if self.cfg.reward_redistribution != "none":
+            self.redistribute(slots)
 
     def redistribute(self, slots) -> None:
         """Rewrite the rewards of newly committed episodes (off-beat actions; LeGEM-style,
@@ -486,67 +371,11 @@ class ValueDecomp(Trainer):
                                c.legem_refresh_episodes, c.legem_max_nodes, c.seed, c.legem_time_key)
                 for m, s in self.run.family.shapes.items()}
 
-    def epsilon(self) -> float:
-        c = self.cfg
-        return epsilon_at(self.progress["env_steps"], c.epsilon_start, c.epsilon_end, c.epsilon_anneal_steps)
+    def replay_extras(self) -> Dict[str, Any]:
+        """The LeGEM memories, saved beside the buffer."""
+        return {"legem_memory": {m: mem.state_dict() for m, mem in self.legem.items()}} if self.legem else {}
 
-    def training_step(self) -> StepOutput:
-        c, p = self.cfg, self.progress
-        eps = self.epsilon()
-        rollout = self.sample_rollouts(epsilon=eps)
-        new = self.buffer.add_rollout(rollout)
-        if c.reward_redistribution != "none":
-            self.redistribute(self.buffer.just_committed)
-        if c.standardise_rewards:
-            for m in rollout["modules"].values():
-                p["reward_stats"] = merge_moments(p["reward_stats"], m["rewards"])
-        episodes = p["episodes"] + len(rollout["metrics"].get("episode_return", []))
-        n_updates = 0
-        if len(self.buffer) >= max(c.batch_size, c.learning_starts_episodes):
-            p["pending_episodes"] += new
-            n_updates = int(p["pending_episodes"] // c.episodes_per_update)
-            p["pending_episodes"] -= n_updates * c.episodes_per_update
-        metrics: Dict[str, float] = {}
-        for i in range(n_updates):
-            last = i == n_updates - 1
-            # pymarl: copy the targets after the gradient step once target_update_interval
-            # episodes have passed since the last copy (all steps of an iteration see one count)
-            sync = last and episodes - p["last_target_sync"] >= c.target_update_interval
-            if sync:
-                p["last_target_sync"] = episodes
-            metrics = self.update_learners(self.joint_batch(), sync_weights=last, sync_target=sync)
-        p["updates"] += n_updates
-        metrics.update(epsilon=eps, buffer_episodes=float(len(self.buffer)), updates=float(p["updates"]))
-        return StepOutput(rollout, metrics)
-
-    def joint_batch(self) -> MultiAgentBatch:
-        """``batch_size`` episodes from the buffer as one policy batch (one module id)."""
-        b = self.buffer.sample(self.cfg.batch_size, self.rng)
-        if self.cfg.standardise_rewards:  # EPyMARL: (r - mean) / std over all rewards seen
-            n, mean, m2 = self.progress["reward_stats"]
-            std = max(float(np.sqrt(m2 / max(n, 1.0))), 1e-6)
-            for k in [k for k in b if k.endswith("/rewards")]:
-                b[k] = (b[k] - mean) / std
-        first = self.run.family.modules[0]
-        return MultiAgentBatch({first: SampleBatch(b)}, env_steps=int(b["filled"].sum()))
-
-    # --------------------------------------------------------------- checkpoints
-    def get_state(self, components=None, *, not_components=None, **kwargs):
-        state = super().get_state(components, not_components=not_components, **kwargs)
-        if not wants_component(self, "replay_buffer", components, not_components):
-            return state  # a component's state only (RLlib's save_to_path asks per component)
-        state["replay_rng"] = self.rng.bit_generator.state  # the buffer's sampling draws (exact resume)
-        if self.cfg.checkpoint_buffer:
-            state["replay_buffer"] = self.buffer.get_state()
-        if self.legem:
-            state["legem_memory"] = {m: mem.state_dict() for m, mem in self.legem.items()}
-        return state
-
-    def set_state(self, state):
-        super().set_state(state)
-        if "replay_buffer" in state:
-            self.buffer.set_state(state["replay_buffer"])
-        if "replay_rng" in state:
-            self.rng.bit_generator.state = state["replay_rng"]
+    def load_replay_extras(self, state) -> None:
+        """Restore the LeGEM memories of a checkpoint."""
         for m, mem_state in state.get("legem_memory", {}).items():
             self.legem[m].load_state_dict(mem_state)

@@ -1,8 +1,14 @@
-"""Training inputs of the value-decomposition agent networks (IQL / VDN / QMIX), padded or packed.
+"""The RLModules of value decomposition (IQL / VDN / QMIX) and their training inputs.
+
+:class:`QAgentModule` holds the agent Q-network of one policy-mapping module (acting on the env
+runners, unrolled over whole episodes on the learners) with its target copy; :class:`MixerModule`
+holds one team's QMIX mixer (Rashid et al. 2018, arXiv 1803.11485) and its target copy, on the
+learners only; :func:`split_joint` turns a joint batch of the replay buffer into their inputs.
+``algos/value_decomp.py`` chooses them and holds the loss.
 
 A joint batch holds ``E`` whole episodes padded to the longest one (``T+1`` observations);
 on SMAX the longest is often 2-3x the mean length. The agent network of QMIX
-(Rashid et al. 2018, arXiv 1803.11485: FC-GRU-FC, pymarl's ``rnn_agent``) reads an agent's
+(FC-GRU-FC, pymarl's ``rnn_agent``; Samvelyan et al. 2019, arXiv 1902.04043) reads an agent's
 observation and, with ``last_action``, its previous action as a one-hot (zero at ``t = 0``).
 :func:`agent_inputs` writes them padded (rows = agents' episodes); :class:`PackedEpisodes`
 gathers only the used steps, in ``PackedSequence`` order (time-major, rows sorted by
@@ -12,7 +18,21 @@ padded ``[E, T+1, N, A]`` layout with zeros after each episode.
 """
 from __future__ import annotations
 
+from typing import Dict, List, Optional
+
 import torch
+from torch.nn import functional as F
+
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
+from ray.rllib.core.rl_module.torch import TorchRLModule
+
+from marl.algos.networks.base import AgentNetwork
+from marl.algos.networks.mixers import QMixer
+from marl.algos.networks.registry import build_agent_net
+from marl.algos.q_learning import epsilon_greedy
+from marl.engine.off_policy import make_target
+
+JOINT = "__joint__"  # batch key of the team-level columns (not a module id: forward_train skips it)
 
 
 def agent_inputs(obs: torch.Tensor, actions: torch.Tensor, n_actions: int) -> torch.Tensor:
@@ -67,3 +87,140 @@ class PackedEpisodes:
         """Packed ``q [K, A]`` -> ``[E, T+1, N, A]``, zero at unused steps (differentiable)."""
         out = q.new_zeros(self.shape[0] * self.shape[1] * self.shape[2], q.shape[-1])
         return out.index_copy(0, self.flat, q).view(*self.shape, -1)
+
+
+# ============================================================ agent network module
+class QAgentModule(TorchRLModule, InferenceOnlyAPI):
+    """Agent utilities ``Q_a(tau_a, u)`` for the agents of one policy-mapping module.
+
+    ``model_config``: ``obs_dim`` (with the agent one-hot the mapping appends),
+    ``n_actions``, ``hidden`` (64), ``recurrent`` (GRU), ``last_action`` (feed the
+    one-hot previous action, pymarl ``obs_last_action``) and ``agent``: the agent
+    network's registered name (:func:`marl.algos.networks.registry.build_agent_net`;
+    ``mlp`` is pymarl's :class:`~marl.algos.networks.rnn.RNNAgent`) with its extra keys.
+    The recurrent state the runner carries is ``[B, N, S + A]``: the network's
+    state (``S = H`` for a GRU) and the last action one-hot, both zero at an
+    episode start. The target network (``target``) exists on learners only.
+    """
+
+    def setup(self):
+        c = self.model_config
+        self.n_actions = int(c["n_actions"])
+        self.use_last_action = bool(c.get("last_action", True))
+        last_dim = self.n_actions if self.use_last_action else 0
+        self.net = build_agent_net(c.get("agent", "mlp"), {**c, "last_action_dim": last_dim}, self.n_actions, "value_decomp")
+        if not self.inference_only:
+            self.target = make_target(self.net)
+
+    def get_non_inference_attributes(self):
+        return ["target"]
+
+    @property
+    def state_size(self) -> int:
+        """``S + A``: the network's state and (with ``last_action``) the last action one-hot."""
+        return self.net.state_size + (self.n_actions if self.use_last_action else 0)
+
+    # --- acting
+    def initial_state(self, batch_shape) -> Optional[torch.Tensor]:
+        return torch.zeros(*batch_shape, self.state_size) if self.state_size else None
+
+    @torch.no_grad()
+    def act(self, obs, avail, h, explore: bool = True, epsilon: float = 0.0, **unused):
+        """Epsilon-greedy (``explore``) or greedy actions for ``[B, N, D]`` observations.
+
+        Returns ``actions [B, N]`` int64, ``logp [B, N]`` (zeros: not a stochastic
+        policy) and the next state ``[B, N, S + A]`` (``None`` if stateless).
+        """
+        B, N = obs.shape[:2]
+        x, hid, S = obs.reshape(B * N, -1), None, self.net.state_size
+        if h is not None:
+            h = h.reshape(B * N, -1)
+            hid = h[:, :S] if S else None
+            if self.use_last_action:
+                x = torch.cat([x, h[:, S:]], -1)
+        q, hid = self.net.step(x, hid)
+        av = None if avail is None else avail.reshape(B * N, -1).bool()
+        a = epsilon_greedy(q, av, float(epsilon) if explore else 0.0)
+        parts = ([] if hid is None else [hid]) + ([F.one_hot(a, self.n_actions).float()] if self.use_last_action else [])
+        h_next = torch.cat(parts, -1).reshape(B, N, -1) if parts else None
+        return a.reshape(B, N), torch.zeros(B, N), h_next
+
+    def _forward(self, batch, **kwargs):  # RLlib's generic inference path (not used by our runner)
+        a, _, _ = self.act(batch["obs"].unsqueeze(1), None, self.initial_state((batch["obs"].shape[0], 1)), explore=False)
+        return {"actions": a.squeeze(1)}
+
+    # --- training
+    @property
+    def last_dim(self) -> int:
+        """Size of the last-action one-hot in the input (0 without ``last_action``)."""
+        return self.n_actions if self.use_last_action else 0
+
+    def q_sequence(self, net: AgentNetwork, obs: torch.Tensor, actions: torch.Tensor, steps=None) -> torch.Tensor:
+        """Unroll ``net`` over whole episodes from the zero state: ``obs [E, T+1, N, D]``, ``actions [E, T, N]``,
+        ``steps [E]`` (optional: used steps, length + 1; the network may skip the rest) -> ``Q [E, T+1, N, A]``."""
+        N = obs.shape[2]
+        q = net.sequence(agent_inputs(obs, actions, self.last_dim), None if steps is None else steps.repeat_interleave(N))
+        return q.reshape(-1, N, *q.shape[1:]).transpose(1, 2)
+
+    def _forward_train(self, batch: Dict[str, torch.Tensor], **kwargs) -> Dict[str, torch.Tensor]:
+        """Online ``q`` and target ``q_target``: both ``[E, T+1, N, A]``. With ``batch["steps"]`` and a
+        network that skips padding, both read one packed input of the used steps (zero Q after them)."""
+        obs, actions, steps = batch["obs"], batch["actions"], batch.get("steps")
+        if steps is None or not self.net.skips_padding:
+            with torch.no_grad():
+                q_target = self.q_sequence(self.target, obs, actions, steps)
+            return {"q": self.q_sequence(self.net, obs, actions, steps), "q_target": q_target}
+        packed = PackedEpisodes(steps, obs.shape[2], obs.shape[1])
+        x = packed.inputs(obs, actions, self.last_dim)
+        with torch.no_grad():
+            q_target = packed.unpack(self.target.packed(x, packed.batch_sizes))
+        return {"q": packed.unpack(self.net.packed(x, packed.batch_sizes)), "q_target": q_target}
+
+    def target_pairs(self):
+        """``[(net, target)]`` for the off-policy core's target updates (learner copies only)."""
+        return [(self.net, self.target)] if not self.inference_only else []
+
+
+# ============================================================ mixer module
+class MixerModule(TorchRLModule):
+    """Learner-only RLModule holding one team's :class:`QMixer` and its target copy.
+
+    ``model_config``: ``n_agents``, ``state_dim``, ``mixing_embed``,
+    ``hypernet_layers``, ``hypernet_embed``.
+    """
+
+    def setup(self):
+        c = self.model_config
+        self.net = QMixer(int(c["n_agents"]), int(c["state_dim"]), int(c["mixing_embed"]), int(c["hypernet_layers"]), int(c["hypernet_embed"]))
+        self.target = make_target(self.net)
+
+    def _forward(self, batch, **kwargs):
+        return {}
+
+    def _forward_train(self, batch: Dict[str, torch.Tensor], **kwargs) -> Dict[str, torch.Tensor]:
+        """``{"qs": [E, T, n], "state": [E, T, S]}`` -> ``{"q_tot": [E, T]}``."""
+        return {"q_tot": self.net(batch["qs"], batch["state"])}
+
+    def target_pairs(self):
+        """``[(net, target)]`` for the off-policy core's target updates."""
+        return [(self.net, self.target)]
+
+
+
+
+def split_joint(cols: Dict[str, torch.Tensor], modules: List[str]) -> Dict[str, Dict[str, torch.Tensor]]:
+    """Joint columns -> ``{module: {obs, actions, avail, rewards, alive, steps}, JOINT: {state, terminated,
+    filled}}`` (views of ``cols``, no copies); ``steps [E]`` = episode length + 1, the used observations.
+
+    Padding past an episode's end can hold anything (even NaN): the agent networks skip or zero it
+    (:meth:`~marl.algos.networks.base.AgentNetwork.sequence`), the mixers and losses read filled steps only.
+    """
+    filled = cols["filled"].bool()
+    steps = filled.sum(1) + 1
+    out: Dict[str, Dict[str, torch.Tensor]] = {m: {"steps": steps} for m in modules}
+    for k, v in cols.items():
+        if "/" in k:
+            m, field = k.split("/", 1)
+            out[m][field] = v
+    out[JOINT] = {"state": cols["state"], "terminated": cols["terminated"], "filled": filled}
+    return out

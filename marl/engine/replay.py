@@ -1,4 +1,9 @@
-"""Joint episode replay buffer for value-decomposition learners (QMIX family).
+"""Replay buffers of the off-policy families: whole joint episodes (:class:`JointEpisodeBuffer`,
+the QMIX family's) and joint transitions (:class:`TransitionBuffer`, for off-policy actor-critics).
+Both are filled from :class:`~marl.engine.runner.BatchedEnvRunner` rollouts and sampled uniformly
+with a numpy ``Generator`` by :class:`~marl.engine.off_policy.OffPolicyTrainer`.
+
+Joint episode buffer (value decomposition).
 
 RLlib 2.60's ``MultiAgentEpisodeReplayBuffer`` samples single steps per module,
 not aligned across agents and not as sequences, so a recurrent agent network
@@ -44,6 +49,9 @@ from marl.env import MarlError
 class JointEpisodeBuffer:
     """FIFO buffer of whole, agent-aligned episodes (capacity counted in episodes).
 
+    ``len(buffer)`` counts committed episodes, :attr:`ITEMS` names them in metrics
+    (``buffer_episodes``) and :meth:`steps_in` counts the env steps of a sampled batch.
+
     Args:
         capacity: episodes kept; the oldest committed episode is evicted first.
         episode_limit: the longest episode ``L`` (steps); longer ones raise.
@@ -59,6 +67,8 @@ class JointEpisodeBuffer:
         MarlError: ``capacity`` is not larger than ``2 * num_envs`` (open slots of
             the running episodes would be evicted before they complete).
     """
+
+    ITEMS = "episodes"  # what one entry is (the trainer's ``buffer_<ITEMS>`` metric)
 
     def __init__(self, capacity: int, episode_limit: int, num_envs: int, module_shapes: Dict[str, Dict[str, Any]],
                  state_dim: int, extra_columns: Optional[Dict[str, Tuple[Any, Any]]] = None):
@@ -233,6 +243,11 @@ class JointEpisodeBuffer:
             out[k] = v[pick, :steps]
         return out
 
+    @staticmethod
+    def steps_in(batch: Dict[str, np.ndarray]) -> int:
+        """Env steps in a batch of :meth:`sample` (its filled steps)."""
+        return int(batch["filled"].sum())
+
     # ---------------------------------------------------------------- checkpoints
     def get_state(self) -> Dict[str, Any]:
         """The used slots as they are (committed episodes, the open slots of running episodes,
@@ -333,3 +348,173 @@ def check_buffer_size(capacity: int, num_envs: int, batch_size: int = 1, learnin
         if need > capacity:
             raise MarlError(f"{name}={need} episodes can never be in a buffer of buffer_size={capacity} episodes, "
                             f"so training would never start; use {name} <= buffer_size.")
+
+
+class TransitionBuffer:
+    """Ring buffer of joint transitions for the off-policy actor-critic families (IDDPG, MADDPG,
+    MATD3, FACMAC, ISAC, MASAC): one row per env step of one env copy, with every agent of every
+    module of that step side by side (a centralised critic reads all agents' actions of one step;
+    MADDPG: Lowe et al. 2017, arXiv 1706.02275, Algorithm 1's replay buffer ``D``).
+
+    Columns (``C`` capacity in transitions, ``N_m`` agents of module ``m``):
+
+    ==============================  ===============================  ==============================
+    array                           shape                            meaning
+    ==============================  ===============================  ==============================
+    ``<m>/obs``, ``<m>/next_obs``   ``[C, N_m, D_m]`` float32        observation at t and t+1 (the
+                                                                     episode's last one if it ended)
+    ``<m>/actions``                 ``[C, N_m]`` int64 (discrete),   actions taken at t
+                                    ``[C, N_m, K_m]`` float32
+    ``<m>/rewards``                 ``[C, N_m]`` float32             per-agent rewards
+    ``<m>/alive``                   ``[C, N_m]`` bool                agent acting at t
+    ``<m>/avail``,                  ``[C, N_m, A_m]`` bool           legal actions at t and t+1
+    ``<m>/next_avail``                                               (discrete modules only)
+    ``state``, ``next_state``       ``[C, S]`` float32               global state at t and t+1
+    ``terminated``                  ``[C]`` bool                     absorbing state at t+1 (a
+                                                                     truncation bootstraps)
+    ==============================  ===============================  ==============================
+
+    Every transition of a rollout is complete when it is written (the runner gives the next
+    observation of every step, ``final_obs``), so nothing stays open between rollouts and a lost
+    env runner loses nothing. :attr:`just_committed` holds the rows the last :meth:`add_rollout`
+    wrote.
+
+    Args:
+        capacity: transitions kept; the oldest is overwritten first.
+        module_shapes: module id -> ``{"n": N_m, "obs_dim": D_m}`` and either ``"n_actions": A_m``
+            (discrete) or ``"action_dim": K_m`` (continuous).
+        state_dim: ``S``.
+
+    Raises:
+        MarlError: ``capacity < 1``, or a module with neither or both of ``n_actions`` / ``action_dim``.
+    """
+
+    ITEMS = "transitions"  # what one entry is (the trainer's ``buffer_<ITEMS>`` metric)
+
+    def __init__(self, capacity: int, module_shapes: Dict[str, Dict[str, Any]], state_dim: int):
+        if int(capacity) < 1:
+            raise MarlError(f"a transition buffer needs capacity >= 1 transition, got {capacity}.")
+        self.capacity, C = int(capacity), int(capacity)
+        self.data: Dict[str, np.ndarray] = {
+            "state": np.zeros((C, state_dim), np.float32),
+            "next_state": np.zeros((C, state_dim), np.float32),
+            "terminated": np.zeros(C, bool),
+        }
+        for m, s in module_shapes.items():
+            n, discrete = s["n"], _is_discrete(m, s)
+            for col in ("obs", "next_obs"):
+                self.data[f"{m}/{col}"] = np.zeros((C, n, s["obs_dim"]), np.float32)
+            self.data[f"{m}/actions"] = (np.zeros((C, n), np.int64) if discrete
+                                         else np.zeros((C, n, s["action_dim"]), np.float32))
+            self.data[f"{m}/rewards"] = np.zeros((C, n), np.float32)
+            self.data[f"{m}/alive"] = np.zeros((C, n), bool)
+            if discrete:
+                for col in ("avail", "next_avail"):
+                    self.data[f"{m}/{col}"] = np.zeros((C, n, s["n_actions"]), bool)
+        self.ptr = 0  # next row to write (ring)
+        self.size = 0  # rows holding a transition
+        self.transitions_added = 0
+        self.episodes_added = 0  # episodes that ended in the added rollouts (terminated or truncated)
+        self.just_committed = np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        """Transitions held (sampleable)."""
+        return self.size
+
+    def add_rollout(self, rollout: Dict[str, Any]) -> int:
+        """Write the ``T x B`` transitions of a time-major rollout of :class:`BatchedEnvRunner`
+        (``[T, B, ...]`` torch tensors; see its ``sample``), time-major; return how many.
+
+        Raises:
+            MarlError: a reward is NaN / infinite (never stored).
+        """
+        mods = {m: {k: v.numpy() for k, v in cols.items() if k != "h"} for m, cols in rollout["modules"].items()}
+        _check_finite_rewards(mods)
+        cols = self.rollout_columns(rollout, mods)
+        n = len(cols["terminated"])
+        keep = min(n, self.capacity)  # a rollout larger than the ring keeps its newest rows
+        rows = (self.ptr + np.arange(n - keep, n)) % self.capacity
+        for k, v in cols.items():
+            self.data[k][rows] = v[n - keep:]
+        self.ptr = int((self.ptr + n) % self.capacity)
+        self.size = min(self.size + n, self.capacity)
+        self.transitions_added += n
+        self.episodes_added += int((rollout["terminated"] | rollout["truncated"]).sum())
+        self.just_committed = rows
+        return n
+
+    def rollout_columns(self, rollout: Dict[str, Any], mods: Dict[str, Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+        """The buffer's columns of a rollout, one row per ``(t, b)`` in time-major order ``t * B + b``."""
+        T, B = rollout["terminated"].shape
+
+        def rows(x: np.ndarray) -> np.ndarray:
+            return x[:T].reshape(T * B, *x.shape[2:])
+
+        cols = {"state": rows(rollout["state"].numpy()), "next_state": rows(rollout["final_state"].numpy()),
+                "terminated": rows(rollout["terminated"].numpy())}
+        for m, x in mods.items():
+            for col, src in (("obs", "obs"), ("next_obs", "final_obs"), ("actions", "actions"), ("rewards", "rewards"),
+                             ("alive", "alive"), ("avail", "avail"), ("next_avail", "final_avail")):
+                if f"{m}/{col}" in self.data:
+                    cols[f"{m}/{col}"] = rows(x[src])
+        return cols
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> Dict[str, np.ndarray]:
+        """``batch_size`` transitions drawn uniformly with replacement: every column ``[batch_size, ...]``.
+
+        Raises:
+            MarlError: the buffer is empty.
+        """
+        if self.size == 0:
+            raise MarlError("the transition buffer is empty: sample after rollouts have been added")
+        idx = rng.integers(0, self.size, size=int(batch_size))
+        return {k: v[idx] for k, v in self.data.items()}
+
+    @staticmethod
+    def steps_in(batch: Dict[str, np.ndarray]) -> int:
+        """Env steps in a batch of :meth:`sample` (one per transition)."""
+        return len(batch["terminated"])
+
+    # ---------------------------------------------------------------- checkpoints
+    def get_state(self) -> Dict[str, Any]:
+        """The rows holding transitions, the ring pointer and the counters: a buffer of the same
+        capacity restored from it samples and fills exactly as this one would."""
+        return {"capacity": self.capacity, "ptr": self.ptr, "size": self.size,
+                "transitions_added": self.transitions_added, "episodes_added": self.episodes_added,
+                "data": {k: v[:self.size].copy() for k, v in self.data.items()}}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restore from :meth:`get_state`: exactly into a buffer of the same capacity; into another
+        capacity the newest ``min(size, capacity)`` transitions, oldest first.
+
+        Raises:
+            MarlError: the saved columns differ from this buffer's (another env or mapping).
+        """
+        if set(state["data"]) != set(self.data):
+            raise MarlError(f"the checkpoint's transition buffer has columns {sorted(state['data'])}, this one "
+                            f"{sorted(self.data)}: it was made for another env or policy mapping")
+        for k, v in state["data"].items():
+            if v.shape[1:] != self.data[k].shape[1:]:
+                raise MarlError(f"transition buffer column '{k}' has shape {v.shape[1:]}, "
+                                f"expected {self.data[k].shape[1:]}")
+        size, cap, ptr = int(state["size"]), int(state["capacity"]), int(state["ptr"])
+        if cap == self.capacity:
+            order, self.ptr = np.arange(size), ptr
+        else:  # oldest first: a full ring starts at its pointer
+            order = (ptr + np.arange(size)) % size if size == cap else np.arange(size)
+            order = order[len(order) - min(size, self.capacity):]
+            self.ptr = len(order) % self.capacity
+        for k, v in state["data"].items():
+            self.data[k][:len(order)] = v[order]
+        self.size = len(order)
+        self.transitions_added, self.episodes_added = int(state["transitions_added"]), int(state["episodes_added"])
+
+
+def _is_discrete(module: str, shape: Dict[str, Any]) -> bool:
+    """Whether module ``module`` of a :class:`TransitionBuffer` has discrete actions (``n_actions``)
+    or continuous ones (``action_dim``); a :class:`MarlError` for neither or both."""
+    discrete, continuous = bool(shape.get("n_actions")), bool(shape.get("action_dim"))
+    if discrete == continuous:
+        raise MarlError(f"transition buffer module '{module}' needs exactly one of n_actions (discrete) or "
+                        f"action_dim (continuous), got {dict(shape)}")
+    return discrete
