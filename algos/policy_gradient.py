@@ -69,6 +69,7 @@ def huber(e: torch.Tensor, delta: float) -> torch.Tensor:
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over the entries where ``mask`` (same shape, bool) is set; 0 if none is (a scalar)."""
     m = mask.to(x.dtype)
     return (x * m).sum() / m.sum().clamp(min=1.0)
 
