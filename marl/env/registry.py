@@ -33,7 +33,7 @@ class EnvSpec:
     scenario: Optional[str]
     kwargs: Dict[str, Any]
 
-    def make(self, **overrides) -> MultiAgentEnv:
+    def make(self, **overrides: Any) -> MultiAgentEnv:
         """``make_env(family, scenario, **kwargs)`` with ``overrides`` replacing kwargs (e.g. ``num_envs``)."""
         kw = {**self.kwargs, **overrides}
         return make_env(self.family, self.scenario, **kw)
@@ -136,7 +136,7 @@ def scenarios_of(family: str) -> List[str]:
     return list(_load(f.scenarios)()) if f.scenarios else []
 
 
-def make_env(name: Any, scenario: Optional[str] = None, **kwargs) -> MultiAgentEnv:
+def make_env(name: Any, scenario: Optional[str] = None, **kwargs: Any) -> MultiAgentEnv:
     """Build a batched :class:`MultiAgentEnv`.
 
     Args:
@@ -201,9 +201,9 @@ def make_env(name: Any, scenario: Optional[str] = None, **kwargs) -> MultiAgentE
 
 def _from_object(obj: Any, fams: Dict[str, _Family], kwargs: Dict[str, Any]) -> MultiAgentEnv:
     """Ask the families that registered a ``from_object`` factory, in registration order."""
-    takers = [k for k, f in fams.items() if f.from_object]
-    for k in takers:
-        env = _load(fams[k].from_object)(obj, **kwargs)
+    takers = {k: f.from_object for k, f in fams.items() if f.from_object}
+    for factory in takers.values():
+        env = _load(factory)(obj, **kwargs)
         if env is not None:
             return env
     raise MarlError(
