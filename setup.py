@@ -16,7 +16,9 @@ setup(
     packages=core + envs + algos + benchmarks + ["marl.configs"],
     package_dir={"marl.envs": "envs", "marl.algos": "algos", "marl.benchmarks": "benchmarks",
                  "marl.configs": "configs"},
-    package_data={"marl.configs": ["*.yaml", "algos/*.yaml", "envs/*.yaml", "benchmarks/*.yaml"]},
+    # py.typed: marl ships its annotations (PEP 561), so type checkers read them in users' code
+    package_data={"marl": ["py.typed"],
+                  "marl.configs": ["*.yaml", "algos/*.yaml", "envs/*.yaml", "benchmarks/*.yaml"]},
     include_package_data=True,
     install_requires=[
         "torch>=2.1",  # the README / CI install path pins torch==2.13.0 (CPU wheel)
@@ -40,7 +42,8 @@ setup(
         "openskill>=6.2",
     ],
     extras_require={
-        "dev": ["pytest>=8", "pytest-timeout"],
+        # ruff and mypy: the lint, format and type checks of CI (pyproject.toml, .pre-commit-config.yaml)
+        "dev": ["pytest>=8", "pytest-timeout", "ruff==0.17.*", "mypy==2.4.*"],
         # SMAX (JaxMARL's StarCraft-like env, runs on the CPU without the game)
         "smax": ["jaxmarl==0.2.0"],
         # SMACv2 is not on PyPI; it also needs the StarCraft II binary (docs/starcraft.md)

@@ -23,9 +23,10 @@ checkpoint and handed back on resume before :meth:`Callback.on_checkpoint_restor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
-Trainer = Any  # a marl.engine.trainer.Trainer; this module imports nothing of marl (it sits below the engine)
+if TYPE_CHECKING:  # for the annotations only: this module imports nothing of marl (it sits below the engine)
+    from marl.engine.trainer import Trainer
 
 
 class Callback:
@@ -91,33 +92,33 @@ class CallbackList(Callback):
         if dup:
             raise ValueError(f"two callbacks share the name {dup[0]!r}; give one a distinct `name` property.")
 
-    def on_fit_start(self, trainer):
+    def on_fit_start(self, trainer: Trainer) -> None:
         for cb in self.callbacks:
             cb.on_fit_start(trainer)
 
-    def on_rollout(self, trainer, rollout):
+    def on_rollout(self, trainer: Trainer, rollout: Dict[str, Any]) -> None:
         for cb in self.callbacks:
             cb.on_rollout(trainer, rollout)
 
-    def on_iteration_end(self, trainer, metrics):
+    def on_iteration_end(self, trainer: Trainer, metrics: Dict[str, Any]) -> Dict[str, float]:
         extra: Dict[str, float] = {}
         for cb in self.callbacks:
             extra.update(cb.on_iteration_end(trainer, {**metrics, **extra}) or {})
         return extra
 
-    def on_checkpoint_save(self, trainer, path):
+    def on_checkpoint_save(self, trainer: Trainer, path: Path) -> None:
         for cb in self.callbacks:
             cb.on_checkpoint_save(trainer, path)
 
-    def on_checkpoint_restore(self, trainer):
+    def on_checkpoint_restore(self, trainer: Trainer) -> None:
         for cb in self.callbacks:
             cb.on_checkpoint_restore(trainer)
 
-    def on_fit_end(self, trainer, result):
+    def on_fit_end(self, trainer: Trainer, result: Any) -> None:
         for cb in self.callbacks:
             cb.on_fit_end(trainer, result)
 
-    def on_evaluate(self, result, metrics):
+    def on_evaluate(self, result: Any, metrics: Dict[str, float]) -> None:
         for cb in self.callbacks:
             cb.on_evaluate(result, metrics)
 

@@ -22,11 +22,16 @@ import pickle
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, cast
 
 import torch
 
 from marl.errors import MarlError
+
+if TYPE_CHECKING:
+    from ray.rllib.core.rl_module.torch import TorchRLModule
+
+    from marl.engine.trainer import Trainer
 
 META_FILE = "marl_meta.pkl"
 MANIFEST_FILE = "marl_manifest.json"
@@ -154,7 +159,7 @@ def verify_checkpoint(checkpoint: Path) -> None:
             raise MarlError(f"Checkpoint {checkpoint} is damaged: file '{rel}' does not match its sha256 checksum.")
 
 
-def save_checkpoint(trainer, run_dir: Path, meta: Dict[str, Any], keep: int, protect: Optional[Path] = None) -> Path:
+def save_checkpoint(trainer: Trainer, run_dir: Path, meta: Dict[str, Any], keep: int, protect: Optional[Path] = None) -> Path:
     """Write ``checkpoints/checkpoint_<iteration>`` of ``trainer`` with its :data:`META_FILE` and
     :data:`MANIFEST_FILE`, then prune (:func:`prune_checkpoints`). Returns the new path.
 
@@ -163,7 +168,7 @@ def save_checkpoint(trainer, run_dir: Path, meta: Dict[str, Any], keep: int, pro
     iteration is returned as is; any other folder of that name gets a new one beside it.
     """
     root = Path(run_dir).resolve() / "checkpoints"
-    it, steps = trainer.progress["iterations"], trainer.progress["env_steps"]
+    it, steps = int(trainer.progress["iterations"]), int(trainer.progress["env_steps"])
     path = root / f"checkpoint_{it:06d}"
     if protect is not None and path == Path(protect).resolve():
         return path  # resumed and trained no further: the checkpoint of this iteration exists
@@ -218,14 +223,15 @@ def module_states(checkpoint: Path, mids: Iterable[str]) -> Dict[str, Dict[str, 
     for mid in mids:
         if mid not in saved:
             raise MarlError(f"Module '{mid}' is not in checkpoint {checkpoint} (it has: {', '.join(saved) or 'none'}).")
-        out[mid] = RLModule.from_checkpoint(str(root / mid)).state_dict()
+        # marl's modules are torch RLModules (RLlib types from_checkpoint as the framework-free base)
+        out[mid] = cast("TorchRLModule", RLModule.from_checkpoint(str(root / mid))).state_dict()
     return out
 
 
-def load_module(checkpoint: Path, mid: str):
+def load_module(checkpoint: Path, mid: str) -> TorchRLModule:
     """The RLModule ``mid`` of a checkpoint, rebuilt from its own saved spec, in eval mode."""
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    module = RLModule.from_checkpoint(str(Path(checkpoint).resolve() / MODULES_DIR / mid))
+    module = cast("TorchRLModule", RLModule.from_checkpoint(str(Path(checkpoint).resolve() / MODULES_DIR / mid)))
     module.eval()
     return module

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from types import ModuleType
 from typing import Any, Optional, Sequence
 
 
@@ -61,7 +62,7 @@ def unknown_choice(what: str, name: Any, choices: Sequence[Any]) -> MarlError:
     )
 
 
-def optional_import(module: str, message: str):
+def optional_import(module: str, message: str) -> ModuleType:
     """Import the optional package ``module``; if it is missing, raise :class:`MarlError` with
     ``message`` (which should give the pip command), chained to the ``ImportError``."""
     try:

@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Tuple, Union
 import torch
 
 from marl.config.engine import SHARE_MODES  # the choices of the config key share
-from marl.env import EnvInfo, MarlError, spaces_equal, unknown_choice
+from marl.env import EnvInfo, GroupInfo, MarlError, spaces_equal, unknown_choice
 
 Share = Union[str, Callable[[str], str]]
 
@@ -75,7 +75,7 @@ class PolicyMapping:
         return share
 
     def _module_of(self, agent: str) -> str:
-        if self.mode == "callable":
+        if callable(self.share):  # mode "callable"
             return self.share(agent)
         if self.mode == "all":
             return "shared"
@@ -105,7 +105,7 @@ class PolicyMapping:
         return [ModuleSlot(g, tuple(i), tuple(r)) for g, (i, r) in by_group.items()]
 
     # ------------------------------------------------------------------ queries
-    def group_info(self, mid: str):
+    def group_info(self, mid: str) -> GroupInfo:
         """The :class:`GroupInfo` giving module ``mid``'s spaces."""
         return self.info.group_of(self.modules[mid][0])
 

@@ -31,7 +31,8 @@ class Policy:
     def reset(self) -> None:
         self._h = {}
 
-    def act(self, obs, avail_actions: Optional[Dict[str, torch.Tensor]] = None, done: Optional[torch.Tensor] = None):
+    def act(self, obs: Any, avail_actions: Optional[Dict[str, torch.Tensor]] = None,
+            done: Optional[torch.Tensor] = None) -> Dict[str, Any]:
         """Greedy actions (sampled if ``explore``).
 
         Args:

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from inspect import signature
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 import yaml
 from filelock import FileLock, Timeout
@@ -43,6 +43,9 @@ from filelock import FileLock, Timeout
 from marl.checkpoint import checkpoint_key, list_checkpoints, read_meta, resolve_checkpoint
 from marl.env import EnvInfo, spaces_equal
 from marl.errors import MarlError
+
+if TYPE_CHECKING:
+    from marl.engine.trainer import Trainer
 
 RUN_MARKER = "marl_run.json"
 PARENT_FILE = "parent.json"
@@ -53,7 +56,7 @@ _NOT_NETWORK = {"algo", "log_dir", "progress", "eval_episodes"}  # config keys l
 
 # filelock >= 3.24 may fall back to a soft (file-exists) lock where flock is missing (some network
 # file systems); such a lock outlives a killed process, so marl asks for the OS lock only where it can.
-_NATIVE_ONLY = {"fallback_to_soft": False} if "fallback_to_soft" in signature(FileLock.__init__).parameters else {}
+_NATIVE_ONLY: Dict[str, Any] = {"fallback_to_soft": False} if "fallback_to_soft" in signature(FileLock.__init__).parameters else {}
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -301,13 +304,14 @@ def open_run(log_dir: str, info: EnvInfo, algo: str, source: Optional[ResumeSour
 
 
 def _continue_in_place(source: ResumeSource) -> Optional[RunFolder]:
-    if not source.is_latest():
+    folder = source.run
+    if folder is None or not source.is_latest():  # (is_latest() is False without a run folder)
         return None
-    lock = RunLock(source.run).acquire()
+    lock = RunLock(folder).acquire()
     if not source.is_latest():  # another process saved a newer checkpoint before we held the lock
         lock.release()
         return None
-    return RunFolder(source.run, lock, source, in_place=True)
+    return RunFolder(folder, lock, source, in_place=True)
 
 
 def _new_run(log_dir: Path, info: EnvInfo, algo: str, source: Optional[ResumeSource]) -> RunFolder:
@@ -326,7 +330,7 @@ def _new_run(log_dir: Path, info: EnvInfo, algo: str, source: Optional[ResumeSou
     return RunFolder(path, lock, source, in_place=False)
 
 
-def restore(trainer, run: RunFolder, config: Dict[str, Any]) -> None:
+def restore(trainer: Trainer, run: RunFolder, config: Dict[str, Any]) -> None:
     """Restore ``run.source``'s checkpoint into ``trainer`` (an RLlib ``Algorithm``).
 
     A failure (most often networks whose shapes differ: ``hidden``, ``layers``,
@@ -337,10 +341,12 @@ def restore(trainer, run: RunFolder, config: Dict[str, Any]) -> None:
     Raises:
         MarlError: the checkpoint's state does not load (the cause is chained).
     """
+    source = run.source
+    assert source is not None, "restore() is for a run folder opened with a checkpoint to resume from"
     try:
-        trainer.restore_from_path(str(run.source.checkpoint))
+        trainer.restore_from_path(str(source.checkpoint))
     except Exception as e:  # noqa: BLE001 - torch / RLlib errors of every kind, reworded below
-        saved = run.source.meta.get("config") or {}
+        saved = source.meta.get("config") or {}
         changed = [f"{k}: {saved.get(k)!r} vs {config.get(k)!r}" for k in sorted(set(saved) | set(config))
                    if k not in _NOT_NETWORK and saved.get(k) != config.get(k)]
         first = (str(e).strip().splitlines() or [""])[0][:300]
@@ -348,7 +354,7 @@ def restore(trainer, run: RunFolder, config: Dict[str, Any]) -> None:
                 "shape the networks (hidden, layers, recurrent, agent, agent_id, ...) must keep the checkpoint's "
                 "values." if changed else
                 "No config key differs from the checkpoint's: it may come from another version of marl or be damaged.")
-        raise MarlError(f"Cannot resume from {run.source.checkpoint}: its state does not load into this run "
+        raise MarlError(f"Cannot resume from {source.checkpoint}: its state does not load into this run "
                         f"({type(e).__name__}: {first}). {hint}") from e
 
 

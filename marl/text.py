@@ -41,7 +41,7 @@ from __future__ import annotations
 import abc
 import random
 import re
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 from ray.rllib.env.multi_agent_env import MultiAgentEnv as RLlibMultiAgentEnv
@@ -187,10 +187,13 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         self.action_spaces = {a: text for a in self.players}
         self.info = EnvInfo(
             family=self.family, scenario=scenario, agents=list(self.players),
-            groups={"players": GroupInfo("players", list(self.players), text, text)},
+            # GroupInfo types a tensor env's spaces (Box observations); a text game's are gymnasium Text spaces
+            groups={"players": GroupInfo("players", list(self.players), text, text)},  # type: ignore[arg-type]
             state_dim=0, episode_limit=self.max_decisions, kind=self.kind, num_envs=1,
         )
-        self.spec: Optional[EnvSpec] = None
+        # marl's EnvSpec (how remote runners rebuild the game) in the slot gymnasium types as its own EnvSpec
+        # (hence __str__ = __repr__ below)
+        self.spec: Optional[EnvSpec] = None  # type: ignore[assignment]
         self.done = True
 
     # ------------------------------------------------------------------ game hooks
@@ -263,7 +266,10 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
     def num_envs(self) -> int:
         return 1
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+    # RLlib's MultiAgentDict has Hashable keys; a text game's agent ids are str (and dict is invariant)
+    def reset(  # type: ignore[override]
+        self, *, seed: Optional[int] = None, options: Optional[dict] = None
+    ) -> Tuple[Dict[str, Chat], Dict[str, Dict[str, Any]]]:
         """Start a new game: :meth:`new_game`, then the system prompts.
 
         Returns:
@@ -287,7 +293,9 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         infos: Dict[str, Dict[str, Any]] = {}
         return self._ask(self.to_act(), infos), infos
 
-    def step(self, action_dict: Dict[str, str]):
+    def step(  # type: ignore[override]  # str agent ids and replies (see reset)
+        self, action_dict: Dict[str, str]
+    ) -> Tuple[Dict[str, Chat], Dict[str, float], Dict[str, bool], Dict[str, bool], Dict[str, Dict[str, Any]]]:
         """Read one reply per agent asked; play the moves once every agent to act has a valid one.
 
         Raises:
@@ -388,7 +396,7 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         """Run callbacks this game contributes to every ``fit`` on it; none by default."""
         return []
 
-    def fit(self, algo: str, **overrides):
+    def fit(self, algo: str, **overrides: Any) -> Any:
         """Train ``algo`` (an LLM self-play algorithm: ``mars``, ``advantage_alignment``, ...) on this game."""
         return fit_env(self, algo, **overrides)
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from marl.benchmarks import agents, smax, throughput
+from marl.benchmarks import agents, smax
 from marl.benchmarks.cli import build_parser, main
 from marl.benchmarks.common import SideResult, jsonable
 from marl.benchmarks.rllib_anchor import _envs_per_runner

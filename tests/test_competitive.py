@@ -58,7 +58,7 @@ def test_turn_mode_masks_waiting_agent_and_shows_the_new_move():
         assert not legal[cell] and legal.sum() == 8
         assert s.avail_actions["player_1"][b, 0].tolist() == [True] + [False] * 8
     ended = 0
-    for t in range(9):
+    for _ in range(9):
         s = env.step(env.random_actions(s))
         ended += int(s.done.sum())
         assert s.info["illegal_actions"].sum() == 0  # a mover's own mask is current: never illegal

@@ -56,7 +56,7 @@ def test_flags_constant_within_episode_and_new_at_reset():
     s = env.reset(seed=0)
     flags = env.flags["agent"].clone()
     changed = 0
-    for t in range(40):
+    for _ in range(40):
         s = env.step(env.random_actions(s))
         now = env.flags["agent"]
         d = s.done
@@ -174,7 +174,7 @@ def test_determinism_and_independence_from_global_rng():
     torch.manual_seed(7)
     state = torch.get_rng_state()
     env = two_agents(B=64, rate=0.3, behaviour="random", crash_time="start")
-    s = env.reset()
+    env.reset()
     env.step({"agent": torch.zeros(64, 3, dtype=torch.long)})
     assert torch.equal(state, torch.get_rng_state())  # the wrapper never touched the global RNG
     other = two_agents(B=64, rate=0.3, seed=12)

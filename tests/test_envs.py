@@ -448,7 +448,7 @@ def test_pettingzoo_discrete_obs_one_hot_by_instance():
     s = env.reset(seed=0)
     for g in ("player_0", "player_1"):
         assert torch.equal(s.obs[g].sum(-1), torch.ones(3, 1))  # one-hot
-    for t in range(3):
+    for _ in range(3):
         s = env.step(env.random_actions(s))
     assert s.truncated.all()
 

@@ -229,7 +229,7 @@ def test_errors_and_spec():
     assert env.durations["hunter"].tolist() == [1, 1, 1, 1, 1, 3]
     again = env.spec.make()
     assert isinstance(again, OffBeatWrapper) and again.durations["hunter"].tolist() == [1, 1, 1, 1, 1, 3]
-    s = env.reset()
+    env.reset()
     with pytest.raises(MarlError, match="CONTINUE"):
         env.step({"hunter": torch.full((2, 2), 6)})
 

@@ -107,7 +107,7 @@ class FakeWrapper:
             self.log.append(out)
             return out
         before = self.enemy_hp.sum()
-        for i, a in enumerate(actions):
+        for a in actions:
             if a >= e.n_actions_no_attack:
                 tgt = a - e.n_actions_no_attack
                 self.enemy_hp[tgt] = 0.0

@@ -129,6 +129,12 @@ def test_split_joint_makes_views_and_counts_used_steps():
 
 
 # ------------------------------------------------------------- fast learner == straightforward reference
+def _unroll(net, x):
+    """``x [E, T+1, N, D]`` through the recurrent ``net`` along time, one sequence per agent -> ``[E, T+1, N, A]``."""
+    E, T1, N, _ = x.shape
+    return net.unroll(x.permute(0, 2, 1, 3).reshape(E * N, T1, -1)).reshape(E, N, T1, -1).permute(0, 2, 1, 3)
+
+
 def _reference_loss(learner, split):
     """The learner's loss as written before the speed-ups: padding zeroed, every padded step through
     the GRU (``unroll``), the mixers on the whole padded batch with an einsum."""
@@ -142,12 +148,7 @@ def _reference_loss(learner, split):
         obs = torch.where(valid[..., None, None], b["obs"], 0.0)
         last = torch.nn.functional.one_hot(b["actions"].long(), mod.n_actions).float()
         x = torch.cat([obs, torch.cat([torch.zeros_like(last[:, :1]), last], 1)], -1)
-        E, T1, N, _ = x.shape
-
-        def unroll(net):
-            return net.unroll(x.permute(0, 2, 1, 3).reshape(E * N, T1, -1)).reshape(E, N, T1, -1).permute(0, 2, 1, 3)
-
-        q, qt = unroll(mod.net), unroll(mod.target).detach()
+        q, qt = _unroll(mod.net, x), _unroll(mod.target, x).detach()
         q_taken = q[:, :-1].gather(-1, b["actions"].long().unsqueeze(-1)).squeeze(-1)
         q_next = double_q_next(q[:, 1:].detach(), qt[:, 1:], b["avail"][:, 1:].bool())
         terms[mid] = (q_taken, q_next, b["rewards"])

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from marl.config import ConfigBase
 from marl.env import EnvSpec, MultiAgentEnv
+
+if TYPE_CHECKING:
+    from marl.mapping import PolicyMapping
 
 CONFIG, RUN = "config", "run"  # the keys of learner_config_dict
 
@@ -47,7 +50,7 @@ class RunContext:
     family: Any = None
 
     @classmethod
-    def of(cls, env: MultiAgentEnv, mapping, module_spaces: Optional[Dict[str, Any]] = None,
+    def of(cls, env: MultiAgentEnv, mapping: PolicyMapping, module_spaces: Optional[Dict[str, Any]] = None,
            family: Any = None) -> "RunContext":
         """The context of training on ``env`` with policy mapping ``mapping``. The driver's env
         object travels only for envs built by hand (no spec)."""
@@ -55,7 +58,7 @@ class RunContext:
                    env_object=env if env.spec is None else None, module_spaces=dict(module_spaces or {}),
                    family=family)
 
-    def make_env(self, **overrides: Any):
+    def make_env(self, **overrides: Any) -> Any:
         """A runner's own env: rebuilt from :attr:`env_spec` (``overrides``, e.g. ``num_envs``,
         replace its keyword arguments), or a copy of the env built by hand."""
         if self.env_spec is None:
@@ -71,14 +74,17 @@ def learner_config_dict(cfg: ConfigBase, run: RunContext) -> Dict[str, Any]:
 class RunAccess:
     """Mixin for the RLlib objects built from a marl run's ``AlgorithmConfig`` (``self.config``):
     the trainer, env runners and learners read the run's typed config as ``self.cfg`` and its
-    :class:`RunContext` as ``self.run``."""
+    :class:`RunContext` as ``self.run``.
+
+    ``self.config`` is the RLlib class's own (``Algorithm``, ``EnvRunner``, ``Learner``), which RLlib
+    annotates differently in each (``Algorithm``: optional): hence the ``attr-defined`` ignores below."""
 
     @property
     def cfg(self) -> Any:
         """The run's config: an instance of the algorithm's schema (read keys as attributes)."""
-        return self.config.learner_config_dict[CONFIG]
+        return self.config.learner_config_dict[CONFIG]  # type: ignore[attr-defined]
 
     @property
     def run(self) -> RunContext:
         """The run's :class:`RunContext`."""
-        return self.config.learner_config_dict[RUN]
+        return self.config.learner_config_dict[RUN]  # type: ignore[attr-defined]

@@ -25,15 +25,19 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import sys
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
 
 import ray
 from ray.exceptions import RayError, RayTaskError
 
 from marl.engine.rllib_seam import runner_actors, runner_manager
 from marl.errors import EnvRunnersLost, MarlError
+
+if TYPE_CHECKING:
+    from marl.engine.trainer import Trainer
 
 POLL_S = 0.5  # pause between pings while no runner is left
 PING_RESEND_S = 1.0  # a ping to a lost runner unanswered this long is replaced by a new one
@@ -49,7 +53,7 @@ def fault_tolerance_settings(cfg: Any) -> Dict[str, Any]:
     }
 
 
-def kill_env_runner(trainer, index: int, restart: bool = True) -> None:
+def kill_env_runner(trainer: Trainer, index: int, restart: bool = True) -> None:
     """Kill remote env runner ``index`` (1-based, as in the printed lines) of ``trainer``, as a
     crash would: with ``restart`` Ray restarts it (within ``env_runner_restarts``), else it stays
     dead. For fault drills (``examples/fault_tolerance.py``, ``tests/test_faults.py``).
@@ -73,7 +77,7 @@ class _WithPid:
     def __init__(self, fn: Callable[[Any], Any]):
         self.fn = fn
 
-    def __call__(self, runner) -> Tuple[int, Any, Any]:
+    def __call__(self, runner: Any) -> Tuple[int, Any, Any]:
         try:
             return os.getpid(), self.fn(runner), None
         except Exception as e:  # noqa: BLE001 - raised again in the driver (RunnerFaults._call_runners)
@@ -87,21 +91,22 @@ def _portable(e: Exception) -> Exception:
         pickle.dumps(e)
     except Exception:  # noqa: BLE001 - any pickling failure
         return RuntimeError(f"{type(e).__name__}: {e} (raised in an env runner)\n{trace}")
-    e.add_note(f"raised in env runner process {os.getpid()}:\n{trace}")
+    if sys.version_info >= (3, 11):  # exception notes are new in 3.11: on 3.10 the runner's traceback is lost
+        e.add_note(f"raised in env runner process {os.getpid()}:\n{trace}")
     return e
 
 
 class _SetWeights:
     """Load the weights in object ``ref`` (RLlib's ``{rl_module, weights_seq_no}`` state) into a runner."""
 
-    def __init__(self, ref):
+    def __init__(self, ref: ray.ObjectRef):
         self.ref = ref
 
-    def __call__(self, runner) -> None:
+    def __call__(self, runner: Any) -> None:
         runner.set_state(ray.get(self.ref))
 
 
-def _noop(runner) -> None:
+def _noop(runner: Any) -> None:
     return None
 
 
@@ -128,7 +133,7 @@ class RunnerFaults:
         events: ``{"runner", "event" ("lost" / "restored"), "time" (time.time()), "reason"}`` per event.
     """
 
-    def __init__(self, trainer):
+    def __init__(self, trainer: Trainer):
         self.trainer = trainer
         self.manager = runner_manager(trainer.env_runner_group)  # RLlib's FaultTolerantActorManager
         self.ids: List[int] = list(self.manager.actor_ids())
@@ -163,7 +168,7 @@ class RunnerFaults:
             if out:
                 return out
 
-    def _call_runners(self, ids: List[int], fn, adopt: bool = False) -> List[Tuple[int, Any]]:
+    def _call_runners(self, ids: List[int], fn: Callable[[Any], Any], adopt: bool = False) -> List[Tuple[int, Any]]:
         """Run ``fn`` on runners ``ids``; returns ``(id, result)`` of those that answered. A runner
         that answers from another process than the one marl synced (Ray restarted it since) is
         dropped and reported, unless ``adopt`` (a start or a restore: remember its process)."""
@@ -240,7 +245,9 @@ class RunnerFaults:
         back = self._answered() if self.down_since else []
         if not back:
             return []
-        state = self.trainer.learner_group.get_state(components="learner/rl_module", inference_only=True)["learner"]
+        learners = self.trainer.learner_group
+        assert learners is not None  # RLlib types it optional; a Trainer builds it in setup()
+        state = learners.get_state(components="learner/rl_module", inference_only=True)["learner"]
         ref = ray.put({k: v for k, v in state.items() if k in ("rl_module", "weights_seq_no")})
         synced = [i for i, _ in self._call_runners(back, _SetWeights(ref), adopt=True)]
         for i in synced:

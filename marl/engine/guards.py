@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -122,7 +122,7 @@ class StepGuard:
 
     def _mask(self, step: Step, bad: List[Item]) -> Step:
         """A copy of ``step`` with the non-finite values of ``bad`` replaced by 0 (the env's tensors stay)."""
-        fields: Dict[str, object] = {}
+        fields: Dict[str, Any] = {}  # Step field -> its clean value (a tensor or a group -> tensor dict)
         for field, group, t in bad:
             self.masked.append(int((~torch.isfinite(t)).sum()))
             clean = torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
@@ -131,5 +131,5 @@ class StepGuard:
                 if group is None and getattr(step, f) is t:
                     fields[f] = clean
                 elif group is not None and getattr(step, f) is not None and getattr(step, f).get(group) is t:
-                    fields.setdefault(f, dict(getattr(step, f)))[group] = clean  # type: ignore[index]
+                    fields.setdefault(f, dict(getattr(step, f)))[group] = clean
         return dataclasses.replace(step, **fields)

@@ -128,11 +128,13 @@ class Opponents:
     def _act(self, label: str, runner: Any, step: Any) -> Dict[str, torch.Tensor]:
         if label != POOL:
             return self.bots[label].act(step)
+        snapshot = self.snapshot_module
+        assert snapshot is not None  # the pool is drawn only once a snapshot is loaded (new_episodes)
         out = {}
         for mid in runner.mapping.modules:
             obs, avail, _ = runner.module_inputs(mid, step)
             h = self.snapshot_h.get(mid, runner.module[mid].initial_state(obs.shape[:2]))
-            a, _, self.snapshot_h[mid] = self.snapshot_module[mid].act(obs, avail, h, explore=True)
+            a, _, self.snapshot_h[mid] = snapshot[mid].act(obs, avail, h, explore=True)
             out[mid] = a
         return runner.mapping.scatter(out)
 

@@ -187,7 +187,10 @@ class JointEpisodeBuffer:
         self._slot[lost] = -1
         return copies
 
-    def _write_step(self, mods, state, t, cols, slot, pos) -> None:
+    def _write_step(self, mods: Dict[str, Dict[str, np.ndarray]], state: np.ndarray, t: int, cols: np.ndarray,
+                    slot: np.ndarray, pos: np.ndarray) -> None:
+        """Step ``t`` of rollout columns ``cols`` (module -> column -> ``[T, B, ...]``, ``state [T, B, S]``)
+        goes to index ``pos`` of episode slots ``slot``."""
         d = self.data
         d["state"][slot, pos] = state[t, cols]
         d["filled"][slot, pos] = True
@@ -201,7 +204,8 @@ class JointEpisodeBuffer:
             if f"{m}/avail" in d:
                 d[f"{m}/avail"][slot, pos] = x["avail"][t, cols]
 
-    def _write_final(self, mods, final_state, t, cols, slot, pos) -> None:
+    def _write_final(self, mods: Dict[str, Dict[str, np.ndarray]], final_state: np.ndarray, t: int,
+                     cols: np.ndarray, slot: np.ndarray, pos: np.ndarray) -> None:
         """The ended episode's last observation goes to index ``length`` (bootstrap input)."""
         d = self.data
         d["state"][slot, pos] = final_state[t, cols]

@@ -63,7 +63,9 @@ class SeamLearner(TorchLearner):
 
     def module_for_optimizer(self, module_id: str) -> Any:
         """The RLModule ``module_id`` before any DDP wrapping (what an optimizer must hold)."""
-        return self._module[module_id]
+        module = self._module
+        assert module is not None, "the learner's module is built in Learner.build()"
+        return module[module_id]
 
     def begin_update(self, batch: Any, training_data: Any, timesteps: Any) -> Dict[str, Dict[str, Any]]:
         """The opening of an ``update`` override: resolve ``training_data``, run RLlib's

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional, Tuple, Union, cast
 
+import gymnasium as gym
 import torch
 import ray
 from ray.rllib.core import COMPONENT_RL_MODULE
@@ -26,13 +27,18 @@ from marl.engine.opponents import Opponents
 from marl.env import EpisodeStats, MultiAgentEnv, Step
 from marl.mapping import PolicyMapping
 
+if TYPE_CHECKING:
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+Buffer = Dict[str, List[torch.Tensor]]  # column -> one tensor per step
+
 class MappingFn:
     """Picklable ``agent_id -> module_id`` lookup (RLlib pickles configs into checkpoints)."""
 
     def __init__(self, table: Dict[str, str]):
         self.table = dict(table)
 
-    def __call__(self, agent_id, *args, **kwargs) -> str:
+    def __call__(self, agent_id: Any, *args: Any, **kwargs: Any) -> str:  # RLlib: (AgentID, episode, ...)
         return self.table[agent_id]
 
 
@@ -43,13 +49,16 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
     statistics of the episodes that ended during the call come under ``"metrics"``.
     """
 
-    def __init__(self, *, config, **kwargs):
+    def __init__(self, *, config: AlgorithmConfig, **kwargs: Any) -> None:
         super().__init__(config=config, **kwargs)
         torch.set_num_threads(self.cfg.torch_threads)
         self.weights_seq_no = 0
-        self.env: Optional[MultiAgentEnv] = None
+        # RLlib annotates EnvRunner.env by its initial value (None); a runner's env is marl's batched env
+        self.env: Optional[MultiAgentEnv] = None  # type: ignore[assignment]
         self._owns_env = True  # close the env at stop() unless it was handed in (attach_env)
-        self.module = None
+        # a MultiRLModule of the algorithm's RLModules; their act / initial_state are the algorithms'
+        # own (defined outside core, no common base class here), hence Any
+        self.module: Any = None
         if self.worker_index:  # a remote runner builds its env now: errors show at start-up
             self.make_env(self.new_env())
         self.make_module()
@@ -62,20 +71,23 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
 
     def ensure_env(self) -> MultiAgentEnv:
         """The runner's env, built from the run's env spec on first use if none was attached."""
-        if self.env is None:
-            self.make_env(self.new_env())
-        return self.env
+        env = self.env
+        if env is None:
+            env = self.new_env()
+            self.make_env(env)
+        return env
 
     def new_env(self) -> MultiAgentEnv:
         """An env of this runner's own: rebuilt from the run's env spec with the run's ``num_envs``,
         or a copy of an env built by hand (:meth:`~marl.engine.context.RunContext.make_env`)."""
         return self.run.make_env(num_envs=self.run.num_envs)
 
-    def make_env(self, env: MultiAgentEnv) -> None:
+    # RLlib's make_env() builds its env from the config; marl's runners are handed theirs
+    def make_env(self, env: MultiAgentEnv) -> None:  # type: ignore[override]
         """Use ``env`` for sampling and build the policy mapping for it."""
         self.env = env
         self.mapping = PolicyMapping(
-            self.env.info, share=MappingFn(self.run.agent_to_module), agent_id=self.cfg.agent_id
+            env.info, share=MappingFn(self.run.agent_to_module), agent_id=self.cfg.agent_id
         )
         self._last: Optional[Step] = None
         self._guard = StepGuard(env.info, self.cfg.non_finite, f"env runner {int(self.worker_index or 0)}")
@@ -83,38 +95,39 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         opp = Opponents(self.cfg, env.info, env.num_envs, self.env_seed + 7)  # competitive envs' co-players
         self.opponents = opp if opp.enabled else None
 
-    def make_module(self):
+    def make_module(self) -> None:
         spec = self.config.get_multi_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
         self.module = spec.build()
         self.module.foreach_module(lambda mid, m: m.eval())
 
-    def get_spaces(self):
+    def get_spaces(self) -> Dict[str, Tuple[gym.Space, gym.Space]]:
         return {mid: (s.observation_space, s.action_space) for mid, s in self.run.module_spaces.items()}
 
-    def assert_healthy(self):
+    def assert_healthy(self) -> None:
         assert self.module is not None
 
     # ------------------------------------------------------------------ sampling
-    def _reset(self) -> Step:
-        step = self._guard(self.env.reset(seed=self.env_seed), reset=True)
-        B = self.env.num_envs
-        self._h = {mid: self.module[mid].initial_state((B, self.mapping.n_agents(mid))) for mid in self.mapping.modules}
+    def _reset(self, env: MultiAgentEnv) -> Step:
+        step = self._guard(env.reset(seed=self.env_seed), reset=True)
+        B = env.num_envs
+        self._h: Dict[str, Optional[torch.Tensor]] = {
+            mid: self.module[mid].initial_state((B, self.mapping.n_agents(mid))) for mid in self.mapping.modules}
         self._starts = torch.ones(B, dtype=torch.bool)
-        self._stats = EpisodeStats(self.env.info)
+        self._stats = EpisodeStats(env.info)
         if self.opponents is not None:
             self.opponents.new_episodes(self._starts)
         return step
 
-    def module_inputs(self, mid: str, step: Step):
+    def module_inputs(self, mid: str, step: Step) -> Tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
         """Observation (with agent id), avail mask and alive mask of module ``mid``: ``[B, N_m, ...]``."""
         m = self.mapping
         obs = m.add_agent_id(mid, m.gather(mid, step.obs))
         avail = step.avail_actions.get(m.group_info(mid).name) if m.group_info(mid).discrete else None
-        if avail is not None:
-            avail = m.gather(mid, step.avail_actions)
+        if avail is not None:  # a discrete group: its avail_actions are tensors
+            avail = m.gather(mid, cast(Dict[str, torch.Tensor], step.avail_actions))
         return obs, avail, m.gather(mid, step.alive)
 
-    def sample(self, num_steps: Optional[int] = None, explore: bool = True, **act_kwargs) -> Dict[str, Any]:
+    def sample(self, num_steps: Optional[int] = None, explore: bool = True, **act_kwargs: Any) -> Dict[str, Any]:
         """Collect ``T = num_steps or rollout_length`` steps from all ``B`` copies.
 
         ``act_kwargs`` go to every module's ``act`` (e.g. ``epsilon`` for Q-learners).
@@ -126,11 +139,11 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         [T, B, S]``, ``terminated``, ``truncated``, ``starts`` ``[T, B]``, ``metrics``.
         """
         T = int(num_steps or self.cfg.rollout_length)
-        self.ensure_env()
+        env = self.ensure_env()
         if self._last is None:
-            self._last = self._reset()
-        buf: Dict[str, Dict[str, List[torch.Tensor]]] = {mid: defaultdict(list) for mid in self.mapping.modules}
-        glob: Dict[str, List[torch.Tensor]] = defaultdict(list)
+            self._last = self._reset(env)
+        buf: Dict[str, Buffer] = {mid: defaultdict(list) for mid in self.mapping.modules}
+        glob: Buffer = defaultdict(list)
         step = self._last
         if self.opponents is not None:
             self.opponents.start_rollout(self)
@@ -157,21 +170,21 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
                 joint, trained = self.opponents.override(self, step, joint)
                 for mid, b in buf.items():
                     b["alive"][-1] = b["alive"][-1] & self.mapping.gather(mid, trained)
-            nxt = self._guard(self.env.step(joint))  # shapes, NaN/inf (non_finite)
+            nxt = self._guard(env.step(joint))  # shapes, NaN/inf (non_finite)
             self._record_step(nxt, buf, glob)
             step = nxt
         self._last = step
         for mid, b in buf.items():
             b["obs"].append(self.module_inputs(mid, step)[0])
         glob["state"].append(step.state)
-        n = T * self.env.num_envs
+        n = T * env.num_envs
         self.num_env_steps_sampled_lifetime += n
-        out = {k: torch.stack(v) for k, v in glob.items()}
+        out: Dict[str, Any] = {k: torch.stack(v) for k, v in glob.items()}
         out["modules"] = {mid: {k: torch.stack(v) for k, v in b.items()} for mid, b in buf.items()}
         out["metrics"] = {"env_steps": n, **self._stats.pop(), **self._guard.pop_metrics()}
         return out
 
-    def _record_step(self, nxt: Step, buf, glob) -> None:
+    def _record_step(self, nxt: Step, buf: Dict[str, Buffer], glob: Buffer) -> None:
         m = self.mapping
         final_obs = nxt.final_obs if nxt.final_obs is not None else nxt.obs
         for mid, b in buf.items():
@@ -185,9 +198,9 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         glob["terminated"].append(nxt.terminated)
         glob["truncated"].append(nxt.truncated)
         done = nxt.done
-        for mid in self._h:
-            if self._h[mid] is not None:  # new episodes start from a zero hidden state
-                self._h[mid] = self._h[mid] * (~done).view(-1, 1, 1).to(self._h[mid].dtype)
+        for mid, h in self._h.items():
+            if h is not None:  # new episodes start from a zero hidden state
+                self._h[mid] = h * (~done).view(-1, 1, 1).to(h.dtype)
         self._starts = done.clone()
         self._stats.update(nxt)
         if self.opponents is not None:
@@ -199,16 +212,17 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         m = self.mapping
         g = m.group_info(mid)
         if nxt.final_avail_actions is not None and nxt.final_avail_actions.get(g.name) is not None:
-            return m.gather(mid, nxt.final_avail_actions).bool()
+            return m.gather(mid, cast(Dict[str, torch.Tensor], nxt.final_avail_actions)).bool()
         if nxt.avail_actions.get(g.name) is None:
-            return torch.ones(self.env.num_envs, m.n_agents(mid), g.n_actions, dtype=torch.bool)
-        avail = m.gather(mid, nxt.avail_actions).bool().clone()
+            return torch.ones(self.ensure_env().num_envs, m.n_agents(mid), g.n_actions, dtype=torch.bool)
+        avail = m.gather(mid, cast(Dict[str, torch.Tensor], nxt.avail_actions)).bool().clone()
         avail[nxt.done] = True
         return avail
 
     # ------------------------------------------------------------------ state
-    def get_state(self, components=None, *, not_components=None, **kwargs):
-        state = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime}
+    def get_state(self, components: Optional[Union[str, Collection[str]]] = None, *,
+                  not_components: Optional[Union[str, Collection[str]]] = None, **kwargs: Any) -> Dict[str, Any]:
+        state: Dict[str, Any] = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime}
         if wants_component(self, COMPONENT_RL_MODULE, components, not_components):
             state[COMPONENT_RL_MODULE] = self.module.get_state(
                 components=subcomponents(self, COMPONENT_RL_MODULE, components),
@@ -218,7 +232,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
             state[WEIGHTS_SEQ_NO] = self.weights_seq_no
         return state
 
-    def set_state(self, state):
+    def set_state(self, state: Dict[str, Any]) -> None:
         if COMPONENT_RL_MODULE in state:
             seq = state.get(WEIGHTS_SEQ_NO, 0)
             if seq == 0 or self.weights_seq_no < seq:
@@ -226,8 +240,9 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
                 if isinstance(weights, ray.ObjectRef):
                     weights = ray.get(weights)
                 self.module.set_state(weights)
-                if getattr(self, "opponents", None) is not None:
-                    self.opponents.weights_updated(self)
+                opponents = getattr(self, "opponents", None)  # None before the env is made
+                if opponents is not None:
+                    opponents.weights_updated(self)
             if seq > 0:
                 self.weights_seq_no = seq
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
@@ -244,12 +259,13 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         driver's, which the trainer saves.
         """
         sampled = getattr(self, "_last", None) is not None  # False before the first sample (or env)
-        env_state = self.env.get_state() if sampled else None
+        env = self.env
+        env_state = env.get_state() if sampled and env is not None else None
         state: Dict[str, Any] = {"worker_index": int(self.worker_index or 0), "env": env_state, "sampled": sampled,
                                  "seed": getattr(self, "env_seed", None),
                                  "env_steps": int(self.num_env_steps_sampled_lifetime),
-                                 "num_envs": self.env.num_envs if self.env is not None else None,
-                                 "env_name": repr(self.env)}
+                                 "num_envs": env.num_envs if env is not None else None,
+                                 "env_name": repr(env)}
         if env_state is not None:
             state["sampler"] = copy.deepcopy({"last": self._last, "h": self._h, "starts": self._starts,
                                               "stats": self._stats})
@@ -268,15 +284,14 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         """
         if state is None:
             return f"no saved state for env runner {int(self.worker_index or 0)}"
-        self.ensure_env()
-        reason = self._continue_sampling(state)
+        reason = self._continue_sampling(self.ensure_env(), state)
         if state.get("rng") is not None and self.worker_index:
             set_rng_state(state["rng"])  # last: nothing drawn while restoring shifts the generators
         return reason
 
-    def _continue_sampling(self, state: Dict[str, Any]) -> str:
-        if state["env"] is not None and state["num_envs"] == self.env.num_envs:
-            self.env.set_state(state["env"])
+    def _continue_sampling(self, env: MultiAgentEnv, state: Dict[str, Any]) -> str:
+        if state["env"] is not None and state["num_envs"] == env.num_envs:
+            env.set_state(state["env"])
             s = copy.deepcopy(state["sampler"])
             self._last, self._h, self._starts, self._stats = s["last"], s["h"], s["starts"], s["stats"]
             return ""
@@ -286,17 +301,17 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         if state["env"] is None:
             return (f"{state['env_name']} does not save its state (get_state() is None), its episodes restart"
                     if state["sampled"] else "")
-        return f"num_envs changed from {state['num_envs']} to {self.env.num_envs}, the episodes restart"
+        return f"num_envs changed from {state['num_envs']} to {env.num_envs}, the episodes restart"
 
-    def get_ctor_args_and_kwargs(self):
+    def get_ctor_args_and_kwargs(self) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
         return ((), {"config": self.config})
 
-    def get_checkpointable_components(self):
+    def get_checkpointable_components(self) -> List[Tuple[str, Checkpointable]]:
         return [(COMPONENT_RL_MODULE, self.module)]
 
-    def get_metrics(self):
+    def get_metrics(self) -> Dict[str, Any]:
         return {}
 
-    def stop(self):
+    def stop(self) -> None:
         if self.env is not None and self._owns_env:
             self.env.close()

@@ -250,9 +250,10 @@ def _check_finals(step: Step, info: EnvInfo, done: torch.Tensor, where: str) -> 
             if row is not None:
                 raise MarlError(f"check_env: {what}: final_obs differs from obs in row {row}, which did not end.")
         if fa is not None:
-            _check_avail(fa[name], g, B, f"{what}: final_avail_actions")
-            if fa[name] is not None:
-                row = _first_row(fa[name], step.avail_actions[name], live)
+            final_avail, avail = fa[name], step.avail_actions[name]
+            _check_avail(final_avail, g, B, f"{what}: final_avail_actions")
+            if final_avail is not None and avail is not None:  # a discrete group: both checked tensors
+                row = _first_row(final_avail, avail, live)
                 if row is not None:
                     raise MarlError(
                         f"check_env: {what}: final_avail_actions differs from avail_actions in row {row}, "

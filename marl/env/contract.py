@@ -160,7 +160,7 @@ class EnvInfo:
     entity_layout: Optional[Dict[str, Any]] = None
     extra_columns: Dict[str, ExtraColumn] = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise unknown_choice("env kind", self.kind, KINDS)
         grouped = [a for g in self.groups.values() for a in g.agents]
@@ -411,7 +411,7 @@ def set_fit_entry(fn: Optional[Callable[..., Any]]) -> None:
     _fit_entry = fn
 
 
-def fit_env(env: Any, algo: str, **overrides) -> Any:
+def fit_env(env: Any, algo: str, **overrides: Any) -> Any:
     """Train ``algo`` on ``env`` through the installed training entry (see :func:`set_fit_entry`).
 
     Raises:
@@ -564,7 +564,7 @@ class MultiAgentEnv(abc.ABC):
                 out[name] = low + u * (high - low)
         return out
 
-    def fit(self, algo: str, **overrides):
+    def fit(self, algo: str, **overrides: Any) -> Any:
         """Train ``algo`` on this env; see :func:`marl.fit` for the arguments."""
         return fit_env(self, algo, **overrides)
 

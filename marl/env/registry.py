@@ -33,7 +33,7 @@ class EnvSpec:
     scenario: Optional[str]
     kwargs: Dict[str, Any]
 
-    def make(self, **overrides) -> MultiAgentEnv:
+    def make(self, **overrides: Any) -> MultiAgentEnv:
         """``make_env(family, scenario, **kwargs)`` with ``overrides`` replacing kwargs (e.g. ``num_envs``)."""
         kw = {**self.kwargs, **overrides}
         return make_env(self.family, self.scenario, **kw)
@@ -138,7 +138,7 @@ def scenarios_of(family: str) -> List[str]:
     return list(load_target(f.scenarios)()) if f.scenarios else []
 
 
-def make_env(name: Any, scenario: Optional[str] = None, **kwargs) -> MultiAgentEnv:
+def make_env(name: Any, scenario: Optional[str] = None, **kwargs: Any) -> MultiAgentEnv:
     """Build a batched :class:`MultiAgentEnv`.
 
     Args:
@@ -205,9 +205,9 @@ def make_env(name: Any, scenario: Optional[str] = None, **kwargs) -> MultiAgentE
 
 def _from_object(obj: Any, fams: Dict[str, _Family], kwargs: Dict[str, Any]) -> MultiAgentEnv:
     """Ask the families that registered a ``from_object`` factory, in registration order."""
-    takers = [k for k, f in fams.items() if f.from_object]
-    for k in takers:
-        env = load_target(fams[k].from_object)(obj, **kwargs)
+    takers = {k: f.from_object for k, f in fams.items() if f.from_object}
+    for factory in takers.values():
+        env = load_target(factory)(obj, **kwargs)
         if env is not None:
             return env
     raise MarlError(
