@@ -17,6 +17,7 @@ with the values it would train with (checked, without starting Ray).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import sys
@@ -152,8 +153,8 @@ def _eval(items: List[str]) -> int:
         for name, value in protocols.items():
             print(json.dumps(load_target(_EVAL_OPTIONS[name][0])(result, value, episodes), indent=2))
         return 0
-    extra = {"opponent": str(rest["opponent"])} if "opponent" in rest else {}
-    stats = result.evaluate(episodes=episodes, env=env, **extra)
+    opponent = {"opponent": str(rest["opponent"])} if "opponent" in rest else {}
+    stats = result.evaluate(episodes=episodes, env=env, **opponent)
     print(json.dumps({"checkpoint": result.checkpoint, **stats}, indent=2))
     return 0
 
@@ -264,11 +265,16 @@ def register_command(name: str, target: str) -> None:
     _PLUGIN_COMMANDS[name] = target
 
 
+def _run_plugin_command(target: str, items: List[str]) -> int:
+    """Run the command a plugin registered as ``"module:function"`` (imported on first use)."""
+    return load_target(target)(items)
+
+
 def _commands() -> Dict[str, Callable[[List[str]], int]]:
     load_plugins()
     out = dict(COMMANDS)
     for name, target in _PLUGIN_COMMANDS.items():
-        out[name] = lambda items, t=target: load_target(t)(items)
+        out[name] = functools.partial(_run_plugin_command, target)
     return out
 
 

@@ -25,6 +25,7 @@ No env or algorithm is imported here: bots are registered by name (:func:`regist
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -107,6 +108,10 @@ def make_bot(name: str, info: EnvInfo, seed: int = 0) -> Any:
 _GAME_RUNNERS: List[Tuple[Callable[[Any], bool], Any]] = []
 
 
+def _is_instance(cls: type, env: Any) -> bool:
+    return isinstance(env, cls)
+
+
 def register_game_runner(accepts: Callable[[Any], bool], runner: Any) -> None:
     """Play the envs for which ``accepts(env)`` is true with ``runner``, an object with
     ``seats(env) -> [seat]``, ``bot(env, name, seed) -> player``, ``check_player(player, env)``
@@ -123,7 +128,7 @@ def game_runner(env: Any) -> Optional[Any]:
     path = getattr(type(env), "game_runner", None)
     if found is None and isinstance(path, str):
         found = load_target(path)()
-        register_game_runner(lambda e, c=type(env): isinstance(e, c), found)
+        register_game_runner(functools.partial(_is_instance, type(env)), found)
     return found
 
 

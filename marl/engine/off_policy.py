@@ -197,7 +197,7 @@ class OffPolicyLearner(RunAccess, SeamLearner):
     then, if the trainer's ``timesteps[TARGET_TAU]`` says so, the target update of every module's
     :func:`target_pairs`. A family implements ``compute_losses`` (and its optimisers)."""
 
-    def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
+    def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]  # one MultiAgentBatch
         """One gradient step on ``batch`` (a ``MultiAgentBatch``); returns the reduced metrics."""
         timesteps = timesteps or {}
         self.gradient_step(self.learner_batch(self.begin_update(batch, training_data, timesteps)))
@@ -278,13 +278,13 @@ class OffPolicyTrainer(Trainer):
         """Restore what :meth:`replay_extras` saved (``state``: the whole trainer state)."""
 
     # --------------------------------------------------------------- the iteration
-    def training_step(self) -> StepOutput:
+    def training_step(self) -> StepOutput:  # type: ignore[override]  # returns what it sampled (Trainer)
         """Sample one rollout, store it, take the gradient steps due; metrics: the last step's
         learner metrics, :meth:`act_kwargs`, ``buffer_<ITEMS>`` and ``updates`` (total)."""
         act = self.act_kwargs()
         rollout = self.sample_rollouts(**act)
         new = self.store(rollout)
-        episodes = self.progress["episodes"] + len(rollout["metrics"].get("episode_return", []))
+        episodes = int(self.progress["episodes"]) + len(rollout["metrics"].get("episode_return", []))
         metrics = self.run_updates(self.schedule.updates_due(self.progress, new, len(self.buffer)), episodes)
         metrics.update(act)
         metrics[f"buffer_{self.buffer.ITEMS}"] = float(len(self.buffer))

@@ -242,7 +242,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         self._loss_params = self.loss_params()
         if getattr(self.cfg, "torch_compile", False):  # forward and loss as two graphs: ValueNorm stays eager
             for mid in self.module.keys():
-                module = self.module[mid].unwrapped()
+                module: Any = self.module[mid].unwrapped()
                 module._forward_train = torch.compile(module._forward_train, dynamic=False)
             self._loss_terms = torch.compile(self._loss_terms, dynamic=False)
 
@@ -272,7 +272,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         columns ``[B, N, T, ...]`` and ``critic_in [B, T, S]``); advantages normalised over active
         agents if ``advantage_norm``. Logs ``explained_variance`` and ``value_mean``.
         """
-        module = self.module[mid].unwrapped()
+        module: Any = self.module[mid].unwrapped()
         v_norm, v_final = critic_values(module, b)
         vn = self.value_normalizer(module)
         denorm = vn.denormalize if vn is not None else (lambda x: x)
@@ -300,7 +300,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         ``chunk_length`` steps (the whole rollout if it does not divide ``T``) starting from the
         stored hidden state ``h0``. Team critic: rows are env steps ``[B*T, N, ...]``, ``critic_in [B*T, S]``.
         """
-        module = self.module[mid].unwrapped()
+        module: Any = self.module[mid].unwrapped()
         if module.team:
             critic_in = data.pop("critic_in")  # [B, T, S]
             rows = {k: env_steps(v) for k, v in data.items()}
@@ -340,7 +340,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
             for _k in range(self.cfg.num_minibatches):
                 self.gradient_step({mid: next(it) for mid, it in iters.items()})
 
-    def update(self, batch=None, training_data=None, timesteps=None, **kwargs):
+    def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]  # one MultiAgentBatch
         """One on-policy update on a rollout (see the class docstring); returns reduced metrics."""
         batches = self.begin_update(batch, training_data, timesteps)
         self.run_epochs({mid: self.training_rows(mid, self.prepare(mid, b)) for mid, b in batches.items()})
@@ -354,7 +354,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         Raises:
             TrainingDiverged: a part named in :attr:`finite_terms` is NaN or infinite.
         """
-        module = self.module[module_id].unwrapped()
+        module: Any = self.module[module_id].unwrapped()
         nested = module.recurrent or module.team
         rows = {k: v.reshape(-1, *v.shape[2:]) if nested else v for k, v in batch.items() if k not in MODEL_INPUTS}
         vn = self.value_normalizer(module)
@@ -379,7 +379,7 @@ class OnPolicyTrainer(Trainer):
         """The learners' batch of a rollout (:func:`rollout_to_sequences`)."""
         return rollout_to_sequences(rollout, self.cfg.critic_kind)
 
-    def training_step(self) -> StepOutput:
+    def training_step(self) -> StepOutput:  # type: ignore[override]  # returns what it sampled (Trainer)
         rollout = self.sample_rollouts()
         return StepOutput(rollout, self.update_learners(self.sequences(rollout)))
 

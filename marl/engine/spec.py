@@ -7,7 +7,7 @@ for sampling, the family's learner class, and the validated marl config in
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, cast
 
 import gymnasium as gym
 import numpy as np
@@ -16,7 +16,7 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.policy.policy import PolicySpec
 
-from marl.config import ConfigBase
+from marl.config import EngineConfig
 from marl.engine.context import RunContext, learner_config_dict
 from marl.engine.faults import fault_tolerance_settings
 from marl.engine.runner import BatchedEnvRunner, MappingFn
@@ -28,10 +28,10 @@ class TrainerConfig(AlgorithmConfig):
     """AlgorithmConfig whose default module spec is the algorithm family's RLModule."""
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
-        return RLModuleSpec(module_class=self.algo_class.module_class)
+        return RLModuleSpec(module_class=cast(Any, self.algo_class).module_class)
 
     def get_default_learner_class(self):
-        return self.algo_class.learner_class
+        return cast(Any, self.algo_class).learner_class
 
 
 def module_spaces(mapping: PolicyMapping) -> Dict[str, PolicySpec]:
@@ -44,7 +44,7 @@ def module_spaces(mapping: PolicyMapping) -> Dict[str, PolicySpec]:
     return out
 
 
-def agent_module_specs(algo_cls, cfg: ConfigBase, mapping: PolicyMapping, spaces: Optional[Dict[str, PolicySpec]] = None,
+def agent_module_specs(algo_cls, cfg: EngineConfig, mapping: PolicyMapping, spaces: Optional[Dict[str, PolicySpec]] = None,
                        **kwargs) -> Dict[str, RLModuleSpec]:
     """One ``RLModuleSpec`` per policy-mapping module (``spaces``: module id -> ``PolicySpec``,
     default :func:`module_spaces`; ``kwargs``: e.g. ``inference_only=True``)."""
@@ -61,7 +61,7 @@ def agent_module_specs(algo_cls, cfg: ConfigBase, mapping: PolicyMapping, spaces
     }
 
 
-def batched_sampling(cfg: ConfigBase, env: MultiAgentEnv) -> Dict[str, Dict[str, Any]]:
+def batched_sampling(cfg: EngineConfig, env: MultiAgentEnv) -> Dict[str, Dict[str, Any]]:
     """How tensor envs are sampled: :class:`~marl.engine.runner.BatchedEnvRunner` env runners,
     each stepping ``B = env.num_envs`` copies for ``T = rollout_length`` steps, and a train batch
     of ``T * B`` env steps per learner (the ``sampling`` default of :func:`build_algorithm_config`)."""
@@ -72,7 +72,7 @@ def batched_sampling(cfg: ConfigBase, env: MultiAgentEnv) -> Dict[str, Dict[str,
     }
 
 
-def build_algorithm_config(algo_cls, cfg: ConfigBase, env: MultiAgentEnv, mapping: PolicyMapping, *,
+def build_algorithm_config(algo_cls, cfg: EngineConfig, env: MultiAgentEnv, mapping: PolicyMapping, *,
                            spaces: Optional[Dict[str, PolicySpec]] = None,
                            sampling: Optional[Dict[str, Dict[str, Any]]] = None):
     """Translate a validated marl config into an RLlib ``AlgorithmConfig`` for ``algo_cls``
@@ -94,7 +94,8 @@ def build_algorithm_config(algo_cls, cfg: ConfigBase, env: MultiAgentEnv, mappin
     config = (
         TrainerConfig(algo_class=algo_cls)
         .environment(observation_space=None, action_space=None, disable_env_checking=True)
-        .env_runners(num_env_runners=cfg.num_env_runners, num_cpus_per_env_runner=cfg.num_cpus_per_env_runner,
+        # RLlib annotates num_cpus_per_env_runner as int, but hands it to Ray, which takes fractions
+        .env_runners(num_env_runners=cfg.num_env_runners, num_cpus_per_env_runner=cfg.num_cpus_per_env_runner,  # type: ignore[arg-type]
                      **sampling.get("env_runners", {}))
         .fault_tolerance(**fault_tolerance_settings(cfg))
         .learners(
@@ -114,7 +115,7 @@ def build_algorithm_config(algo_cls, cfg: ConfigBase, env: MultiAgentEnv, mappin
     return config
 
 
-def lr_schedule(cfg: ConfigBase):
+def lr_schedule(cfg: EngineConfig):
     """``lr`` for RLlib: a constant, or ``[[0, lr], [env_steps, 0]]`` (piecewise linear in
     sampled env steps) when ``lr_schedule`` is ``"linear"``; ``fit`` puts the stop's
     ``env_steps`` in ``cfg.lr_anneal_steps``."""
