@@ -16,7 +16,7 @@ setup(
     packages=core + envs + algos + benchmarks + ["marl.configs"],
     package_dir={"marl.envs": "envs", "marl.algos": "algos", "marl.benchmarks": "benchmarks",
                  "marl.configs": "configs"},
-    package_data={"marl.configs": ["*.yaml", "algos/*.yaml", "envs/*.yaml", "benchmarks/*.yaml"]},
+    package_data={"marl.configs": ["*.yaml", "algos/*.yaml", "envs/*.yaml", "benchmarks/*.yaml", "transforms/*.yaml"]},
     include_package_data=True,
     install_requires=[
         "torch>=2.1",  # the README / CI install path pins torch==2.13.0 (CPU wheel)

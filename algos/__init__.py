@@ -1,8 +1,10 @@
 """Built-in algorithms (installed as ``marl.algos``), registered by name with strings: a
 trainer module (and Ray) is imported when its algorithm is first used, not by ``marl list``.
 Each trainer names its config schema in ``config_class``; the values are in
-``configs/algos/<name>.yaml``."""
+``configs/algos/<name>.yaml``. Batch transforms (``reward_redistribution``, :mod:`marl.transforms`)
+register the same way; a transform's keys are in its config section (``configs/transforms/<name>.yaml``)."""
 from marl.config.registry import register_algo
+from marl.transforms import register_transform
 
 register_algo("mappo", "marl.algos.ppo:PPO",
               "Multi-agent PPO with a centralised critic on the global state")
@@ -24,3 +26,8 @@ register_algo("grpo", "marl.algos.llm.selfplay:LLMSelfPlay",
               "LLM self-play with a GRPO-style trajectory baseline (text games)")
 register_algo("spiral", "marl.algos.llm.selfplay:LLMSelfPlay",
               "SPIRAL: zero-sum LLM self-play with role-conditioned advantage estimation (text games)")
+
+register_transform("causal_shift", "marl.algos.redistribution:CausalShift",
+                   description="off-beat envs: rewards move from where actions complete to where they started")
+register_transform("legem", "marl.algos.redistribution:Legem", config="marl.algos.legem_config:LegemConfig",
+                   description="off-beat envs: causal shift + episodic-memory shaping (LeGEM-style, reconstructed)")

@@ -40,7 +40,6 @@ from marl.errors import TrainingDiverged
 from marl.env import MarlError
 
 CRITICS = ("state", "team", "obs", "auto")  # PPOConfig.critic
-REDISTRIBUTIONS = ("none", "causal_shift")  # reward_redistribution choices (legem: value decomposition only)
 NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
 
 
@@ -75,8 +74,6 @@ class PPOConfig(AgentNetConfig, EngineConfig):
     log_std_init: float = key("continuous actions: initial log standard deviation")
     recurrent: bool = key("GRU actor and critic instead of MLPs")
     chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
-    reward_redistribution: str = key("off-beat envs: per-agent causal shift of rewards inside each rollout "
-                                     "(docs/offbeat.md)", choices=REDISTRIBUTIONS)
     torch_compile: bool = key("compile the learner's training forward and minibatch loss with torch.compile "
                               "(inductor); the first update pays the compile, about 20 s on a 2-core CPU (docs/engine.md)")
 
@@ -554,19 +551,6 @@ class PPO(Trainer):
                             f"update (rollout_length x env copies x agents of a module / learners); use at most "
                             f"{rows}, or more env copies (num_envs) or a longer rollout_length.")
 
-    @staticmethod
-    def redistribute(rollout: Dict[str, Any]) -> None:
-        """Off-beat envs: per-agent causal shift of the rewards inside the rollout chunk
-        (:func:`marl.algos.legem.causal_shift_rollout`; LeGEM-style, reconstructed)."""
-        from marl.algos.legem import causal_shift_rollout
-
-        dones = rollout["terminated"] | rollout["truncated"]
-        for m in rollout["modules"].values():
-            if "decision" in m:  # absent when the env has no off-beat wrapper: nothing to shift
-                m["rewards"] = causal_shift_rollout(m["rewards"], m["decision"], rollout["starts"], dones)
-
     def training_step(self) -> StepOutput:
-        rollout = self.sample_rollouts()
-        if self.cfg.reward_redistribution == "causal_shift":
-            self.redistribute(rollout)
+        rollout = self.sample_rollouts()  # batch transforms (reward_redistribution) have run: marl/transforms.py
         return StepOutput(rollout, self.update_learners(rollout_to_sequences(rollout, critic_kind(self.cfg))))

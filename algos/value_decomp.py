@@ -54,7 +54,6 @@ from marl.env import MarlError
 
 MIXERS = ("none", "vdn", "qmix")
 JOINT = "__joint__"  # batch key of the team-level columns (not a module id: forward_train skips it)
-REDISTRIBUTIONS = ("none", "causal_shift", "legem")
 OPTIMIZERS = ("adam", "rmsprop")
 
 
@@ -75,14 +74,6 @@ class ValueDecompConfig(AgentNetConfig, EngineConfig):
     episodes_per_update: int = key("new episodes per gradient step", ge=1)
     learning_starts_episodes: int = key("episodes in the buffer before training (at least batch_size)", ge=0)
     target_update_interval: int = key("episodes between hard target-network copies", ge=1)
-    reward_redistribution: str = key("off-beat envs: causal shift of team rewards, or legem (causal shift + "
-                                     "episodic-memory shaping; docs/offbeat.md)", choices=REDISTRIBUTIONS)
-    legem_beta: float = key("legem: weight of the memory-based potential shaping (0 = causal shift only)", ge=0)
-    legem_key_dim: int = key("legem: random-projection size of the observation keys", ge=1)
-    legem_resolution: float = key("legem: rounding step of the keys (coarser merges more observations)", gt=0)
-    legem_time_key: bool = key("legem: the decision step is part of a node key (acyclic graph)")
-    legem_refresh_episodes: int = key("legem: episodes between value propagations on the memory graphs", ge=1)
-    legem_max_nodes: int = key("legem: FIFO cap on nodes per agent graph", ge=1)
     standardise_rewards: bool = key("train on (r - running mean) / running std (EPyMARL standardise_rewards)")
     td_lambda: float = key("TD(lambda) targets; 0 = the 1-step target", ge=0, le=1)
     epsilon_start: float = key("exploration epsilon at env step 0", ge=0, le=1)
@@ -363,6 +354,7 @@ class ValueDecomp(Trainer):
     module_class = QAgentModule
     config_class = ValueDecompConfig
     learner_metrics = ("td_loss", "q_taken_mean", "target_mean")
+    transform_hooks = ("on_rollout", "on_episodes", "on_batch")  # on_episodes: transform_episodes in training_step
 
     # --------------------------------------------------------------- config hooks
     @classmethod
@@ -387,9 +379,6 @@ class ValueDecomp(Trainer):
                 agent, or an entity-aware agent on an env without a layout.
         """
         cfg = config_view(cfg)
-        if cfg.reward_redistribution != "none" and len(info.teams) > 1:
-            raise MarlError("reward_redistribution shifts one team reward; "
-                            f"{info.family}:{info.scenario} has teams {list(info.teams)}.")
         check_agent(cfg, info, family="value_decomp")
         for g in info.groups.values():
             if not g.discrete:
@@ -484,51 +473,7 @@ class ValueDecomp(Trainer):
             layout.extra_columns,
         )
         self.rng = np.random.default_rng(cfg.seed)
-        self.legem = self._make_legem()
         self.progress.update(pending_episodes=0, last_target_sync=0, updates=0, reward_stats=[0.0, 0.0, 0.0])
-
-    def redistribute(self, slots) -> None:
-        """Rewrite the rewards of newly committed episodes (off-beat actions; LeGEM-style,
-        reconstructed, ``docs/offbeat.md``).
-
-        ``causal_shift``: a team reward earned when actions complete moves to the steps
-        where those actions started (:func:`marl.algos.legem.redistribute_team_reward`).
-        ``legem``: the causal shift, then each agent's reward gets the potential-based
-        shaping term of its episodic memory graph (:class:`marl.algos.legem.LegemMemory`)
-        computed from earlier episodes; the episode is added to the memory afterwards.
-        """
-        from marl.algos.legem import redistribute_team_reward
-
-        d, layout = self.buffer.data, self.run.family
-        mods = list(layout.modules)
-        for slot in slots:
-            L = int(self.buffer.lengths[slot])
-            r = torch.from_numpy(np.concatenate([d[f"{m}/rewards"][slot, :L] for m in mods], 1))
-            dec = torch.from_numpy(np.concatenate([self.buffer.column(m, "decision", slot, L) for m in mods], 1))
-            new = redistribute_team_reward(r, dec, layout.team_reward)
-            team = new.mean(1) if layout.team_reward == "mean" else new.sum(1)
-            col = 0
-            for m in mods:
-                n = d[f"{m}/rewards"].shape[2]
-                if self.cfg.reward_redistribution == "legem":
-                    obs, dm = torch.from_numpy(d[f"{m}/obs"][slot, :L]), dec[:, col:col + n]
-                    # potentials from earlier episodes only: with the episode itself in memory its
-                    # own return-to-go would leak into Phi and cancel its rewards
-                    new[:, col:col + n] += self.legem[m].shaping(obs, dm, bool(d["terminated"][slot, L - 1]))
-                    self.legem[m].add_episode(obs, team, dm)
-                d[f"{m}/rewards"][slot, :L] = new[:, col:col + n].numpy()
-                col += n
-
-    def _make_legem(self) -> Dict[str, Any]:
-        """One :class:`~marl.algos.legem.LegemMemory` per module (``reward_redistribution="legem"``)."""
-        from marl.algos.legem import LegemMemory
-
-        c = self.cfg
-        if c.reward_redistribution != "legem":
-            return {}
-        return {m: LegemMemory(s["n"], s["obs_dim"], c.gamma, c.legem_beta, c.legem_key_dim, c.legem_resolution,
-                               c.legem_refresh_episodes, c.legem_max_nodes, c.seed, c.legem_time_key)
-                for m, s in self.run.family.shapes.items()}
 
     def epsilon(self) -> float:
         c = self.cfg
@@ -539,8 +484,7 @@ class ValueDecomp(Trainer):
         eps = self.epsilon()
         rollout = self.sample_rollouts(epsilon=eps)
         new = self.buffer.add_rollout(rollout)
-        if c.reward_redistribution != "none":
-            self.redistribute(self.buffer.just_committed)
+        self.transform_episodes(self.buffer, self.buffer.just_committed)  # reward_redistribution: marl/transforms.py
         if c.standardise_rewards:
             for m in rollout["modules"].values():
                 p["reward_stats"] = merge_moments(p["reward_stats"], m["rewards"])
@@ -582,8 +526,6 @@ class ValueDecomp(Trainer):
         state["replay_rng"] = self.rng.bit_generator.state  # the buffer's sampling draws (exact resume)
         if self.cfg.checkpoint_buffer:
             state["replay_buffer"] = self.buffer.get_state()
-        if self.legem:
-            state["legem_memory"] = {m: mem.state_dict() for m, mem in self.legem.items()}
         return state
 
     def set_state(self, state):
@@ -592,5 +534,3 @@ class ValueDecomp(Trainer):
             self.buffer.set_state(state["replay_buffer"])
         if "replay_rng" in state:
             self.rng.bit_generator.state = state["replay_rng"]
-        for m, mem_state in state.get("legem_memory", {}).items():
-            self.legem[m].load_state_dict(mem_state)
