@@ -98,6 +98,7 @@ class Trainer(RunAccess, Algorithm):
     learner_metrics = ("policy_loss", "value_loss", "entropy", "explained_variance", "approx_kl", "clip_fraction",
                        "value_mean", "total_loss")
     transform_hooks: Tuple[str, ...] = ("on_rollout", "on_batch")  # called by sample_rollouts, update_learners
+    batch_transforms = TransformList()  # none until setup builds the run's (a state asked for earlier is empty)
 
     def __init__(self, config: Optional[AlgorithmConfig] = None, *, env: Optional[MultiAgentEnv] = None,
                  run_dir: Optional[Path] = None, callbacks: Optional[CallbackList] = None, **kwargs: Any):
