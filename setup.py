@@ -18,7 +18,8 @@ setup(
                  "marl.configs": "configs"},
     # py.typed: marl ships its annotations (PEP 561), so type checkers read them in users' code
     package_data={"marl": ["py.typed"],
-                  "marl.configs": ["*.yaml", "algos/*.yaml", "envs/*.yaml", "benchmarks/*.yaml"]},
+                  "marl.configs": ["*.yaml", "algos/*.yaml", "envs/*.yaml", "benchmarks/*.yaml",
+                                   "transforms/*.yaml"]},
     include_package_data=True,
     install_requires=[
         "torch>=2.1",  # the README / CI install path pins torch==2.13.0 (CPU wheel)

@@ -2,8 +2,11 @@
 trainer module (and Ray, torch) is imported when its algorithm is first built, not by
 ``marl list`` or when a config is loaded and checked. Each algorithm names its config
 schema (``schema=``, a module without torch or Ray); the values are in
-``configs/algos/<name>.yaml``."""
+``configs/algos/<name>.yaml``. Batch transforms
+(``reward_redistribution``, :mod:`marl.transforms`) register the same way; a transform's keys are in
+its config section (``configs/transforms/<name>.yaml``)."""
 from marl.config.registry import register_algo
+from marl.transforms import register_transform
 
 _PPO = dict(trainer="marl.algos.ppo:PPO", schema="marl.algos.ppo_config:PPOConfig")
 _VALUE_DECOMP = dict(trainer="marl.algos.value_decomp:ValueDecomp",
@@ -27,3 +30,8 @@ register_algo("advantage_alignment", **_LLM,
 register_algo("grpo", **_LLM, description="LLM self-play with a GRPO-style trajectory baseline (text games)")
 register_algo("spiral", **_LLM,
               description="SPIRAL: zero-sum LLM self-play with role-conditioned advantage estimation (text games)")
+
+register_transform("causal_shift", "marl.algos.redistribution:CausalShift",
+                   description="off-beat envs: rewards move from where actions complete to where they started")
+register_transform("legem", "marl.algos.redistribution:Legem", config="marl.algos.legem_config:LegemConfig",
+                   description="off-beat envs: causal shift + episodic-memory shaping (LeGEM-style, reconstructed)")

@@ -1,4 +1,4 @@
-"""LeGEM-style reward redistribution for off-beat actions (reconstructed).
+"""LeGEM-style episodic memory for off-beat actions (reconstructed).
 
 Off-beat MARL (Qiu et al. 2022, arXiv 2205.13718) redistributes delayed rewards
 with a graph-based episodic memory built from agents' individual experiences.
@@ -6,11 +6,6 @@ The paper was available at abstract level only, so its exact graph and formula
 are not known; this module implements our reconstruction (``docs/offbeat.md``,
 "Reward redistribution"), and says so wherever it is used:
 
-* :func:`causal_shift` — move each reward that arrives when actions complete
-  back to the decision step(s) where those actions started (split equally);
-  the episode's undiscounted return is unchanged (QMIX / VDN / IQL:
-  :func:`redistribute_team_reward`; MAPPO / IPPO inside rollout chunks:
-  :func:`causal_shift_rollout`);
 * :class:`EpisodicMemoryGraph` — one agent's memory: nodes are keys of
   observations at decision points (fixed random projection, rounded, plus the
   decision step), edges go from one decision to the agent's next one with the
@@ -20,75 +15,19 @@ are not known; this module implements our reconstruction (``docs/offbeat.md``,
 * :func:`memory_shaping` — potential-based shaping with the memory values,
   ``r_hat = r + beta (gamma^d V(n_next) - V(n))`` at decision steps, and
   :class:`LegemMemory`, the team's graphs with the same shaping spread over
-  the steps of each action (``reward_redistribution="legem"``).
+  the steps of each action.
 
-Selected by ``fit(algo, reward_redistribution="none" | "causal_shift" | "legem")``;
-``docs/offbeat.md`` has the choices we made and the measurements.
+The causal shift and the batch transforms that apply both to training data
+(``reward_redistribution="causal_shift"`` / ``"legem"``) are in
+:mod:`marl.algos.redistribution`; ``docs/offbeat.md`` has the choices we made
+and the measurements.
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
-
-Record = Tuple[int, int, int, int]  # (agent, start step, end step, action)
-
-
-def causal_shift(rewards: torch.Tensor, records: Iterable[Record]) -> torch.Tensor:
-    """Move the team reward of every step where actions complete to those actions' start steps.
-
-    Args:
-        rewards: ``[T]`` team reward of one episode.
-        records: ``(agent, start, end, action)`` of the episode's actions (inclusive steps).
-    Returns:
-        ``[T]`` redistributed rewards; a step's reward is split equally over the
-        actions ending at it and added at their start steps; rewards at steps
-        where no action ends stay. ``sum`` is conserved exactly.
-    """
-    out = rewards.clone()
-    ending: Dict[int, List[int]] = defaultdict(list)
-    for _, start, end, _ in records:
-        ending[int(end)].append(int(start))
-    for end, starts in ending.items():
-        if end >= rewards.shape[0]:
-            continue
-        r = rewards[end]
-        out[end] -= r
-        for s in starts:
-            out[s] += r / len(starts)
-    return out
-
-
-def decision_records(decisions: torch.Tensor) -> List[Record]:
-    """Action records ``(agent, start, end, -1)`` of one episode from its decision mask.
-
-    Args:
-        decisions: ``[L, n]`` bool, agent ``i`` chose a new action at step ``t``
-            (step 0 always counts); an action lasts until the agent's next decision
-            or the episode's last step.
-    """
-    return [(i, s, e - 1, -1) for i, iv in enumerate(decision_intervals(decisions)) for s, e in iv]
-
-
-def redistribute_team_reward(rewards: torch.Tensor, decisions: torch.Tensor, team_reward: str = "mean") -> torch.Tensor:
-    """Causal shift of one episode's team reward for value decomposition.
-
-    Args:
-        rewards: ``[L, n]`` per-agent rewards (the team reward repeated in cooperative envs).
-        decisions: ``[L, n]`` bool decision mask (:func:`decision_records`).
-        team_reward: how the learner aggregates agents (``"mean"`` or ``"sum"``).
-    Returns:
-        ``[L, n]`` per-agent rewards whose aggregate is the shifted team reward
-        (:func:`causal_shift`); identical to ``rewards``' aggregate when every
-        agent decides at every step (no off-beat actions).
-    """
-    n = rewards.shape[1]
-    team = rewards.mean(1) if team_reward == "mean" else rewards.sum(1)
-    shifted = causal_shift(team, decision_records(decisions))
-    per_agent = shifted if team_reward == "mean" else shifted / n
-    return per_agent.unsqueeze(1).expand(-1, n).clone()
-
 
 class EpisodicMemoryGraph:
     """One agent's episodic memory graph with value propagation (reconstruction, see the module docstring).
@@ -379,34 +318,3 @@ class LegemMemory:
         for g, d in zip(self.graphs, state["graphs"]):
             g.__dict__.update(d)
         self.episodes, self._since_refresh = int(state["episodes"]), int(state["since_refresh"])
-
-
-def causal_shift_rollout(rewards: torch.Tensor, decisions: torch.Tensor, starts: torch.Tensor,
-                         dones: torch.Tensor) -> torch.Tensor:
-    """Per-agent causal shift inside a fixed-length rollout chunk (MAPPO / IPPO).
-
-    Agent ``i``'s reward at a step where its action completes moves to the step
-    where that action started. An action completes at ``t`` when the agent
-    decides again at ``t + 1`` or the episode ends at ``t``. Rewards stay where
-    they are when the start lies before the chunk or the completion after it
-    (not known inside the chunk), so each agent's return within the chunk is
-    conserved exactly.
-
-    Args:
-        rewards: ``[T, B, N]`` per-agent rewards.
-        decisions: ``[T, B, N]`` bool, the agent chose a new action at ``t``.
-        starts: ``[T, B]`` bool, an episode starts at ``t``.
-        dones: ``[T, B]`` bool, an episode ends at ``t`` (terminated or truncated).
-    Returns:
-        ``[T, B, N]`` shifted rewards (equal to ``rewards`` when every agent
-        decides at every step).
-    """
-    T = rewards.shape[0]
-    new_action = decisions | starts.unsqueeze(-1)
-    steps = torch.arange(T).view(T, 1, 1).expand_as(rewards)
-    start = torch.where(new_action, steps, torch.full_like(steps, -1)).cummax(0).values  # -1: before the chunk
-    ends = dones.unsqueeze(-1).expand_as(new_action).clone()
-    ends[:-1] |= new_action[1:]
-    move = ends & (start >= 0)
-    moved = torch.where(move, rewards, torch.zeros_like(rewards))
-    return rewards - moved + torch.zeros_like(rewards).scatter_add(0, start.clamp(min=0), moved)

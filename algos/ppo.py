@@ -29,10 +29,9 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from marl.algos.networks.mlp import MLP
 from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
 from marl.algos.policy_gradient import ValueNorm, ppo_losses
-from marl.algos.ppo_config import CRITICS, REDISTRIBUTIONS, PPOConfig  # noqa: F401  (importable from here too)
+from marl.algos.ppo_config import CRITICS, PPOConfig  # noqa: F401  (importable from here too)
 from marl.config import config_view
 from marl.engine.on_policy import OnPolicyLearner, OnPolicyTrainer, critic_model_config
-from marl.engine.trainer import StepOutput
 from marl.env import MarlError
 
 NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
@@ -249,20 +248,3 @@ class PPO(OnPolicyTrainer):
                     f"({info.family}:{info.scenario}); supported: Discrete, 1-D Box."
                 )
         check_agent(cfg, info, family="ppo")
-
-    @staticmethod
-    def redistribute(rollout: Dict[str, Any]) -> None:
-        """Off-beat envs: per-agent causal shift of the rewards inside the rollout chunk
-        (:func:`marl.algos.legem.causal_shift_rollout`; LeGEM-style, reconstructed)."""
-        from marl.algos.legem import causal_shift_rollout
-
-        dones = rollout["terminated"] | rollout["truncated"]
-        for m in rollout["modules"].values():
-            if "decision" in m:  # absent when the env has no off-beat wrapper: nothing to shift
-                m["rewards"] = causal_shift_rollout(m["rewards"], m["decision"], rollout["starts"], dones)
-
-    def training_step(self) -> StepOutput:
-        rollout = self.sample_rollouts()
-        if self.cfg.reward_redistribution == "causal_shift":
-            self.redistribute(rollout)
-        return StepOutput(rollout, self.update_learners(self.sequences(rollout)))

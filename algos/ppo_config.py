@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from marl.algos.networks.config import ACTIVATIONS, AgentNetConfig
 from marl.config import EngineConfig, key
 from marl.config.critic import CRITICS, CriticChoice
-REDISTRIBUTIONS = ("none", "causal_shift")  # reward_redistribution choices (legem: value decomposition only)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +44,5 @@ class PPOConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cf
     log_std_init: float = key("continuous actions: initial log standard deviation")
     recurrent: bool = key("GRU actor and critic instead of MLPs")
     chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
-    reward_redistribution: str = key("off-beat envs: per-agent causal shift of rewards inside each rollout "
-                                     "(docs/offbeat.md)", choices=REDISTRIBUTIONS)
     torch_compile: bool = key("compile the learner's training forward and minibatch loss with torch.compile "
                               "(inductor); the first update pays the compile, about 20 s on a 2-core CPU (docs/engine.md)")

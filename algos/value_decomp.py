@@ -35,7 +35,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from marl.algos.networks.registry import agent_model_config, check_agent
 from marl.algos.q_learning import check_q_bound, double_q_next, epsilon_at, masked_td_loss, merge_moments, on_mask
-from marl.algos.value_decomp_config import MIXERS, OPTIMIZERS, REDISTRIBUTIONS, ValueDecompConfig  # noqa: F401
+from marl.algos.value_decomp_config import MIXERS, OPTIMIZERS, ValueDecompConfig  # noqa: F401
 from marl.algos.value_decomp_inputs import JOINT, MixerModule, QAgentModule, split_joint
 from marl.config import config_view
 from marl.engine.off_policy import OffPolicyLearner, OffPolicyTrainer, UpdateSchedule, batch_module_id
@@ -193,9 +193,6 @@ class ValueDecomp(OffPolicyTrainer):
                 agent, or an entity-aware agent on an env without a layout.
         """
         cfg = config_view(cfg)
-        if cfg.reward_redistribution != "none" and len(info.teams) > 1:
-            raise MarlError("reward_redistribution shifts one team reward; "
-                            f"{info.family}:{info.scenario} has teams {list(info.teams)}.")
         check_agent(cfg, info, family="value_decomp")
         for g in info.groups.values():
             if not g.discrete:
@@ -283,7 +280,6 @@ class ValueDecomp(OffPolicyTrainer):
     # --------------------------------------------------------------- off-policy core hooks
     def setup(self, config):
         super().setup(config)
-        self.legem = self._make_legem()  # reward redistribution, below
         self.progress.update(reward_stats=[0.0, 0.0, 0.0])
 
     def make_buffer(self) -> JointEpisodeBuffer:
@@ -321,61 +317,3 @@ class ValueDecomp(OffPolicyTrainer):
             for k in [k for k in columns if k.endswith("/rewards")]:
                 columns[k] = (columns[k] - mean) / std
         return columns
-
-    # --------------------------------------------------------------- reward redistribution (off-beat envs)
-    def on_episodes_committed(self, slots) -> None:
-        """``reward_redistribution``: rewrite the new episodes' rewards (:meth:`redistribute`)."""
-        if self.cfg.reward_redistribution != "none":
-            self.redistribute(slots)
-
-    def redistribute(self, slots) -> None:
-        """Rewrite the rewards of newly committed episodes (off-beat actions; LeGEM-style,
-        reconstructed, ``docs/offbeat.md``).
-
-        ``causal_shift``: a team reward earned when actions complete moves to the steps
-        where those actions started (:func:`marl.algos.legem.redistribute_team_reward`).
-        ``legem``: the causal shift, then each agent's reward gets the potential-based
-        shaping term of its episodic memory graph (:class:`marl.algos.legem.LegemMemory`)
-        computed from earlier episodes; the episode is added to the memory afterwards.
-        """
-        from marl.algos.legem import redistribute_team_reward
-
-        d, layout = self.buffer.data, self.run.family
-        mods = list(layout.modules)
-        for slot in slots:
-            L = int(self.buffer.lengths[slot])
-            r = torch.from_numpy(np.concatenate([d[f"{m}/rewards"][slot, :L] for m in mods], 1))
-            dec = torch.from_numpy(np.concatenate([self.buffer.column(m, "decision", slot, L) for m in mods], 1))
-            new = redistribute_team_reward(r, dec, layout.team_reward)
-            team = new.mean(1) if layout.team_reward == "mean" else new.sum(1)
-            col = 0
-            for m in mods:
-                n = d[f"{m}/rewards"].shape[2]
-                if self.cfg.reward_redistribution == "legem":
-                    obs, dm = torch.from_numpy(d[f"{m}/obs"][slot, :L]), dec[:, col:col + n]
-                    # potentials from earlier episodes only: with the episode itself in memory its
-                    # own return-to-go would leak into Phi and cancel its rewards
-                    new[:, col:col + n] += self.legem[m].shaping(obs, dm, bool(d["terminated"][slot, L - 1]))
-                    self.legem[m].add_episode(obs, team, dm)
-                d[f"{m}/rewards"][slot, :L] = new[:, col:col + n].numpy()
-                col += n
-
-    def _make_legem(self) -> Dict[str, Any]:
-        """One :class:`~marl.algos.legem.LegemMemory` per module (``reward_redistribution="legem"``)."""
-        from marl.algos.legem import LegemMemory
-
-        c = self.cfg
-        if c.reward_redistribution != "legem":
-            return {}
-        return {m: LegemMemory(s["n"], s["obs_dim"], c.gamma, c.legem_beta, c.legem_key_dim, c.legem_resolution,
-                               c.legem_refresh_episodes, c.legem_max_nodes, c.seed, c.legem_time_key)
-                for m, s in self.run.family.shapes.items()}
-
-    def replay_extras(self) -> Dict[str, Any]:
-        """The LeGEM memories, saved beside the buffer."""
-        return {"legem_memory": {m: mem.state_dict() for m, mem in self.legem.items()}} if self.legem else {}
-
-    def load_replay_extras(self, state) -> None:
-        """Restore the LeGEM memories of a checkpoint."""
-        for m, mem_state in state.get("legem_memory", {}).items():
-            self.legem[m].load_state_dict(mem_state)

@@ -15,7 +15,6 @@ from marl.algos.networks.config import AgentNetConfig
 from marl.config import EngineConfig, key
 
 MIXERS = ("none", "vdn", "qmix")
-REDISTRIBUTIONS = ("none", "causal_shift", "legem")
 OPTIMIZERS = ("adam", "rmsprop")
 
 
@@ -35,14 +34,6 @@ class ValueDecompConfig(AgentNetConfig, EngineConfig):
     episodes_per_update: int = key("new episodes per gradient step", ge=1)
     learning_starts_episodes: int = key("episodes in the buffer before training (at least batch_size)", ge=0)
     target_update_interval: int = key("episodes between hard target-network copies", ge=1)
-    reward_redistribution: str = key("off-beat envs: causal shift of team rewards, or legem (causal shift + "
-                                     "episodic-memory shaping; docs/offbeat.md)", choices=REDISTRIBUTIONS)
-    legem_beta: float = key("legem: weight of the memory-based potential shaping (0 = causal shift only)", ge=0)
-    legem_key_dim: int = key("legem: random-projection size of the observation keys", ge=1)
-    legem_resolution: float = key("legem: rounding step of the keys (coarser merges more observations)", gt=0)
-    legem_time_key: bool = key("legem: the decision step is part of a node key (acyclic graph)")
-    legem_refresh_episodes: int = key("legem: episodes between value propagations on the memory graphs", ge=1)
-    legem_max_nodes: int = key("legem: FIFO cap on nodes per agent graph", ge=1)
     standardise_rewards: bool = key("train on (r - running mean) / running std (EPyMARL standardise_rewards)")
     td_lambda: float = key("TD(lambda) targets; 0 = the 1-step target", ge=0, le=1)
     epsilon_start: float = key("exploration epsilon at env step 0", ge=0, le=1)

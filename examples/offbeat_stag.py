@@ -17,7 +17,7 @@ import marl
 def run(duration: int, redistribution: str, seed: int, args) -> dict:
     env = marl.make_env("stag_hunter", num_envs=args.num_envs, seed=seed, offbeat={"catch": duration})
     t0 = time.time()
-    extra = {"legem_beta": args.legem_beta} if redistribution == "legem" else {}
+    extra = {"legem": {"beta": args.legem_beta}} if redistribution == "legem" else {}  # its config section
     res = env.fit("qmix", stop={"env_steps": args.env_steps}, reward_redistribution=redistribution, seed=seed, **extra,
                   eval_episodes=args.eval_episodes, progress=False, log_dir=args.log_dir)
     ev = res.eval

@@ -21,6 +21,7 @@ from marl.errors import EnvRunnersLost, RunInterrupted, TrainingDiverged
 from marl.mapping import PolicyMapping
 from marl.results import Result, load
 from marl.rundir import RunFolder, StopOnSignal, open_resume, open_run, restore, write_yaml
+from marl.transforms import check_transforms
 
 __all__ = ["fit", "build_trainer", "prepare", "load", "list_algos", "init_ray", "start_ray"]
 
@@ -107,6 +108,7 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
     cfg = load_config(algo, env.info.family, overrides)
     algo_cls = trainer_class(algo)
     algo_cls.check_env(cfg, env.info)
+    check_transforms(cfg, env.info, algo_cls)  # the batch transforms it selects (reward_redistribution)
     _check_before_ray(cfg)
     env = _with_num_envs(env, cfg.num_envs, isinstance(env, TextEnv))
     mapping = PolicyMapping(env.info, share=cfg.share, agent_id=cfg.agent_id)

@@ -19,6 +19,14 @@ Hooks run in the driver process, in this order::
 ``state_dict`` / ``load_state_dict`` carry a callback's own state through
 checkpoints: what :meth:`Callback.state_dict` returns is saved in every
 checkpoint and handed back on resume before :meth:`Callback.on_checkpoint_restore`.
+
+Beside the callbacks, batch transforms (:mod:`marl.transforms`) change what the learner
+trains on: a :class:`~marl.transforms.BatchTransform` rewrites each rollout right after
+the callbacks' ``on_rollout`` (``on_rollout``), the whole episodes a replay buffer commits
+(``on_episodes``) and the batch of every learner update (``on_batch``). A transform is
+chosen by config (``reward_redistribution="legem"``) with its keys in a section of its
+own (``legem={"beta": 0.2}``), is checked before Ray starts, and saves its state in
+checkpoints like a callback; reward redistribution for off-beat actions is one.
 """
 from __future__ import annotations
 
@@ -47,7 +55,8 @@ class Callback:
     def on_rollout(self, trainer: Trainer, rollout: Dict[str, Any]) -> None:
         """A rollout was sampled (time-major tensors, see ``BatchedEnvRunner.sample``; text
         games: turns). ``rollout["metrics"]`` holds per-episode lists of the episodes that
-        ended in it. A callback may rewrite rewards here before the learner sees them."""
+        ended in it. A callback may rewrite rewards here before the learner sees them; a
+        configurable, checkpointed rewrite is a batch transform (:mod:`marl.transforms`)."""
 
     def on_iteration_end(self, trainer: Trainer, metrics: Dict[str, Any]) -> Optional[Dict[str, float]]:
         """An iteration ended with ``metrics`` (flat floats); return extra metrics to log, or None."""
@@ -73,6 +82,25 @@ class Callback:
         """Restore what :meth:`state_dict` returned."""
 
 
+def named_list(items: Iterable[Any], base: type, what: str) -> List[Any]:
+    """``items`` as a list, each an instance of ``base`` with a ``name`` no other shares (the key
+    of its state in checkpoints; also used for :class:`marl.transforms.TransformList`).
+
+    Raises:
+        TypeError: an element is not a ``base`` instance.
+        ValueError: two elements share a ``name`` (their checkpoint state would collide).
+    """
+    items = list(items)
+    for x in items:
+        if not isinstance(x, base):
+            raise TypeError(f"{what} must be {base.__module__}.{base.__name__} instances, got {type(x).__name__}.")
+    names = [x.name for x in items]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"two {what} share the name {dup[0]!r}; give one a distinct `name`.")
+    return items
+
+
 class CallbackList(Callback):
     """Several callbacks called in order; metrics returned by ``on_iteration_end`` are merged.
 
@@ -82,15 +110,7 @@ class CallbackList(Callback):
     """
 
     def __init__(self, callbacks: Iterable[Callback] = ()):
-        self.callbacks: List[Callback] = list(callbacks)
-        names = []
-        for cb in self.callbacks:
-            if not isinstance(cb, Callback):
-                raise TypeError(f"callbacks must be marl.callbacks.Callback instances, got {type(cb).__name__}.")
-            names.append(cb.name)
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"two callbacks share the name {dup[0]!r}; give one a distinct `name` property.")
+        self.callbacks: List[Callback] = named_list(callbacks, Callback, "callbacks")
 
     def on_fit_start(self, trainer: Trainer) -> None:
         for cb in self.callbacks:

@@ -114,12 +114,6 @@ def test_a_key_of_another_family_names_that_family(algo, family, key_, owner):
         load_config(algo, family, {key_: 1})
 
 
-def test_a_choice_of_another_family_names_that_family():
-    with pytest.raises(MarlError, match=r"'legem' is a value decomposition choice of 'reward_redistribution' "
-                                        r"\(iql, qmix, vdn\); mappo does not offer it"):
-        mappo(reward_redistribution="legem")
-
-
 def test_internal_key_is_not_settable():
     with pytest.raises(MarlError, match="'algo' is set by marl"):
         mappo(algo="qmix")
@@ -221,6 +215,7 @@ class ToyConfig(EngineConfig):
 
     LAYER = "toy"
     speed: float = key("how fast", gt=0)
+    critic: str = key("a choice PPO's critic key does not offer", choices=("twin",))
 
 
 class ToyTrainer:
@@ -229,13 +224,15 @@ class ToyTrainer:
 
 def test_a_plugin_algorithm_brings_its_schema_and_owns_its_keys(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "_ALGOS", dict(registry._ALGOS))
-    (tmp_path / "toy.yaml").write_text("speed: 1.5\nlr: 0.01\n")
+    (tmp_path / "toy.yaml").write_text("speed: 1.5\nlr: 0.01\ncritic: twin\n")
     register_algo("toy", f"{__name__}:ToyTrainer", "a toy", defaults=tmp_path / "toy.yaml")
     assert list_algos()["toy"] == "a toy" and config_class("toy") is ToyConfig
     cfg = load_config("toy", None, {"speed": 2})
     assert isinstance(cfg, ConfigBase) and cfg.speed == 2.0 and cfg.lr == 0.01 and cfg.rollout_length == 25
     with pytest.raises(MarlError, match=r"'speed' is a toy key \(toy\); mappo does not use it"):
         mappo(speed=1.0)
+    with pytest.raises(MarlError, match=r"'twin' is a toy choice of 'critic' \(toy\); mappo does not offer it"):
+        mappo(critic="twin")  # a choice of another family's key of the same name
     with pytest.raises(MarlError, match="'module:Class' string"):
         register_algo("bad", "marl.algos.ppo.PPO")
     register_algo("noschema", f"{__name__}:NoSchema")

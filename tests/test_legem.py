@@ -1,8 +1,10 @@
-"""LeGEM-style redistribution (our reconstruction, docs/offbeat.md)."""
+"""LeGEM-style redistribution (our reconstruction, docs/offbeat.md): the causal shift and the episodic
+memory (marl.algos.redistribution, marl.algos.legem), and the two batch transforms on the off-beat stag hunt."""
 import pytest
 import torch
 
-from marl.algos.legem import EpisodicMemoryGraph, causal_shift, chain_values, memory_shaping
+from marl.algos.legem import EpisodicMemoryGraph, chain_values, memory_shaping
+from marl.algos.redistribution import causal_shift
 
 
 def test_causal_shift_moves_rewards_to_start_steps_and_conserves_return():
@@ -55,7 +57,7 @@ def test_memory_shaping_with_beta_zero_is_identity():
 
 
 def test_team_reward_redistribution_identity_without_offbeat_and_shift_with_it():
-    from marl.algos.legem import redistribute_team_reward
+    from marl.algos.redistribution import redistribute_team_reward
 
     r = torch.tensor([[0.0, 0.0], [0.0, 0.0], [10.0, 10.0], [2.0, 2.0]])
     every_step = torch.ones(4, 2, dtype=torch.bool)
@@ -70,7 +72,7 @@ def test_team_reward_redistribution_identity_without_offbeat_and_shift_with_it()
 
 @pytest.mark.parametrize("algo, kwargs, refused, match", [
     ("qmix", {"batch_size": 8}, "legem_v2", "causal_shift"),
-    ("mappo", {"rollout_length": 20}, "legem", "value decomposition"),
+    ("mappo", {"rollout_length": 20}, "legem", "transforms data at on_episodes; mappo calls on_rollout"),
 ])
 def test_causal_shift_runs_on_offbeat_stag_hunter(ray_session, run_dir, algo, kwargs, refused, match):
     """QMIX shifts whole episodes in its buffer, MAPPO inside rollouts; a bad or unsupported choice is a clear error."""
@@ -127,24 +129,29 @@ def test_legem_truncated_episode_keeps_last_potential():
 
 
 def test_qmix_with_legem_runs_and_checkpoints_its_memory(ray_session, run_dir):
-    import marl
-
-    env = marl.make_env("stag_hunter", num_envs=8, offbeat={"catch": 3})
-    res = env.fit("qmix", stop={"iterations": 3}, reward_redistribution="legem", legem_refresh_episodes=4,
-                  batch_size=8, log_dir=run_dir, progress=False, eval_episodes=0)
-    assert res.metrics["iteration"] == 3
     import pickle
 
+    import marl
     from marl.results import resolve_checkpoint
 
+    env = marl.make_env("stag_hunter", num_envs=8, offbeat={"catch": 3})
+    kw = dict(reward_redistribution="legem", legem={"refresh_episodes": 4}, batch_size=8, log_dir=run_dir,
+              progress=False, eval_episodes=0)
+    res = env.fit("qmix", stop={"iterations": 3}, **kw)
+    assert res.metrics["iteration"] == 3 and res.config.legem.refresh_episodes == 4
     with open(resolve_checkpoint(res.checkpoint) / "algorithm_state.pkl", "rb") as f:
         state = pickle.load(f)
-    (mem,) = state["legem_memory"].values()  # one module (all agents share)
+    (mem,) = state["marl_transforms"]["legem"].values()  # one module (all agents share)
     assert mem["episodes"] >= 8 and all(len(g["nodes"]) > 0 for g in mem["graphs"])
+    # the memory goes on from the checkpoint on resume
+    more = env.fit("qmix", stop={"iterations": 4}, resume=res.checkpoint, **kw)
+    with open(resolve_checkpoint(more.checkpoint) / "algorithm_state.pkl", "rb") as f:
+        (after,) = pickle.load(f)["marl_transforms"]["legem"].values()
+    assert after["episodes"] > mem["episodes"] and after["graphs"][0]["_next_id"] >= mem["graphs"][0]["_next_id"]
 
 
 def test_rollout_causal_shift_moves_each_agents_reward_to_its_start_and_conserves_it():
-    from marl.algos.legem import causal_shift_rollout
+    from marl.algos.redistribution import causal_shift_rollout
 
     T, B, N = 6, 2, 2
     dec = torch.zeros(T, B, N, dtype=torch.bool)

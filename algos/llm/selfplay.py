@@ -230,6 +230,7 @@ class LLMSelfPlay(Trainer):
     module_class = CausalLMModule
     config_class = LLMConfig
     learner_metrics = ("policy_loss", "kl", "entropy", "clip_fraction", "tokens_trained_per_s")
+    transform_hooks = ("on_batch",)  # games come from foreach_runner, not sample_rollouts (marl/transforms.py)
 
     MODULE_KEYS = ("model", "dtype", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target",
                    "gradient_checkpointing")

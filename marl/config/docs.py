@@ -19,9 +19,10 @@ from typing import Any, Dict, List, Tuple
 
 import yaml
 
-from marl.config.loader import algo_defaults, config_dir, env_overrides
+from marl.config.loader import algo_defaults, build_section, config_dir, env_overrides
 from marl.config.registry import builtin_algos, config_class
 from marl.config.schema import FieldSpec, field_specs, type_name
+from marl.config.sections import section_class, section_entries
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PATH = REPO / "docs" / "configuration.md"
@@ -46,6 +47,13 @@ their layer. Layers, later wins:
    section also applies to the algorithms that start from that algorithm (a `mappo:`
    section applies to ippo);
 4. your overrides: keyword arguments of `fit(...)`, or `key=value` on the command line.
+
+A plug-in with keys of its own, such as a batch transform chosen by `reward_redistribution`
+([marl/transforms.py](../marl/transforms.py)), has them in a section of its name, with its
+values in `configs/transforms/<name>.yaml`: `fit(..., reward_redistribution="legem",
+legem={{"beta": 0.2}})` in Python, `legem.beta=0.2` on the command line, `legem: {{beta: 0.2}}`
+in an algorithm or env file (merged key by key, later wins). Its keys are checked like the
+others; a section is an error while its plug-in is not selected. Read it as `cfg.legem.beta`.
 
 An algorithm has the keys of its layers only. A key it does not have is an error that
 names the family owning it (`'mixer' is a value decomposition key (iql, qmix, vdn); mappo
@@ -94,6 +102,17 @@ without defaults; the trainer (a `marl.engine.trainer.Trainer` subclass) names t
 in `config_class` (without `schema=`, marl imports the trainer to find it). Its YAML file
 gives every key a value that the engine files do not (`base: <algo>` starts from another
 algorithm's file).
+
+A batch transform registers the same way (`marl.transforms.register_transform`), with the
+schema of its section in a module that imports neither torch nor Ray, and its values in a
+YAML file its schema names in `DEFAULTS`:
+
+```python
+from marl.transforms import register_transform
+
+register_transform("my_shift", "my_package.shift:MyShift",            # a marl.transforms.BatchTransform
+                   config="my_package.shift_config:MyShiftConfig")   # keys: my_shift={...}
+```
 """
 
 
@@ -155,6 +174,25 @@ def layer_section(layer: str, cls: type, algos: List[str], defaults: Dict[str, A
     return "\n".join(lines) + "\n"
 
 
+def plugin_sections() -> str:
+    """One markdown section per config section of marl's own plug-ins (``legem``), as :func:`layer_section`."""
+    out = []
+    for name, entry in section_entries().items():
+        cls = section_class(name)
+        if not cls.__module__.startswith("marl."):
+            continue
+        values = build_section(name, name, [])
+        lines = [f"## Section `{name}` (with `{entry.key}: {entry.value}`)", "",
+                 prose(inspect.cleandoc(cls.__doc__ or "")), "",
+                 "| key | type | range | default | meaning |", "|---|---|---|---|---|"]
+        for spec in field_specs(cls):
+            if not spec.internal:
+                lines.append(f"| `{name}.{spec.name}` | {cell(type_name(spec.type))} | {range_cell(spec)} | "
+                             f"{cell(f'`{fmt(getattr(values, spec.name))}`')} | {cell(spec.doc)} |")
+        out.append("\n".join(lines) + "\n")
+    return "\n".join(out)
+
+
 def env_section() -> str:
     """The table of per-env overrides, one row per env file and group of algorithms with the same values."""
     rows = []
@@ -173,10 +211,11 @@ def render() -> str:
     """The whole of ``docs/configuration.md``."""
     found = layers()
     defaults = {algo: algo_defaults(algo) for algo in builtin_algos()}
-    schemas = ", ".join(_source(c) for _, c, _ in found)
+    classes = [c for _, c, _ in found] + [section_class(n) for n in section_entries()]
+    schemas = ", ".join(_source(c) for c in classes if c.__module__.startswith("marl."))
     parts = [INTRO.format(schemas=schemas)]
     parts += [layer_section(layer, c, algos, defaults) for layer, c, algos in found]
-    parts += [env_section(), PLUGINS]
+    parts += [plugin_sections(), env_section(), PLUGINS]
     return "\n".join(parts)
 
 

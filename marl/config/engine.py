@@ -14,6 +14,14 @@ NON_FINITE = ("raise", "mask", "off")  # what env runners do with NaN/inf from t
 POOL_SAMPLING = ("latest", "uniform")  # which opponent-pool snapshot plays (marl.engine.opponents)
 
 
+def transform_choices():
+    """``none`` and the registered batch transforms (imported here, when first asked: marl.transforms
+    registers config sections, so importing it with this module would be circular)."""
+    from marl.transforms import transform_choices as choices
+
+    return choices()
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineConfig(ConfigBase):
     """Engine keys, shared by every algorithm: sampling, learners, seeds, logging, checkpoints,
@@ -46,6 +54,10 @@ class EngineConfig(ConfigBase):
     lr_schedule: str = key("constant, or linear: decays lr to 0 at the stop's env_steps", choices=LR_SCHEDULES)
     lr_anneal_steps: int = key("env steps at which a linear lr reaches 0; fit sets it from stop.env_steps", ge=0)
     max_grad_norm: float = key("clip gradients to this global L2 norm", gt=0)
+    reward_redistribution: str = key(
+        "a registered batch transform that rewrites rewards before the loss (marl/transforms.py; causal_shift, legem: "
+        "off-beat envs, docs/offbeat.md), its keys in a section of its name; none = rewards as the env gives them",
+        choices=transform_choices)
     log_dir: str = key("runs go to <log_dir>/<family>-<scenario>-<algo>-<time>/ (TensorBoard, CSV, checkpoints)")
     checkpoint_every: int = key("iterations between checkpoints; 0 = only the one at the end", ge=0)
     keep_checkpoints: int = key("checkpoints kept in the run folder (the newest); 0 = all", ge=0)

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import yaml
 
 from marl.config.registry import algo_entry, config_class, defaults_path, list_algos, ownership_hint
+from marl.config.sections import section_class, section_entries
 from marl.config.schema import ConfigBase, ConfigValueError, check_range, coerce, spec_map
 from marl.errors import MarlError, closest
 
@@ -138,31 +139,100 @@ def unknown_key_error(cls: type, algo: str, name: str, source: str) -> MarlError
 
 
 def build(cls: type, algo: str, sources: List[Source]) -> ConfigBase:
-    """Merge ``sources`` (later wins) into a checked ``cls`` instance for ``algo``.
+    """Merge ``sources`` (later wins) into a checked ``cls`` instance for ``algo``, with the
+    sections of the plug-ins it selects (:func:`with_sections`).
+
+    A name that is no key of ``cls`` but a registered section (``legem``) holds that
+    section's keys (:mod:`marl.config.sections`).
 
     Raises:
         MarlError: a key ``cls`` lacks, a key no source gives a value, or a value of
-            the wrong type or range (naming the file it came from).
+            the wrong type or range (naming the file it came from); a bad section.
     """
-    specs = spec_map(cls)
+    specs, entries = spec_map(cls), section_entries()
+    keys: List[Source] = []
+    sections: Dict[str, List[Source]] = {}
+    for source, data in sources:
+        keys.append((source, {k: v for k, v in data.items() if k in specs or k not in entries}))
+        for name in (k for k in data if k not in specs and k in entries):
+            sections.setdefault(name, []).append((source, data[name]))
+    cfg = _typed(cls, algo, keys, lambda name, source: unknown_key_error(cls, algo, name, source),
+                 lambda e: ownership_hint(e.key, algo, e.value) if e.kind == "choice" else "")
+    return with_sections(cfg, sections)
+
+
+def _typed(cls: type, algo: str, sources: List[Source], unknown, hint=None, section: str = "") -> ConfigBase:
+    """``sources`` merged key by key (later wins) into a checked ``cls`` instance.
+
+    Args:
+        unknown: ``(name, source) -> MarlError`` for a name that is no key of ``cls``.
+        hint: ``ConfigValueError -> str`` appended to a bad value's message.
+        section: the name of the section ``cls`` is the schema of ("" for an algorithm's config).
+    """
+    valid = cls.keys_of()
     values: Dict[str, Any] = {}
     origin: Dict[str, str] = {}
     for source, data in sources:
         for name, value in data.items():
-            if name not in specs or specs[name].internal:
-                raise unknown_key_error(cls, algo, name, source)
+            if name not in valid:
+                raise unknown(name, source)
             values[name], origin[name] = value, source
-    missing = [s.name for s in specs.values() if not s.internal and s.name not in values]
+    missing = [k for k in valid if k not in values]
+    what = f"config section '{section}'" if section else f"algorithm '{algo}'"
     if missing:
         files = ", ".join(src for src, _ in sources if src != USER) or "none"
-        raise MarlError(f"No value for config key(s) {', '.join(missing)} of algorithm '{algo}' in its "
-                        f"YAML files ({files}).")
+        raise MarlError(f"No value for config key(s) {', '.join(missing)} of {what} in its YAML files ({files}).")
     try:
         return cls(algo=algo, **values)
     except ConfigValueError as e:
         where = "" if origin.get(e.key, USER) == USER else f" (from {origin[e.key]})"
-        hint = ownership_hint(e.key, algo, e.value) if e.kind == "choice" else ""
-        raise ConfigValueError(f"{e}{where}{hint}", e.key, e.value, e.kind) from None
+        name = f"{section}.{e.key}" if section else e.key
+        text = f"Config section '{section}': {e}" if section else str(e)
+        raise ConfigValueError(f"{text}{where}{hint(e) if hint else ''}", name, e.value, e.kind) from None
+
+
+def with_sections(cfg: ConfigBase, given: Dict[str, List[Source]]) -> ConfigBase:
+    """``cfg`` with a section for every plug-in it selects, from the section's YAML file and the
+    layers ``given`` (section name -> sources of its keys, later wins).
+
+    Raises:
+        MarlError: the user gave a section whose plug-in ``cfg`` does not select (names the key
+            and value that select it); an unknown key of a section (with the closest and the
+            valid keys); a section that is not a dict; a bad value (names ``section.key``).
+    """
+    entries = section_entries()
+    for name, layers in given.items():
+        entry = entries[name]
+        if not entry.active(cfg) and any(source == USER for source, _ in layers):
+            now = getattr(cfg, entry.key, None)
+            raise MarlError(f"The config section {name}={{...}} sets keys of {entry.key}={entry.value!r}, but "
+                            f"{entry.key} is {now!r}: give {entry.key}={entry.value!r} too, or leave the section out.")
+    built = {name: build_section(name, cfg.algo, given.get(name, []))
+             for name, entry in entries.items() if entry.active(cfg)}
+    return cfg.replace(sections=built) if built or cfg.sections else cfg
+
+
+def build_section(name: str, algo: str, layers: List[Source]) -> ConfigBase:
+    """Section ``name`` from its schema's YAML file, then ``layers`` (each a dict of its keys).
+
+    Raises:
+        MarlError: a layer that is not a dict, an unknown key (with the closest and the valid
+            keys), a key without a value, or a bad value (naming ``<section>.<key>``).
+    """
+    cls = section_class(name)
+    valid = sorted(cls.keys_of())
+    for source, data in layers:
+        if not isinstance(data, Mapping):
+            where = "" if source == USER else f"{source}: "
+            raise MarlError(f"{where}config section '{name}' takes a dict of its keys ({', '.join(valid)}), "
+                            f"got {data!r}.")
+
+    def unknown(key: str, source: str) -> MarlError:
+        where = "" if source == USER else f"{source}: "
+        return MarlError(f"{where}Unknown key '{key}' in config section '{name}'.{closest(key, valid)} "
+                         f"Valid keys: {', '.join(valid)}.")
+
+    return _typed(cls, algo, layer_sources(cls) + list(layers), unknown, section=name)
 
 
 def algo_defaults(algo: str) -> ConfigBase:
@@ -196,12 +266,26 @@ def restore_config(algo: str, saved: Mapping[str, Any]) -> ConfigBase:
     Saved values the current schema accepts are kept. Keys the schema gained since the
     run, and values saved as text (a callable ``share`` or an object ``model`` is saved
     as its repr), take ``algo``'s YAML values; keys the schema no longer has are
-    ignored, so checkpoints of older versions load.
+    ignored, so checkpoints of older versions load. A section is read from its nested
+    dict (``legem: {beta: ...}``) or, in checkpoints of versions that had no sections,
+    from the flat keys ``<section>_<key>`` (``legem_beta``).
 
     Raises:
         MarlError: unknown algorithm, or bad YAML values.
     """
-    specs = spec_map(config_class(algo))
+    cfg = algo_defaults(algo).replace(**_accepted(spec_map(config_class(algo)), saved))
+    given: Dict[str, List[Source]] = {}
+    for name, entry in section_entries().items():
+        if entry.active(cfg):
+            old = {k[len(name) + 1:]: v for k, v in saved.items() if k.startswith(f"{name}_")}
+            nested = saved.get(name)
+            kept = _accepted(spec_map(section_class(name)), {**old, **(nested if isinstance(nested, Mapping) else {})})
+            given[name] = [(f"the saved section '{name}'", kept)]
+    return with_sections(cfg, given)
+
+
+def _accepted(specs: Mapping[str, Any], saved: Mapping[str, Any]) -> Dict[str, Any]:
+    """The saved values that keys of ``specs`` (not internal) accept, typed."""
     kept: Dict[str, Any] = {}
     for name, value in saved.items():
         spec = specs.get(name)
@@ -213,4 +297,4 @@ def restore_config(algo: str, saved: Mapping[str, Any]) -> ConfigBase:
         except ConfigValueError:
             continue
         kept[name] = typed
-    return algo_defaults(algo).replace(**kept)
+    return kept

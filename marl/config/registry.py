@@ -146,7 +146,7 @@ def owners(name: str, exclude: str, value: object = None) -> Dict[str, List[str]
 
 def ownership_hint(name: str, algo: str, value: object = None) -> str:
     """``" 'mixer' is a value decomposition key (iql, qmix, vdn); mappo does not use it."`` or ``""``;
-    with ``value``: ``" 'legem' is a value decomposition choice of 'reward_redistribution' (...); ..."``."""
+    with ``value``: ``" 'twin' is a toy choice of 'critic' (toy); mappo does not offer it."``."""
     found = owners(name, algo, value)
     if not found:
         return ""

@@ -266,7 +266,9 @@ class ConfigBase(collections.abc.Mapping):
     Read keys as attributes (``cfg.lr``); marl's own code does. As a convenience for
     users, a config is also a read-only mapping (``cfg["lr"]``, ``cfg.get``, ``"lr" in cfg``,
     ``dict(cfg)``, ``{**cfg}``). ``cfg.replace(lr=1e-3)`` (or ``dataclasses.replace``)
-    returns a checked copy.
+    returns a checked copy. The sections of the plug-ins the config selects
+    (:mod:`marl.config.sections`) are in ``cfg.sections`` and readable by name:
+    ``cfg.legem.beta``.
 
     Raises:
         ConfigValueError: at construction, a value of the wrong type, outside its
@@ -274,6 +276,10 @@ class ConfigBase(collections.abc.Mapping):
     """
 
     algo: str = key("registered name of the algorithm (set by the loader)", internal=True)
+    # the plug-ins' own sections (marl/config/sections.py), set by the loader; not a key itself
+    sections: Dict[str, Any] = dataclasses.field(default_factory=dict, metadata={
+        "doc": "config sections of the plug-ins the config selects, by name (set by the loader)",
+        "choices": None, "bounds": (None, None, None, None), "off": None, "internal": True})
 
     def __post_init__(self) -> None:
         for spec in field_specs(type(self)):
@@ -281,6 +287,14 @@ class ConfigBase(collections.abc.Mapping):
             value = coerce(spec.name, given, spec.type)
             check_range(spec, value, given)
             object.__setattr__(self, spec.name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached when no field has the name: a section by name (``cfg.legem.beta``);
+        # reads __dict__ directly, so that unpickling (no fields yet) cannot recurse
+        sections = self.__dict__.get("sections") or {}
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # read-only Mapping protocol: a convenience for users (marl's code reads attributes)
     def __getitem__(self, name: str) -> Any:
@@ -299,8 +313,12 @@ class ConfigBase(collections.abc.Mapping):
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> Dict[str, Any]:
-        """The keys and values as a plain dict."""
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """The keys and values as a plain dict; a section is a nested dict of its keys
+        (``{"legem": {"beta": 0.1, ...}}``), as users give it."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "sections"}
+        for name, section in self.sections.items():
+            out[name] = {k: getattr(section, k) for k in section.keys_of()}
+        return out
 
     @classmethod
     def keys_of(cls) -> List[str]:

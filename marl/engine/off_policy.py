@@ -236,6 +236,10 @@ class OffPolicyTrainer(Trainer):
         schedule: the :class:`UpdateSchedule`; its counters live in ``progress``.
     """
 
+    # batch transforms also see whole committed episodes (on_episodes, :meth:`on_episodes_committed`);
+    # a family on a TransitionBuffer, whose commits are single steps, sets ("on_rollout", "on_batch")
+    transform_hooks = ("on_rollout", "on_episodes", "on_batch")
+
     def setup(self, config):
         super().setup(config)
         self.buffer = self.make_buffer()
@@ -261,7 +265,11 @@ class OffPolicyTrainer(Trainer):
     def on_episodes_committed(self, slots: Any) -> None:
         """Transform data the buffer just committed, before anything can sample it: the buffer's
         ``just_committed`` rows (episode slots of a ``JointEpisodeBuffer``, transition rows of a
-        ``TransitionBuffer``). Nothing by default."""
+        ``TransitionBuffer``). By default the run's batch transforms see whole committed episodes
+        (``on_episodes``, e.g. ``reward_redistribution``; :mod:`marl.transforms`) when the family
+        lists that hook in ``transform_hooks``."""
+        if "on_episodes" in self.transform_hooks:
+            self.transform_episodes(self.buffer, slots)
 
     def observe_rollout(self, rollout: Dict[str, Any]) -> None:
         """See the iteration's rollout as sampled (e.g. running reward statistics). Nothing by default."""

@@ -12,6 +12,9 @@ A trainer is built with its env, run folder and callbacks
 runner samples the very env object given to ``fit`` (remote runners rebuild it
 from its spec), files the family writes go to ``run_dir``, and
 :class:`~marl.callbacks.Callback` hooks run at every rollout and iteration.
+The run's batch transforms (:mod:`marl.transforms`, e.g. reward redistribution) rewrite
+rollouts in :meth:`Trainer.sample_rollouts`, the episodes a family commits to its replay
+buffer through :meth:`Trainer.transform_episodes`, and batches in :meth:`Trainer.update_learners`.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from marl.errors import TrainingDiverged  # noqa: F401  (re-exported: families r
 from marl.mapping import SHARE_MODES, PolicyMapping
 from marl.policy import Policy
 from marl.transfer import load_weights
+from marl.transforms import STATE_KEY, Episodes, TransformList
 
 
 @dataclass
@@ -83,7 +87,9 @@ class Trainer(RunAccess, Algorithm):
     Class attributes a family sets: ``module_class`` (its RLModule),
     ``learner_class`` (its Learner), ``config_class`` (its config schema, a
     :class:`marl.config.ConfigBase` dataclass), ``learner_metrics`` (learner
-    metric names kept in the iteration's metrics).
+    metric names kept in the iteration's metrics), ``transform_hooks`` (the batch-transform
+    hooks its training step calls, :mod:`marl.transforms`; a family that commits whole
+    episodes to a replay buffer adds ``on_episodes`` and calls :meth:`transform_episodes`).
     """
 
     module_class = None
@@ -91,6 +97,8 @@ class Trainer(RunAccess, Algorithm):
     config_class = None
     learner_metrics = ("policy_loss", "value_loss", "entropy", "explained_variance", "approx_kl", "clip_fraction",
                        "value_mean", "total_loss")
+    transform_hooks: Tuple[str, ...] = ("on_rollout", "on_batch")  # called by sample_rollouts, update_learners
+    batch_transforms = TransformList()  # none until setup builds the run's (a state asked for earlier is empty)
 
     def __init__(self, config: Optional[AlgorithmConfig] = None, *, env: Optional[MultiAgentEnv] = None,
                  run_dir: Optional[Path] = None, callbacks: Optional[CallbackList] = None, **kwargs: Any):
@@ -115,6 +123,8 @@ class Trainer(RunAccess, Algorithm):
         init_from = getattr(self.cfg, "init_from", None)  # a key of the families with agent networks only
         if init_from:
             self.init_weights_from(init_from)
+        self.batch_transforms = TransformList.from_config(self.cfg)  # marl/transforms.py
+        self.batch_transforms.setup(self)
 
     # =============================================================== hooks a family implements
     @classmethod
@@ -208,7 +218,8 @@ class Trainer(RunAccess, Algorithm):
     # =============================================================== data path
     def sample_rollouts(self, **act_kwargs) -> Dict[str, Any]:
         """One rollout per healthy env runner, concatenated along the env axis ``B``
-        (``act_kwargs``, e.g. ``epsilon``, go to the modules' ``act``); callbacks see it first.
+        (``act_kwargs``, e.g. ``epsilon``, go to the modules' ``act``); callbacks see it first,
+        then the batch transforms (``on_rollout``) rewrite it.
 
         ``rollout["env_copies"]`` (``[B]`` int64) numbers the rollout's env copies among all
         runners' (runner ``r``'s copies are ``r * B_r ... (r + 1) * B_r - 1``): with a runner
@@ -221,13 +232,29 @@ class Trainer(RunAccess, Algorithm):
             torch.arange(r * part["starts"].shape[1], (r + 1) * part["starts"].shape[1]) for r, part in indexed])
         self._sample_time += time.perf_counter() - t0
         self.run_callbacks.on_rollout(self, rollout)
+        self.batch_transforms.on_rollout(self, rollout)
         return rollout
+
+    def transform_episodes(self, buffer: Any, slots: List[int]) -> None:
+        """The batch transforms' ``on_episodes`` on the whole episodes in ``slots`` of ``buffer`` (a
+        :class:`~marl.engine.replay.JointEpisodeBuffer`), which were just committed: a family with a
+        replay buffer of episodes calls this once per commit, before it samples (``transform_hooks``)."""
+        if self.batch_transforms and slots:
+            self.batch_transforms.on_episodes(self, Episodes(buffer, slots))
+
+    @property
+    def env_info(self) -> Any:
+        """The ``EnvInfo`` of the env being trained on (the driver's env, else one built from the spec)."""
+        env = self.local_env if self.local_env is not None else self.run.make_env(num_envs=1)
+        return env.info
 
     def update_learners(self, batch, sync_weights: bool = True, **timesteps) -> Dict[str, float]:
         """One learner-group update on ``batch`` (``timesteps`` extras reach the learners'
-        ``update``), then push the new weights to the runners if ``sync_weights``.
+        ``update``), then push the new weights to the runners if ``sync_weights``. The batch
+        transforms (``on_batch``) see ``batch`` first.
         Returns the learners' metrics named in ``learner_metrics`` as ``{"<module>/<metric>": float}``."""
         t0 = time.perf_counter()
+        self.batch_transforms.on_batch(self, batch)
         results = self.learner_group.update(
             batch=batch, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.progress["env_steps"], **timesteps}
         )
@@ -340,6 +367,7 @@ class Trainer(RunAccess, Algorithm):
         state = super().get_state(components, not_components=not_components, **kwargs)
         state["marl_progress"] = dict(self.progress)
         state["marl_callbacks"] = self.run_callbacks.state_dict()
+        state[STATE_KEY] = self.batch_transforms.state_dict()
         if wants_component(self, SAMPLING_KEY, components, not_components):  # exact resume (docs/index.md)
             state[SAMPLING_KEY] = sampling_state(self)
         return state
@@ -351,6 +379,7 @@ class Trainer(RunAccess, Algorithm):
         if "marl_callbacks" in state:
             self.run_callbacks.load_state_dict(state["marl_callbacks"])
             self.run_callbacks.on_checkpoint_restore(self)
+        self.batch_transforms.load_state_dict(state)  # its own entry, or an older version's (legacy_state_key)
         if SAMPLING_KEY in state:  # last: it restores the driver's random generators
             restore_sampling(self, state[SAMPLING_KEY])
 
