@@ -339,6 +339,7 @@ class _Saved:
             self.last = save_checkpoint(self.trainer, self.run.path, self.meta, self.keep, protect=self.run.protect)
             self._at = it
             self.trainer.run_callbacks.on_checkpoint_save(self.trainer, self.last)
+        assert self.last is not None  # saved now, or the protected checkpoint of this very iteration
         return self.last
 
 
@@ -391,7 +392,7 @@ def _yaml_safe(cfg: Dict[str, Any]) -> Dict[str, Any]:
     return {k: (v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else repr(v)) for k, v in cfg.items()}
 
 
-def _diverged(e: BaseException, kind: type = TrainingDiverged) -> Optional[str]:
+def _diverged(e: Optional[BaseException], kind: type = TrainingDiverged) -> Optional[str]:
     """The message of a ``kind`` error (TrainingDiverged) inside ``e`` (Ray wraps remote errors), else None."""
     seen = set()
     while e is not None and id(e) not in seen:

@@ -229,7 +229,7 @@ def _league(items: List[str]) -> int:
     opts = parse_cli_overrides([i for i in items if "=" in i])
     unknown = sorted(set(opts) - {"bots", "episodes", "out", "seed"})
     if unknown or not paths:
-        raise MarlError(f"usage: marl league <run or checkpoint>... [bots=[random]] [episodes=50] [out=DIR] [seed=0]"
+        raise MarlError("usage: marl league <run or checkpoint>... [bots=[random]] [episodes=50] [out=DIR] [seed=0]"
                         + (f"; unknown option(s) {unknown}" if unknown else "; no run or checkpoint folder given"))
     bots = opts.get("bots", ["random"])
     bots = [bots] if isinstance(bots, str) else list(bots or [])

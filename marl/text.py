@@ -188,12 +188,12 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         self.info = EnvInfo(
             family=self.family, scenario=scenario, agents=list(self.players),
             # GroupInfo types a tensor env's spaces (Box observations); a text game's are gymnasium Text spaces
-            groups={"players": GroupInfo("players", list(self.players), text, text)},  # type: ignore[arg-type]
+            groups={"players": GroupInfo("players", list(self.players), text, text)},
             state_dim=0, episode_limit=self.max_decisions, kind=self.kind, num_envs=1,
         )
         # marl's EnvSpec (how remote runners rebuild the game) in the slot gymnasium types as its own EnvSpec
         # (hence __str__ = __repr__ below)
-        self.spec: Optional[EnvSpec] = None  # type: ignore[assignment]
+        self.spec: Optional[EnvSpec] = None
         self.done = True
 
     # ------------------------------------------------------------------ game hooks

@@ -232,7 +232,7 @@ def selected(cfg: Any) -> List[str]:
     return [] if name in (NONE, None) else [name]
 
 
-def check_transforms(cfg: Any, info: Any, trainer_cls: type) -> None:
+def check_transforms(cfg: Any, info: Any, trainer_cls: Any) -> None:
     """The checks of the transforms ``cfg`` selects, before Ray starts: the algorithm's trainer
     calls one of the transform's hooks, then the transform's own :meth:`BatchTransform.check`.
 
@@ -242,7 +242,7 @@ def check_transforms(cfg: Any, info: Any, trainer_cls: type) -> None:
     """
     hooks = tuple(getattr(trainer_cls, "transform_hooks", ()))
     for name in selected(cfg):
-        cls = transform_class(name)
+        cls: Any = transform_class(name)
         if not set(cls.hooks()) & set(hooks):
             raise MarlError(f"{SELECT_KEY}='{name}' transforms data at {', '.join(cls.hooks()) or 'no hook'}; "
                             f"{cfg.algo} calls {', '.join(hooks) or 'no transform hook'}. Algorithms that can "

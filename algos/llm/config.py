@@ -3,7 +3,7 @@ the model, generation, opponents, estimator and loss keys; no agent-network keys
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from marl.config import EngineConfig, key
 

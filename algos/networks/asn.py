@@ -141,8 +141,7 @@ class ASNNet(AgentNetwork):
         for u, mod in enumerate(mods):
             rows = (kind == u).nonzero().squeeze(1)
             if rows.numel():
-                pick = lambda v: None if v is None else v.index_select(0, rows)  # noqa: E731
-                out = out.index_copy(0, rows, mod(xf.index_select(0, rows), pick(h), pick(starts)))
+                out = out.index_copy(0, rows, mod(xf.index_select(0, rows), _pick(h, rows), _pick(starts, rows)))
         return out
 
     def _switching_stream(self, mods, xf, kind, h, starts) -> torch.Tensor:
@@ -232,3 +231,8 @@ def check_asn(cfg: Any, info) -> None:
             if missing:
                 raise MarlError(f"asn_entity_modules='unit_type' needs 'unit_type' in the layout of entity types "
                                 f"{missing} (group '{group}').")
+
+
+def _pick(v: Optional[torch.Tensor], rows: torch.Tensor) -> Optional[torch.Tensor]:
+    """Rows ``rows`` of ``v`` (``None`` stays ``None``)."""
+    return None if v is None else v.index_select(0, rows)

@@ -15,7 +15,7 @@ import inspect
 import re
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -220,14 +220,14 @@ def render() -> str:
 
 
 def _source(cls: type) -> str:
-    path = Path(inspect.getsourcefile(cls)).resolve()
+    path = Path(inspect.getsourcefile(cls) or cls.__module__).resolve()
     try:
         return path.relative_to(REPO).as_posix()
     except ValueError:
         return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def main(argv: List[str] = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m marl.config.docs", description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default=str(DEFAULT_PATH), help="file to write or check")
     parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the schemas")

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type
 
 import yaml
 
 from marl.config.registry import algo_entry, config_class, defaults_path, list_algos, ownership_hint
 from marl.config.sections import section_class, section_entries
-from marl.config.schema import ConfigBase, ConfigValueError, check_range, coerce, spec_map
+from marl.config.schema import ConfigBase, ConfigValueError, _Config, check_range, coerce, spec_map
 from marl.errors import MarlError, closest
+
+if TYPE_CHECKING:  # the engine layer's schema imports this module's helpers
+    from marl.config.engine import EngineConfig
 
 META_KEYS = ("base",)
 USER = "your overrides"
@@ -79,7 +82,7 @@ def algo_chain(algo: str) -> List[str]:
         chain.insert(0, base)
 
 
-def layer_sources(cls: type) -> List[Source]:
+def layer_sources(cls: Type[Any]) -> List[Source]:
     """The ``DEFAULTS`` files of the layers of schema ``cls``, the most basic first."""
     out = []
     for c in reversed(cls.__mro__):
@@ -126,7 +129,7 @@ def env_overrides(family: str, algo: str) -> Dict[str, Any]:
     return out
 
 
-def unknown_key_error(cls: type, algo: str, name: str, source: str) -> MarlError:
+def unknown_key_error(cls: Type[Any], algo: str, name: str, source: str) -> MarlError:
     """The error for a key that ``algo``'s schema lacks: the family that owns it, or the closest valid key."""
     where = "" if source == USER else f"{source}: "
     specs = spec_map(cls)
@@ -138,7 +141,7 @@ def unknown_key_error(cls: type, algo: str, name: str, source: str) -> MarlError
     return MarlError(f"{where}Unknown config key '{name}' for algorithm '{algo}'.{tail}")
 
 
-def build(cls: type, algo: str, sources: List[Source]) -> ConfigBase:
+def build(cls: Type[Any], algo: str, sources: List[Source]) -> Any:
     """Merge ``sources`` (later wins) into a checked ``cls`` instance for ``algo``, with the
     sections of the plug-ins it selects (:func:`with_sections`).
 
@@ -161,7 +164,7 @@ def build(cls: type, algo: str, sources: List[Source]) -> ConfigBase:
     return with_sections(cfg, sections)
 
 
-def _typed(cls: type, algo: str, sources: List[Source], unknown, hint=None, section: str = "") -> ConfigBase:
+def _typed(cls: Type[Any], algo: str, sources: List[Source], unknown, hint=None, section: str = "") -> Any:
     """``sources`` merged key by key (later wins) into a checked ``cls`` instance.
 
     Args:
@@ -191,7 +194,7 @@ def _typed(cls: type, algo: str, sources: List[Source], unknown, hint=None, sect
         raise ConfigValueError(f"{text}{where}{hint(e) if hint else ''}", name, e.value, e.kind) from None
 
 
-def with_sections(cfg: ConfigBase, given: Dict[str, List[Source]]) -> ConfigBase:
+def with_sections(cfg: _Config, given: Dict[str, List[Source]]) -> _Config:
     """``cfg`` with a section for every plug-in it selects, from the section's YAML file and the
     layers ``given`` (section name -> sources of its keys, later wins).
 
@@ -219,7 +222,7 @@ def build_section(name: str, algo: str, layers: List[Source]) -> ConfigBase:
         MarlError: a layer that is not a dict, an unknown key (with the closest and the valid
             keys), a key without a value, or a bad value (naming ``<section>.<key>``).
     """
-    cls = section_class(name)
+    cls: Any = section_class(name)
     valid = sorted(cls.keys_of())
     for source, data in layers:
         if not isinstance(data, Mapping):
@@ -235,7 +238,7 @@ def build_section(name: str, algo: str, layers: List[Source]) -> ConfigBase:
     return _typed(cls, algo, layer_sources(cls) + list(layers), unknown, section=name)
 
 
-def algo_defaults(algo: str) -> ConfigBase:
+def algo_defaults(algo: str) -> Any:
     """``algo``'s configuration from its YAML files alone (no env family, no overrides).
 
     Raises:
@@ -245,7 +248,7 @@ def algo_defaults(algo: str) -> ConfigBase:
     return build(cls, algo, layer_sources(cls) + algo_sources(algo))
 
 
-def load_config(algo: str, family: Optional[str], overrides: Optional[Dict[str, Any]] = None) -> ConfigBase:
+def load_config(algo: str, family: Optional[str], overrides: Optional[Dict[str, Any]] = None) -> EngineConfig:
     """Merged, checked configuration of ``algo`` on an env ``family`` (module docstring).
 
     Returns:
@@ -260,7 +263,7 @@ def load_config(algo: str, family: Optional[str], overrides: Optional[Dict[str, 
     return build(cls, algo, sources + [(USER, dict(overrides or {}))])
 
 
-def restore_config(algo: str, saved: Mapping[str, Any]) -> ConfigBase:
+def restore_config(algo: str, saved: Mapping[str, Any]) -> EngineConfig:
     """The typed config of a run saved as a plain dict (a checkpoint's ``meta["config"]``).
 
     Saved values the current schema accepts are kept. Keys the schema gained since the

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Type
 
 from marl.config.schema import ConfigBase, spec_map
 from marl.errors import MarlError, unknown_choice
@@ -85,7 +85,7 @@ def builtin_algos() -> List[str]:
     return [n for n, e in _ALGOS.items() if e.trainer.startswith("marl.algos.")]
 
 
-def trainer_class(name: str) -> type:
+def trainer_class(name: str) -> Type[Any]:
     """Import and return the trainer class of algorithm ``name``.
 
     Raises:
@@ -100,7 +100,7 @@ def trainer_class(name: str) -> type:
     return trainer
 
 
-def config_class(name: str) -> type:
+def config_class(name: str) -> Type[Any]:
     """The config schema of algorithm ``name``: its registered ``schema`` (no trainer module is
     imported), else the ``config_class`` of its trainer.
 

@@ -25,9 +25,12 @@ import numbers
 import os
 import types
 import typing
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from marl.errors import MarlError, unknown_choice
+
+
+_Config = typing.TypeVar("_Config", bound="ConfigBase")
 
 
 class ConfigValueError(MarlError):
@@ -41,7 +44,7 @@ class ConfigValueError(MarlError):
 def key(
     doc: str,
     *,
-    choices: Optional[Sequence[Any]] = None,
+    choices: Optional[Union[Sequence[Any], Callable[[], Sequence[Any]]]] = None,
     gt: Optional[float] = None,
     ge: Optional[float] = None,
     lt: Optional[float] = None,
@@ -308,7 +311,7 @@ class ConfigBase(collections.abc.Mapping):
     def __len__(self) -> int:
         return len(self.__dataclass_fields__)
 
-    def replace(self, **changes: Any) -> "ConfigBase":
+    def replace(self: _Config, **changes: Any) -> _Config:
         """A copy with ``changes`` applied and checked (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
 

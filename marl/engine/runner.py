@@ -54,7 +54,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         torch.set_num_threads(self.cfg.torch_threads)
         self.weights_seq_no = 0
         # RLlib annotates EnvRunner.env by its initial value (None); a runner's env is marl's batched env
-        self.env: Optional[MultiAgentEnv] = None  # type: ignore[assignment]
+        self.env: Optional[MultiAgentEnv] = None
         self._owns_env = True  # close the env at stop() unless it was handed in (attach_env)
         # a MultiRLModule of the algorithm's RLModules; their act / initial_state are the algorithms'
         # own (defined outside core, no common base class here), hence Any

@@ -27,7 +27,9 @@ import numpy as np
 import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.core.learner.learner_group import LearnerGroup
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.env.env_runner_group import EnvRunnerGroup
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from marl.callbacks import CallbackList
@@ -99,6 +101,11 @@ class Trainer(RunAccess, Algorithm):
                        "value_mean", "total_loss")
     transform_hooks: Tuple[str, ...] = ("on_rollout", "on_batch")  # called by sample_rollouts, update_learners
     batch_transforms = TransformList()  # none until setup builds the run's (a state asked for earlier is empty)
+    # RLlib types these Optional; its setup builds them before any of marl's code reads them
+    config: AlgorithmConfig
+    env_runner_group: EnvRunnerGroup
+    learner_group: LearnerGroup
+    runner_faults: Optional[RunnerFaults]
 
     def __init__(self, config: Optional[AlgorithmConfig] = None, *, env: Optional[MultiAgentEnv] = None,
                  run_dir: Optional[Path] = None, callbacks: Optional[CallbackList] = None, **kwargs: Any):
@@ -115,7 +122,7 @@ class Trainer(RunAccess, Algorithm):
         super().setup(config)
         self.progress = {"env_steps": 0, "iterations": 0, "episodes": 0, "time_s": 0.0}
         self.last_metrics: Dict[str, Any] = {}
-        local = self.env_runner_group.local_env_runner
+        local: Any = self.env_runner_group.local_env_runner  # a BatchedEnvRunner (marl.engine.runner)
         if local is not None and self.local_env is not None:
             local.attach_env(self.local_env)
         # remote runners: sample from the healthy ones, restore lost ones (marl/engine/faults.py)
@@ -159,7 +166,7 @@ class Trainer(RunAccess, Algorithm):
         return None
 
     @classmethod
-    def build_config(cls, cfg: ConfigBase, env: MultiAgentEnv, mapping: PolicyMapping) -> AlgorithmConfig:
+    def build_config(cls, cfg: Any, env: MultiAgentEnv, mapping: PolicyMapping) -> AlgorithmConfig:
         """The RLlib ``AlgorithmConfig`` of a run: by default batched env runners, ``learner_class``
         and one ``module_class`` module per mapping module (:func:`~marl.engine.spec.build_algorithm_config`)."""
         return build_algorithm_config(cls, cfg, env, mapping)
@@ -190,7 +197,7 @@ class Trainer(RunAccess, Algorithm):
             cls.check_env(cfg, env.info)
             specs = agent_module_specs(cls, cfg, mapping, inference_only=True)
             states = module_states(ckpt, specs)
-            modules = {mid: spec.build() for mid, spec in specs.items()}
+            modules: Dict[str, Any] = {mid: spec.build() for mid, spec in specs.items()}
             for mid, module in modules.items():
                 load_weights(module, states[mid], mid)
                 module.eval()
@@ -202,15 +209,15 @@ class Trainer(RunAccess, Algorithm):
     def make_policy(self, mapping: PolicyMapping) -> Policy:
         """The greedy policy with a copy of the learners' current weights (runs without Ray)."""
         spec = self.config.get_multi_rl_module_spec(spaces=None, inference_only=True)
-        modules = spec.build()
+        built: Any = spec.build()
         state = self.learner_group.get_state(components="learner/rl_module", inference_only=True)["learner"]["rl_module"]
-        modules.set_state(state)
-        modules = {mid: modules[mid] for mid in mapping.modules}
+        built.set_state(state)
+        modules = {mid: built[mid] for mid in mapping.modules}
         for m in modules.values():
             m.eval()
         return Policy(mapping, modules)
 
-    def training_step(self) -> StepOutput:
+    def training_step(self) -> StepOutput:  # type: ignore[override]  # returns what it sampled
         """One iteration of the family: sample (:meth:`sample_rollouts`), learn
         (:meth:`update_learners`), and return the rollout and the family's metrics."""
         raise NotImplementedError(f"{type(self).__name__} must implement training_step")
@@ -302,9 +309,10 @@ class Trainer(RunAccess, Algorithm):
         """
         mids = dict.fromkeys(self.run.agent_to_module.values())  # module ids, in order, once each
         states = module_states(resolve_checkpoint(path), mids)
-        fresh = self.learner_group.foreach_learner(
-            lambda learner: {mid: load_weights(learner.module[mid], st, mid) for mid, st in states.items()}
-        )
+        def load(learner: Any, *_: Any) -> Dict[str, List[str]]:
+            return {mid: load_weights(learner.module[mid], st, mid) for mid, st in states.items()}
+
+        fresh = self.learner_group.foreach_learner(load)
         self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
         first = next(iter(fresh)).get()  # RemoteCallResults -> the first learner's report
         kept = {m: f for m, f in first.items() if f}
@@ -358,8 +366,9 @@ class Trainer(RunAccess, Algorithm):
 
     def cleanup(self) -> None:
         # RLlib's stop(): lost remote runners are ended first, RLlib stops the others
-        if getattr(self, "runner_faults", None) is not None:
-            self.runner_faults.close()
+        faults = getattr(self, "runner_faults", None)
+        if faults is not None:
+            faults.close()
         super().cleanup()
 
     # =============================================================== checkpoints

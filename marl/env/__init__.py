@@ -15,7 +15,7 @@ Nothing here imports the training code, a concrete env or a wrapper. The names a
 imported from their modules on first use (PEP 562): the registries (``list_envs``,
 ``register_env``) import no torch, the contract and ``make_env``'s envs do.
 """
-from typing import Any
+from typing import Any, List
 
 # public name -> the module that defines it
 _LAZY = {
@@ -43,5 +43,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def __dir__():
+def __dir__() -> List[str]:
     return sorted(set(globals()) | set(__all__))
