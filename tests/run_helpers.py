@@ -73,3 +73,54 @@ def ray_processes(tmp_root: str) -> List[str]:
         if tmp_root in cmd and "zombie" not in state:
             found.append(f"{pid}: {cmd[:200]}")
     return found
+
+
+def _proc_children() -> Dict[int, List[int]]:
+    kids: Dict[int, List[int]] = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():  # /proc/self, /proc/net, ...
+            continue
+        try:
+            line = next(x for x in (p / "status").read_text().splitlines() if x.startswith("PPid:"))
+        except (OSError, StopIteration):
+            continue
+        kids.setdefault(int(line.split()[1]), []).append(int(p.name))
+    return kids
+
+
+def _hex_address(text: str) -> str:
+    """An address of /proc/net/tcp (IPv4: one little-endian word) or tcp6 (four little-endian words) as text."""
+    import socket
+
+    raw = bytes.fromhex(text)
+    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+
+
+def listening_sockets(root_pid: int) -> List[Tuple[str, int, str]]:
+    """TCP sockets in the LISTEN state that process ``root_pid`` or one of its descendants holds (Linux
+    ``/proc``): ``(local address, port, program)``, IPv6 addresses as ``inet_ntop`` writes them."""
+    kids, todo, owner = _proc_children(), [root_pid], {}
+    while todo:
+        pid = todo.pop()
+        todo += kids.get(pid, [])
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+            program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                owner[link[8:-1]] = os.path.basename(program)
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            f = line.split()  # sl local_address rem_address st ... inode (column 9); st 0A = LISTEN
+            if f[3] == "0A" and f[9] in owner:
+                address, port = f[1].rsplit(":", 1)
+                found.append((_hex_address(address), int(port, 16), owner[f[9]]))
+    return found

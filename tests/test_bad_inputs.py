@@ -374,8 +374,3 @@ def test_num_envs_given_to_fit_rebuilds_an_env_made_by_name():
 
     cfg, _, env, mapping = prepare(spread(), "mappo", {"num_envs": 4})
     assert env.num_envs == 4 and mapping.info.num_envs == 4 and env.info.scenario == "simple_spread"
-
-
-def test_at_least_sixty_distinct_bad_inputs():
-    ids = [c[0] for c in CASES] + [c[0] for c in CLI]
-    assert len(set(ids)) == len(ids) and len(ids) >= 60

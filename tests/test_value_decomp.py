@@ -16,6 +16,7 @@ from marl.algos.value_decomp_inputs import PackedEpisodes, agent_inputs
 from marl.engine.replay import JointEpisodeBuffer
 from marl.engine.rllib_seam import local_learner
 from marl.env import MarlError
+from marl.policy import Policy
 
 
 # --------------------------------------------------------------------------- mixer
@@ -498,15 +499,41 @@ def test_merge_moments_matches_numpy():
     assert (m2 / n) ** 0.5 == pytest.approx(float(x.double().std(unbiased=False)), rel=1e-9)
 
 
+class Scripted(Policy):
+    """A hand-written policy, ``rule(step, t) -> actions``, evaluated the way a trained one is."""
+
+    def __init__(self, mapping, rule):
+        super().__init__(mapping, {})
+        self.rule, self.t = rule, 0
+
+    def reset(self):
+        self.t = 0
+
+    def act(self, step, *unused):
+        self.t += 1
+        return self.rule(step, self.t)
+
+
 def test_qmix_and_mappo_train_on_smax(ray_session, tmp_path):
-    """The StarCraft-style data path end to end: masks, win rate, mixer on the world state."""
+    """The StarCraft-style data path end to end: masks, win rate, mixer on the world state. Enemies that
+    never shoot make the outcomes of scripted play certain, so the evaluated win rate is known by hand."""
     pytest.importorskip("jaxmarl")
-    env = marl.make_env("smax", "3m", num_envs=8)
+    from marl.envs.smax import STOP_ACTION
+    from test_smax import focus_fire
+
+    env = marl.make_env("smax", "3m", num_envs=8, enemy_shoots=False)  # one XLA compile for every run below
     res = env.fit("qmix", stop={"iterations": 3}, rollout_length=50, batch_size=8, episodes_per_update=4,
                   log_dir=str(tmp_path), progress=False, eval_episodes=4)
     m = res.metrics
     assert m["updates"] > 0 and np.isfinite(m["team/td_loss"])
-    assert 0.0 <= res.eval["win_rate_mean"] <= 1.0 and "win_rate_mean" in m
+    assert "win_rate_mean" in m and "win_rate_mean" in res.eval
+    # focus fire wins every battle; each ally is paid all enemy health (1) plus the win bonus (1): 3 x 2
+    won = Scripted(res.policy.mapping, focus_fire).evaluate_episodes(8, env=env)
+    assert won["win_rate_mean"] == 1.0 and won["episode_return_mean"] == pytest.approx(6.0, abs=1e-4), won
+    # standing still: nobody is hurt, every battle times out at max_steps (100) without a win
+    stop = Scripted(res.policy.mapping, lambda s, t: {"ally": torch.full(s.alive["ally"].shape, STOP_ACTION)})
+    idle = stop.evaluate_episodes(8, env=env)
+    assert (idle["win_rate_mean"], idle["episode_return_mean"], idle["episode_length_mean"]) == (0.0, 0.0, 100.0), idle
     res = env.fit("mappo", stop={"iterations": 1}, rollout_length=20, epochs=1, log_dir=str(tmp_path),
                   progress=False, eval_episodes=2)
     assert np.isfinite(res.metrics["shared/policy_loss"]) and "win_rate_mean" in res.eval
