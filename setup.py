@@ -1,5 +1,6 @@
 """Install marl. `envs/`, `algos/`, `benchmarks/` and `configs/` sit at the top of the repository
 but install as `marl.envs`, `marl.algos`, `marl.benchmarks` and `marl.configs` (marl/plugins.py)."""
+
 from setuptools import find_packages, setup
 
 core = find_packages(include=["marl", "marl.*"])
@@ -14,12 +15,17 @@ setup(
     description="Multi-agent reinforcement learning: one call from MPE to StarCraft, on RLlib",
     python_requires=">=3.10",
     packages=core + envs + algos + benchmarks + ["marl.configs"],
-    package_dir={"marl.envs": "envs", "marl.algos": "algos", "marl.benchmarks": "benchmarks",
-                 "marl.configs": "configs"},
+    package_dir={
+        "marl.envs": "envs",
+        "marl.algos": "algos",
+        "marl.benchmarks": "benchmarks",
+        "marl.configs": "configs",
+    },
     # py.typed: marl ships its annotations (PEP 561), so type checkers read them in users' code
-    package_data={"marl": ["py.typed"],
-                  "marl.configs": ["*.yaml", "algos/*.yaml", "envs/*.yaml", "benchmarks/*.yaml",
-                                   "transforms/*.yaml"]},
+    package_data={
+        "marl": ["py.typed"],
+        "marl.configs": ["*.yaml", "algos/*.yaml", "envs/*.yaml", "benchmarks/*.yaml", "transforms/*.yaml"],
+    },
     include_package_data=True,
     install_requires=[
         "torch>=2.1",  # the README / CI install path pins torch==2.13.0 (CPU wheel)

@@ -5,33 +5,55 @@ schema (``schema=``, a module without torch or Ray); the values are in
 ``configs/algos/<name>.yaml``. Batch transforms
 (``reward_redistribution``, :mod:`marl.transforms`) register the same way; a transform's keys are in
 its config section (``configs/transforms/<name>.yaml``)."""
+
 from marl.config.registry import register_algo
 from marl.transforms import register_transform
 
 _PPO = dict(trainer="marl.algos.ppo:PPO", schema="marl.algos.ppo_config:PPOConfig")
-_VALUE_DECOMP = dict(trainer="marl.algos.value_decomp:ValueDecomp",
-                     schema="marl.algos.value_decomp_config:ValueDecompConfig")
+_VALUE_DECOMP = dict(
+    trainer="marl.algos.value_decomp:ValueDecomp", schema="marl.algos.value_decomp_config:ValueDecompConfig"
+)
 _LLM = dict(trainer="marl.algos.llm.selfplay:LLMSelfPlay", schema="marl.algos.llm.config:LLMConfig")
 
 register_algo("mappo", **_PPO, description="Multi-agent PPO with a centralised critic on the global state")
-register_algo("ippo", **_PPO, description="Independent PPO: decentralised actors, critic on each agent's own "
-                                          "observation (de Witt et al. 2020)")
-register_algo("qmix", **_VALUE_DECOMP,
-              description="QMIX: monotonic hypernetwork mixer of recurrent agent Q-values on the global state")
+register_algo(
+    "ippo",
+    **_PPO,
+    description="Independent PPO: decentralised actors, critic on each agent's own observation (de Witt et al. 2020)",
+)
+register_algo(
+    "qmix",
+    **_VALUE_DECOMP,
+    description="QMIX: monotonic hypernetwork mixer of recurrent agent Q-values on the global state",
+)
 register_algo("vdn", **_VALUE_DECOMP, description="VDN: team Q-value as the sum of recurrent agent Q-values")
-register_algo("iql", **_VALUE_DECOMP,
-              description="Independent Q-learning: recurrent agent Q-networks, one TD loss per agent")
-register_algo("reinforce", **_LLM,
-              description="LLM self-play REINFORCE with a leave-one-out baseline (text games)")
-register_algo("mars", **_LLM,
-              description="MARS: turn-level, role-normalised advantages for LLM self-play in strategic games")
-register_algo("advantage_alignment", **_LLM,
-              description="Advantage Alignment: opponent-aware advantages for social dilemmas (text games)")
+register_algo(
+    "iql", **_VALUE_DECOMP, description="Independent Q-learning: recurrent agent Q-networks, one TD loss per agent"
+)
+register_algo("reinforce", **_LLM, description="LLM self-play REINFORCE with a leave-one-out baseline (text games)")
+register_algo(
+    "mars", **_LLM, description="MARS: turn-level, role-normalised advantages for LLM self-play in strategic games"
+)
+register_algo(
+    "advantage_alignment",
+    **_LLM,
+    description="Advantage Alignment: opponent-aware advantages for social dilemmas (text games)",
+)
 register_algo("grpo", **_LLM, description="LLM self-play with a GRPO-style trajectory baseline (text games)")
-register_algo("spiral", **_LLM,
-              description="SPIRAL: zero-sum LLM self-play with role-conditioned advantage estimation (text games)")
+register_algo(
+    "spiral",
+    **_LLM,
+    description="SPIRAL: zero-sum LLM self-play with role-conditioned advantage estimation (text games)",
+)
 
-register_transform("causal_shift", "marl.algos.redistribution:CausalShift",
-                   description="off-beat envs: rewards move from where actions complete to where they started")
-register_transform("legem", "marl.algos.redistribution:Legem", config="marl.algos.legem_config:LegemConfig",
-                   description="off-beat envs: causal shift + episodic-memory shaping (LeGEM-style, reconstructed)")
+register_transform(
+    "causal_shift",
+    "marl.algos.redistribution:CausalShift",
+    description="off-beat envs: rewards move from where actions complete to where they started",
+)
+register_transform(
+    "legem",
+    "marl.algos.redistribution:Legem",
+    config="marl.algos.legem_config:LegemConfig",
+    description="off-beat envs: causal shift + episodic-memory shaping (LeGEM-style, reconstructed)",
+)

@@ -22,12 +22,14 @@ The causal shift and the batch transforms that apply both to training data
 :mod:`marl.algos.redistribution`; ``docs/offbeat.md`` has the choices we made
 and the measurements.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+
 
 class EpisodicMemoryGraph:
     """One agent's episodic memory graph with value propagation (reconstruction, see the module docstring).
@@ -47,10 +49,17 @@ class EpisodicMemoryGraph:
             its outgoing edges); seed: of the projection.
     """
 
-    def __init__(self, obs_dim: int, key_dim: int = 8, gamma: float = 0.99, resolution: float = 0.1,
-                 max_nodes: int = 100_000, seed: int = 0):
+    def __init__(
+        self,
+        obs_dim: int,
+        key_dim: int = 8,
+        gamma: float = 0.99,
+        resolution: float = 0.1,
+        max_nodes: int = 100_000,
+        seed: int = 0,
+    ):
         g = torch.Generator().manual_seed(seed)
-        self.proj = torch.randn(obs_dim, key_dim, generator=g) / key_dim ** 0.5
+        self.proj = torch.randn(obs_dim, key_dim, generator=g) / key_dim**0.5
         self.gamma, self.resolution, self.max_nodes = float(gamma), float(resolution), int(max_nodes)
         self.nodes: Dict[bytes, int] = {}  # key -> id, in insertion order (FIFO eviction)
         self.edges: Dict[int, Dict[int, Tuple[float, int]]] = defaultdict(dict)  # n -> n' -> (R, d)
@@ -104,8 +113,13 @@ class EpisodicMemoryGraph:
         out[known] = self.values[ids[known]]
         return out
 
-    def add_episode(self, obs: Sequence[torch.Tensor], rewards: Sequence[float], durations: Sequence[int],
-                    steps: Optional[torch.Tensor] = None) -> List[int]:
+    def add_episode(
+        self,
+        obs: Sequence[torch.Tensor],
+        rewards: Sequence[float],
+        durations: Sequence[int],
+        steps: Optional[torch.Tensor] = None,
+    ) -> List[int]:
         """Add one agent's decisions of one episode.
 
         Args:
@@ -187,8 +201,14 @@ class EpisodicMemoryGraph:
         self.step_baseline = dict(zip(uniq.tolist(), (sums / counts).tolist()))
 
 
-def memory_shaping(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, durations: torch.Tensor,
-                   gamma: float, beta: float) -> torch.Tensor:
+def memory_shaping(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    durations: torch.Tensor,
+    gamma: float,
+    beta: float,
+) -> torch.Tensor:
     """Potential-based shaping at decision points: ``r + beta (gamma^d V(n_next) - V(n))``.
 
     Args:
@@ -264,13 +284,24 @@ class LegemMemory:
             paths from it.
     """
 
-    def __init__(self, n_agents: int, obs_dim: int, gamma: float = 0.99, beta: float = 0.1, key_dim: int = 4,
-                 resolution: float = 0.5, refresh_episodes: int = 20, max_nodes: int = 100_000, seed: int = 0,
-                 time_key: bool = True):
+    def __init__(
+        self,
+        n_agents: int,
+        obs_dim: int,
+        gamma: float = 0.99,
+        beta: float = 0.1,
+        key_dim: int = 4,
+        resolution: float = 0.5,
+        refresh_episodes: int = 20,
+        max_nodes: int = 100_000,
+        seed: int = 0,
+        time_key: bool = True,
+    ):
         self.n, self.gamma, self.beta, self.time_key = int(n_agents), float(gamma), float(beta), bool(time_key)
         self.refresh_episodes = max(1, int(refresh_episodes))
-        self.graphs = [EpisodicMemoryGraph(obs_dim, key_dim, gamma, resolution, max_nodes, seed + i)
-                       for i in range(self.n)]
+        self.graphs = [
+            EpisodicMemoryGraph(obs_dim, key_dim, gamma, resolution, max_nodes, seed + i) for i in range(self.n)
+        ]
         self.episodes = 0
         self._since_refresh = 0
 
@@ -279,8 +310,12 @@ class LegemMemory:
         (after any causal shift), decision mask ``[L, n]``."""
         for i, iv in enumerate(decision_intervals(decisions)):
             starts = torch.tensor([s for s, _ in iv])
-            self.graphs[i].add_episode(obs[starts, i], interval_returns(team, iv, self.gamma),
-                                       [e - s for s, e in iv], starts if self.time_key else None)
+            self.graphs[i].add_episode(
+                obs[starts, i],
+                interval_returns(team, iv, self.gamma),
+                [e - s for s, e in iv],
+                starts if self.time_key else None,
+            )
         self.episodes += 1
         self._since_refresh += 1
         if self._since_refresh >= self.refresh_episodes:
@@ -311,8 +346,11 @@ class LegemMemory:
         return self.beta * (self.gamma * nxt - phi)
 
     def state_dict(self) -> Dict[str, object]:
-        return {"graphs": [g.__dict__ for g in self.graphs], "episodes": self.episodes,
-                "since_refresh": self._since_refresh}
+        return {
+            "graphs": [g.__dict__ for g in self.graphs],
+            "episodes": self.episodes,
+            "since_refresh": self._since_refresh,
+        }
 
     def load_state_dict(self, state: Dict[str, object]) -> None:
         for g, d in zip(self.graphs, state["graphs"]):

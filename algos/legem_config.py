@@ -1,6 +1,7 @@
 """The keys of the ``legem`` reward redistribution (its config section), apart from the
 transform itself (:mod:`marl.algos.redistribution`) so that checking a config imports
 neither torch nor Ray."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -8,6 +8,7 @@ its module and minibatch loss on these; GAE, the time-limit bootstrap and
 advantage normalisation over active agents belong to every on-policy algorithm
 and live in the on-policy core, :mod:`marl.engine.on_policy`.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Optional, Tuple

@@ -15,6 +15,7 @@ losses of :mod:`marl.algos.policy_gradient`) and the classes that plug them into
 sequences, computes values, GAE and returns, cuts minibatches and runs the epochs; the engine in
 ``marl.engine`` samples, syncs weights, checkpoints and logs.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
@@ -83,7 +84,7 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # checkpoints from before the actor protocol kept MAPPO's trunk and head on the module itself
         for old in [k for k in state_dict if k.startswith((prefix + "trunk.", prefix + "head."))]:
-            state_dict[prefix + "actor." + old[len(prefix):]] = state_dict.pop(old)
+            state_dict[prefix + "actor." + old[len(prefix) :]] = state_dict.pop(old)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # --- InferenceOnlyAPI: what env runners do not need
@@ -174,9 +175,17 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
 
 
 # ============================================================ loss
-def ppo_loss_terms(module: PPOModule, fwd_out: Dict[str, torch.Tensor], rows: Dict[str, torch.Tensor],
-                   value_norm: bool, clip: float, value_clip: float, huber_delta: float, entropy_coef: float,
-                   value_loss_coef: float) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+def ppo_loss_terms(
+    module: PPOModule,
+    fwd_out: Dict[str, torch.Tensor],
+    rows: Dict[str, torch.Tensor],
+    value_norm: bool,
+    clip: float,
+    value_clip: float,
+    huber_delta: float,
+    entropy_coef: float,
+    value_loss_coef: float,
+) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     """MAPPO's minibatch loss ``L = L_clip - c_H H + c_V L_V`` (Yu et al. 2022, arXiv 2103.01955) and its parts
     (:func:`~marl.algos.policy_gradient.ppo_losses`), tensor math only so that ``torch_compile`` can compile it.
 
@@ -187,8 +196,19 @@ def ppo_loss_terms(module: PPOModule, fwd_out: Dict[str, torch.Tensor], rows: Di
     logp, ent = module.log_prob_entropy(fwd_out["dist_in"], rows["actions"], rows.get("avail"))
     returns = rows["returns"]
     targets = module.value_norm.normalize(returns) if value_norm else returns
-    parts = ppo_losses(logp, rows["logp_old"], rows["advantages"], ent, fwd_out["values"], rows["values_old"], targets,
-                       rows["active"], clip, value_clip, huber_delta)
+    parts = ppo_losses(
+        logp,
+        rows["logp_old"],
+        rows["advantages"],
+        ent,
+        fwd_out["values"],
+        rows["values_old"],
+        targets,
+        rows["active"],
+        clip,
+        value_clip,
+        huber_delta,
+    )
     return parts["policy_loss"] - entropy_coef * parts["entropy"] + value_loss_coef * parts["value_loss"], parts
 
 

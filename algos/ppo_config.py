@@ -5,6 +5,7 @@ Sources of the keys: Schulman et al. 2017 (PPO clip, arXiv 1707.06347); Schulman
 (GAE, arXiv 1506.02438); Yu et al. 2022 (MAPPO, arXiv 2103.01955: value normalisation, Huber
 value loss, value clipping); de Witt et al. 2020 (IPPO, arXiv 2011.09533).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,9 +22,12 @@ class PPOConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cf
 
     LAYER = "PPO"
 
-    critic: str = key("value function: global state + agent id, one row per agent (state); global state once per "
-                      "env step with one value head per agent (team, MLP actors); own observation (obs, IPPO); "
-                      "team for MLP actors and state for GRU actors (auto)", choices=CRITICS + ("auto",))
+    critic: str = key(
+        "value function: global state + agent id, one row per agent (state); global state once per "
+        "env step with one value head per agent (team, MLP actors); own observation (obs, IPPO); "
+        "team for MLP actors and state for GRU actors (auto)",
+        choices=CRITICS + ("auto",),
+    )
     gamma: float = key("discount factor", gt=0, le=1)
     gae_lambda: float = key("GAE lambda", ge=0, le=1)
     clip: float = key("PPO clip epsilon of the policy ratio", gt=0)
@@ -44,5 +48,7 @@ class PPOConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cf
     log_std_init: float = key("continuous actions: initial log standard deviation")
     recurrent: bool = key("GRU actor and critic instead of MLPs")
     chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
-    torch_compile: bool = key("compile the learner's training forward and minibatch loss with torch.compile "
-                              "(inductor); the first update pays the compile, about 20 s on a 2-core CPU (docs/engine.md)")
+    torch_compile: bool = key(
+        "compile the learner's training forward and minibatch loss with torch.compile "
+        "(inductor); the first update pays the compile, about 20 s on a 2-core CPU (docs/engine.md)"
+    )

@@ -8,6 +8,7 @@ squared TD error, ``DecayThenFlatSchedule``); TD(lambda) targets of Hu et al. 20
 2016, arXiv 1509.06461); Chan et al. 1979 (parallel variance update).
 Used by :mod:`marl.algos.value_decomp`; ``docs/algorithms/value_decomposition.md``.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
@@ -130,7 +131,8 @@ def check_q_bound(team: str, bound: float, values: Dict[str, Tuple[torch.Tensor,
         if peak > bound:
             raise TrainingDiverged(
                 f"{name} of team '{team}' reached |Q| = {peak:.4g}, beyond q_abs_max={bound:g}: the TD targets are "
-                f"diverging (try a lower lr or td_lambda); raise q_abs_max if returns this large are real.")
+                f"diverging (try a lower lr or td_lambda); raise q_abs_max if returns this large are real."
+            )
 
 
 def double_q_next(q_online: torch.Tensor, q_target: torch.Tensor, avail: Optional[torch.Tensor]) -> torch.Tensor:

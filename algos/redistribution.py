@@ -17,6 +17,7 @@ does is our reconstruction (``docs/offbeat.md``, "Reward redistribution"):
   memory graphs (:class:`marl.algos.legem.LegemMemory`; keys:
   :class:`marl.algos.legem_config.LegemConfig`).
 """
+
 from __future__ import annotations
 
 from collections import Counter, defaultdict
@@ -87,8 +88,9 @@ def redistribute_team_reward(rewards: torch.Tensor, decisions: torch.Tensor, tea
     return per_agent.unsqueeze(1).expand(-1, n).clone()
 
 
-def causal_shift_rollout(rewards: torch.Tensor, decisions: torch.Tensor, starts: torch.Tensor,
-                         dones: torch.Tensor) -> torch.Tensor:
+def causal_shift_rollout(
+    rewards: torch.Tensor, decisions: torch.Tensor, starts: torch.Tensor, dones: torch.Tensor
+) -> torch.Tensor:
     """Per-agent causal shift inside a fixed-length rollout chunk (MAPPO / IPPO).
 
     Agent ``i``'s reward at a step where its action completes moves to the step
@@ -123,8 +125,10 @@ def check_one_team(name: str, info: Any) -> None:
     """Raise a MarlError naming the teams when ``info``'s env has more than one (the shift and the
     memory work on one team reward)."""
     if len(info.teams) > 1:
-        raise MarlError(f"reward_redistribution='{name}' shifts one team reward over whole episodes; "
-                        f"{info.family}:{info.scenario} has teams {list(info.teams)}.")
+        raise MarlError(
+            f"reward_redistribution='{name}' shifts one team reward over whole episodes; "
+            f"{info.family}:{info.scenario} has teams {list(info.teams)}."
+        )
 
 
 def team_reward_of(trainer: Any) -> str:
@@ -147,7 +151,7 @@ def write_rewards(ep: Episode, rewards: torch.Tensor) -> None:
     col = 0
     for m in ep.modules:
         n = ep.rewards[m].shape[1]
-        ep.rewards[m][:] = rewards[:, col:col + n].numpy()
+        ep.rewards[m][:] = rewards[:, col : col + n].numpy()
         col += n
 
 
@@ -208,8 +212,18 @@ class Legem(BatchTransform):
         agents = Counter(run.agent_to_module.values())
         self.team_reward = team_reward_of(trainer)
         self.memories = {
-            m: LegemMemory(agents[m], spec.observation_space.shape[0], c.gamma, s.beta, s.key_dim, s.resolution,
-                           s.refresh_episodes, s.max_nodes, c.seed, s.time_key)
+            m: LegemMemory(
+                agents[m],
+                spec.observation_space.shape[0],
+                c.gamma,
+                s.beta,
+                s.key_dim,
+                s.resolution,
+                s.refresh_episodes,
+                s.max_nodes,
+                c.seed,
+                s.time_key,
+            )
             for m, spec in run.module_spaces.items()
         }
 
@@ -220,10 +234,10 @@ class Legem(BatchTransform):
             col = 0
             for m in ep.modules:
                 n = ep.rewards[m].shape[1]
-                obs, dm = torch.from_numpy(ep.obs[m][:ep.length]), dec[:, col:col + n]
+                obs, dm = torch.from_numpy(ep.obs[m][: ep.length]), dec[:, col : col + n]
                 # potentials from earlier episodes only: with the episode itself in memory its
                 # own return-to-go would leak into Phi and cancel its rewards
-                new[:, col:col + n] += self.memories[m].shaping(obs, dm, ep.terminated)
+                new[:, col : col + n] += self.memories[m].shaping(obs, dm, ep.terminated)
                 self.memories[m].add_episode(obs, team, dm)
                 col += n
             write_rewards(ep, new)

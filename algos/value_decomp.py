@@ -22,6 +22,7 @@ This file holds the family's config, its choice of networks (:class:`QAgentModul
 :class:`MixerModule`, in ``algos/value_decomp_inputs.py``), its targets and loss
 (:class:`ValueDecompLearner`) and its schedule and checks (:class:`ValueDecomp`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -43,8 +44,15 @@ from marl.engine.replay import JointEpisodeBuffer, check_buffer_size
 from marl.errors import TrainingDiverged
 from marl.env import MarlError
 
-__all__ = ["MixerModule", "QAgentModule", "ValueDecomp", "ValueDecompConfig", "ValueDecompLayout",
-           "ValueDecompLearner", "split_joint"]
+__all__ = [
+    "MixerModule",
+    "QAgentModule",
+    "ValueDecomp",
+    "ValueDecompConfig",
+    "ValueDecompLayout",
+    "ValueDecompLearner",
+    "split_joint",
+]
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,9 @@ class ValueDecompLearner(OffPolicyLearner):
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         raise NotImplementedError("the loss is joint over modules: see compute_losses")
 
-    def _agent_terms(self, mid: str, out: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    def _agent_terms(
+        self, mid: str, out: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]
+    ) -> Dict[str, torch.Tensor]:
         """Taken-action Q ``[E, T, N]`` (with grad), double-Q next value ``[E, T, N]``, rewards, alive."""
         q, qt = out["q"], out["q_target"]
         q_taken = q[:, :-1].gather(-1, b["actions"].long().unsqueeze(-1)).squeeze(-1)
@@ -137,7 +147,9 @@ class ValueDecompLearner(OffPolicyLearner):
         else:
             # the mixers run on filled steps only: padding costs nothing and its state is never read
             mod = self.module[f"mixer_{team}"]
-            q_tot = on_mask(lambda q, s: mod.forward_train({"qs": q, "state": s})["q_tot"], filled, q_taken, j["state"][:, :-1])
+            q_tot = on_mask(
+                lambda q, s: mod.forward_train({"qs": q, "state": s})["q_tot"], filled, q_taken, j["state"][:, :-1]
+            )
             with torch.no_grad():
                 next_tot = on_mask(mod.unwrapped().target, filled, q_next, j["state"][:, 1:])
             r, mask = team_r, filled
@@ -202,7 +214,9 @@ class ValueDecomp(OffPolicyTrainer):
                     f"or a policy-gradient algorithm (mappo, ippo)."
                 )
         if not info.episode_limit:
-            raise MarlError(f"{cfg.algo} stores whole episodes and needs a finite episode_limit; {info.family}:{info.scenario} has none.")
+            raise MarlError(
+                f"{cfg.algo} stores whole episodes and needs a finite episode_limit; {info.family}:{info.scenario} has none."
+            )
         if cfg.mixer == "qmix" and info.state_dim <= 0:
             raise MarlError(f"qmix mixes on the global state, but {info.family}:{info.scenario} has state_dim=0.")
 
@@ -216,8 +230,9 @@ class ValueDecomp(OffPolicyTrainer):
                 buffer_size too small for the env copies, batch_size or learning_starts_episodes.
         """
         info, c = mapping.info, config_view(cfg)
-        check_buffer_size(c.buffer_size, info.num_envs * max(1, c.num_env_runners), c.batch_size,
-                          c.learning_starts_episodes)
+        check_buffer_size(
+            c.buffer_size, info.num_envs * max(1, c.num_env_runners), c.batch_size, c.learning_starts_episodes
+        )
         for mid, agents in mapping.modules.items():
             teams = sorted({info.group_of(a).team for a in agents})
             if len(teams) > 1:
@@ -263,7 +278,11 @@ class ValueDecomp(OffPolicyTrainer):
     def family_context(cls, cfg, env, mapping) -> ValueDecompLayout:
         """The :class:`ValueDecompLayout` of ``env`` under ``mapping``."""
         shapes = {
-            mid: {"n": mapping.n_agents(mid), "obs_dim": mapping.obs_dim(mid), "n_actions": mapping.group_info(mid).n_actions}
+            mid: {
+                "n": mapping.n_agents(mid),
+                "obs_dim": mapping.obs_dim(mid),
+                "n_actions": mapping.group_info(mid).n_actions,
+            }
             for mid in mapping.modules
         }
         return ValueDecompLayout(
@@ -273,8 +292,10 @@ class ValueDecomp(OffPolicyTrainer):
             shapes=shapes,
             episode_limit=int(env.info.episode_limit),
             state_dim=int(env.info.state_dim),
-            extra_columns={name: (torch.zeros(0, dtype=col.dtype).numpy().dtype, col.fill)
-                           for name, col in env.info.extra_columns.items()},
+            extra_columns={
+                name: (torch.zeros(0, dtype=col.dtype).numpy().dtype, col.fill)
+                for name, col in env.info.extra_columns.items()
+            },
         )
 
     # --------------------------------------------------------------- off-policy core hooks
@@ -286,17 +307,24 @@ class ValueDecomp(OffPolicyTrainer):
         """Whole episodes of every env copy of every runner, ``buffer_size`` of them."""
         cfg, layout = self.cfg, self.run.family
         copies = self.run.num_envs * max(1, cfg.num_env_runners)
-        return JointEpisodeBuffer(cfg.buffer_size, layout.episode_limit, copies, layout.shapes, layout.state_dim,
-                                  layout.extra_columns)
+        return JointEpisodeBuffer(
+            cfg.buffer_size, layout.episode_limit, copies, layout.shapes, layout.state_dim, layout.extra_columns
+        )
 
     def update_schedule(self) -> UpdateSchedule:
         """One gradient step per ``episodes_per_update`` episodes once the buffer holds
         ``max(batch_size, learning_starts_episodes)``; hard target copies every
         ``target_update_interval`` episodes (pymarl)."""
         c = self.cfg
-        return UpdateSchedule(updates=1, per=c.episodes_per_update, unit="episode",
-                              learning_starts=max(c.batch_size, c.learning_starts_episodes),
-                              target_interval=c.target_update_interval, target_unit="episode", tau=1.0)
+        return UpdateSchedule(
+            updates=1,
+            per=c.episodes_per_update,
+            unit="episode",
+            learning_starts=max(c.batch_size, c.learning_starts_episodes),
+            target_interval=c.target_update_interval,
+            target_unit="episode",
+            tau=1.0,
+        )
 
     def act_kwargs(self) -> Dict[str, float]:
         """The ``epsilon`` of :meth:`QAgentModule.act` at the current env step (pymarl's linear schedule)."""

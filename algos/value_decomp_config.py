@@ -7,6 +7,7 @@ Samvelyan et al. 2019, arXiv 1902.04043: RMSprop, hard target updates, mixing an
 widths); Sunehag et al. 2018 (VDN, arXiv 1706.05296); Tampuu et al. 2017 (IQL, arXiv 1511.08779);
 TD(lambda) targets as in Hu et al. 2021 (arXiv 2102.03479).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,8 +26,9 @@ class ValueDecompConfig(AgentNetConfig, EngineConfig):
 
     LAYER = "value decomposition"
 
-    mixer: str = key("team value: none (IQL, one TD loss per agent), vdn (sum) or qmix (monotonic mixer)",
-                     choices=MIXERS)
+    mixer: str = key(
+        "team value: none (IQL, one TD loss per agent), vdn (sum) or qmix (monotonic mixer)", choices=MIXERS
+    )
     gamma: float = key("discount factor", gt=0, le=1)
     optimizer: str = key("adam, or rmsprop (pymarl's RMSprop: alpha 0.99, eps 1e-5)", choices=OPTIMIZERS)
     batch_size: int = key("episodes per gradient step", ge=1)
@@ -46,5 +48,9 @@ class ValueDecompConfig(AgentNetConfig, EngineConfig):
     hypernet_layers: int = key("QMIX: layers of the hypernetworks", choices=(1, 2))
     hypernet_embed: int = key("QMIX: hidden width of two-layer hypernetworks", ge=1)
     checkpoint_buffer: bool = key("save the replay buffer in checkpoints (a resumed run keeps learning off-policy)")
-    q_abs_max: float = key("TrainingDiverged when an agent's Q or Q_tot of a trained step exceeds this in absolute "
-                           "value (diverging TD targets); 0 = no bound", gt=0, off=0)
+    q_abs_max: float = key(
+        "TrainingDiverged when an agent's Q or Q_tot of a trained step exceeds this in absolute "
+        "value (diverging TD targets); 0 = no bound",
+        gt=0,
+        off=0,
+    )

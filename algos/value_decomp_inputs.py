@@ -16,6 +16,7 @@ decreasing length), for networks that skip padding
 (:meth:`~marl.algos.networks.base.AgentNetwork.packed`), and scatters their Q back to the
 padded ``[E, T+1, N, A]`` layout with zeros after each episode.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional
@@ -108,7 +109,9 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         self.n_actions = int(c["n_actions"])
         self.use_last_action = bool(c.get("last_action", True))
         last_dim = self.n_actions if self.use_last_action else 0
-        self.net = build_agent_net(c.get("agent", "mlp"), {**c, "last_action_dim": last_dim}, self.n_actions, "value_decomp")
+        self.net = build_agent_net(
+            c.get("agent", "mlp"), {**c, "last_action_dim": last_dim}, self.n_actions, "value_decomp"
+        )
         if not self.inference_only:
             self.target = make_target(self.net)
 
@@ -141,12 +144,16 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         q, hid = self.net.step(x, hid)
         av = None if avail is None else avail.reshape(B * N, -1).bool()
         a = epsilon_greedy(q, av, float(epsilon) if explore else 0.0)
-        parts = ([] if hid is None else [hid]) + ([F.one_hot(a, self.n_actions).float()] if self.use_last_action else [])
+        parts = ([] if hid is None else [hid]) + (
+            [F.one_hot(a, self.n_actions).float()] if self.use_last_action else []
+        )
         h_next = torch.cat(parts, -1).reshape(B, N, -1) if parts else None
         return a.reshape(B, N), torch.zeros(B, N), h_next
 
     def _forward(self, batch, **kwargs):  # RLlib's generic inference path (not used by our runner)
-        a, _, _ = self.act(batch["obs"].unsqueeze(1), None, self.initial_state((batch["obs"].shape[0], 1)), explore=False)
+        a, _, _ = self.act(
+            batch["obs"].unsqueeze(1), None, self.initial_state((batch["obs"].shape[0], 1)), explore=False
+        )
         return {"actions": a.squeeze(1)}
 
     # --- training
@@ -159,7 +166,9 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         """Unroll ``net`` over whole episodes from the zero state: ``obs [E, T+1, N, D]``, ``actions [E, T, N]``,
         ``steps [E]`` (optional: used steps, length + 1; the network may skip the rest) -> ``Q [E, T+1, N, A]``."""
         N = obs.shape[2]
-        q = net.sequence(agent_inputs(obs, actions, self.last_dim), None if steps is None else steps.repeat_interleave(N))
+        q = net.sequence(
+            agent_inputs(obs, actions, self.last_dim), None if steps is None else steps.repeat_interleave(N)
+        )
         return q.reshape(-1, N, *q.shape[1:]).transpose(1, 2)
 
     def _forward_train(self, batch: Dict[str, torch.Tensor], **kwargs) -> Dict[str, torch.Tensor]:
@@ -191,7 +200,13 @@ class MixerModule(TorchRLModule):
 
     def setup(self):
         c = self.model_config
-        self.net = QMixer(int(c["n_agents"]), int(c["state_dim"]), int(c["mixing_embed"]), int(c["hypernet_layers"]), int(c["hypernet_embed"]))
+        self.net = QMixer(
+            int(c["n_agents"]),
+            int(c["state_dim"]),
+            int(c["mixing_embed"]),
+            int(c["hypernet_layers"]),
+            int(c["hypernet_embed"]),
+        )
         self.target = make_target(self.net)
 
     def _forward(self, batch, **kwargs):
@@ -204,8 +219,6 @@ class MixerModule(TorchRLModule):
     def target_pairs(self):
         """``[(net, target)]`` for the off-policy core's target updates."""
         return [(self.net, self.target)]
-
-
 
 
 def split_joint(cols: Dict[str, torch.Tensor], modules: List[str]) -> Dict[str, Dict[str, torch.Tensor]]:

@@ -20,6 +20,7 @@ Modules:
 - :mod:`~marl.benchmarks.tables`: ``marl benchmark tables``, the result tables of README.md and docs/
   written from the runner's JSON kept in ``docs/results/``.
 """
+
 from marl.cli import register_command
 from marl.plugins import register_function
 

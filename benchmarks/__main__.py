@@ -1,4 +1,5 @@
 """``python -m marl.benchmarks [throughput|smax|agents] ...``: the same as ``marl bench ...``."""
+
 import sys
 
 from marl.benchmarks.cli import main

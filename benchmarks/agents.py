@@ -5,6 +5,7 @@ arXiv:1907.11461) against each algorithm's plain network, on a SMAX map
 (``docs/algorithms/entity_networks.md``, "Speed"). Method:
 :mod:`marl.benchmarks.common`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -45,27 +46,47 @@ class AgentsResult:
     def report(self) -> str:
         """The text ``marl bench agents`` prints: one row per network with its ratio to the anchor."""
         extra = "".join(f", {k}={v}" for k, v in self.overrides.items())
-        lines = [f"marl bench agents: {self.algo} on SMAX {self.scenario}, B={self.num_envs}{extra}; "
-                 "env steps/s of whole training iterations",
-                 side_header("agent", f"{'vs ' + self.sides[0].name:>8}")]
+        lines = [
+            f"marl bench agents: {self.algo} on SMAX {self.scenario}, B={self.num_envs}{extra}; "
+            "env steps/s of whole training iterations",
+            side_header("agent", f"{'vs ' + self.sides[0].name:>8}"),
+        ]
         lines += [side_row(r, f"{r.steps_per_s / self.sides[0].steps_per_s:>7.2f}x") for r in self.sides]
         return "\n".join(lines)
 
     def to_dict(self) -> Dict[str, Any]:
         """Fields plus the ratios, for JSON."""
-        return {"benchmark": self.benchmark, "algo": self.algo, "scenario": self.scenario,
-                "num_envs": self.num_envs, "overrides": dict(self.overrides),
-                "sides": [s.to_dict() for s in self.sides], "ratios": self.ratios}
+        return {
+            "benchmark": self.benchmark,
+            "algo": self.algo,
+            "scenario": self.scenario,
+            "num_envs": self.num_envs,
+            "overrides": dict(self.overrides),
+            "sides": [s.to_dict() for s in self.sides],
+            "ratios": self.ratios,
+        }
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "AgentsResult":
         """Inverse of :meth:`to_dict` (and of its JSON); the ratios are recomputed."""
-        return cls(algo=data["algo"], scenario=data["scenario"], num_envs=int(data["num_envs"]),
-                   sides=[SideResult.from_dict(s) for s in data["sides"]], overrides=dict(data["overrides"]))
+        return cls(
+            algo=data["algo"],
+            scenario=data["scenario"],
+            num_envs=int(data["num_envs"]),
+            sides=[SideResult.from_dict(s) for s in data["sides"]],
+            overrides=dict(data["overrides"]),
+        )
 
 
-def run(iters: int = 10, num_envs: int = 64, scenario: str = "5m_vs_6m", seconds: Optional[float] = None,
-        algo: str = "qmix", kinds: Sequence[str] = ("mlp", "hpn", "dpn", "asn"), **overrides: Any) -> AgentsResult:
+def run(
+    iters: int = 10,
+    num_envs: int = 64,
+    scenario: str = "5m_vs_6m",
+    seconds: Optional[float] = None,
+    algo: str = "qmix",
+    kinds: Sequence[str] = ("mlp", "hpn", "dpn", "asn"),
+    **overrides: Any,
+) -> AgentsResult:
     """Whole-iteration env steps/s of ``algo`` on a SMAX map with each agent network
     (``agent=<kind>``), one after the other in one process, the anchor ``kinds[0]`` first.
 
@@ -77,12 +98,26 @@ def run(iters: int = 10, num_envs: int = 64, scenario: str = "5m_vs_6m", seconds
         MarlError: no agent network in ``kinds``.
     """
     if not kinds or not all(kinds):
-        raise MarlError(f"marl bench agents: agent networks {list(kinds)!r}; give at least one, anchor first, "
-                        "e.g. mlp,hpn,dpn,asn.")
+        raise MarlError(
+            f"marl bench agents: agent networks {list(kinds)!r}; give at least one, anchor first, e.g. mlp,hpn,dpn,asn."
+        )
     warmup = 1 if algo in PPO_ALGOS else 3
     with ray_for_bench():
-        sides = [bench_ours(num_envs=num_envs, epochs=None, iters=iters, seconds=seconds, family="smax",
-                            scenario=scenario, rollout_length=25, name=kind, algo=algo, warmup=warmup, agent=kind,
-                            **overrides)
-                 for kind in kinds]
+        sides = [
+            bench_ours(
+                num_envs=num_envs,
+                epochs=None,
+                iters=iters,
+                seconds=seconds,
+                family="smax",
+                scenario=scenario,
+                rollout_length=25,
+                name=kind,
+                algo=algo,
+                warmup=warmup,
+                agent=kind,
+                **overrides,
+            )
+            for kind in kinds
+        ]
     return AgentsResult(algo=algo, scenario=scenario, num_envs=num_envs, sides=sides, overrides=dict(overrides))

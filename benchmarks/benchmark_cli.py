@@ -1,13 +1,14 @@
 """``marl benchmark run|report|tables|list``: the command line of the benchmark runner.
 
-    marl benchmark run smoke                          # a bundled suite (configs/benchmarks/)
-    marl benchmark run my_suite.yaml --seeds 0 1 2 --out results/mine
-    marl benchmark run mpe --address auto             # on a running Ray cluster
-    marl benchmark report results/mine                # report.md, tables and figures
-    marl benchmark tables --import results/mine       # keep its JSON in docs/results/, rewrite the doc tables
-    marl benchmark tables --check                     # exit 1 if a doc table differs from docs/results/
-    marl benchmark list                               # bundled suites
+marl benchmark run smoke                          # a bundled suite (configs/benchmarks/)
+marl benchmark run my_suite.yaml --seeds 0 1 2 --out results/mine
+marl benchmark run mpe --address auto             # on a running Ray cluster
+marl benchmark report results/mine                # report.md, tables and figures
+marl benchmark tables --import results/mine       # keep its JSON in docs/results/, rewrite the doc tables
+marl benchmark tables --check                     # exit 1 if a doc table differs from docs/results/
+marl benchmark list                               # bundled suites
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,9 @@ from marl.errors import MarlError
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``marl benchmark``."""
-    p = argparse.ArgumentParser(prog="marl benchmark", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="marl benchmark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="what", required=True)
     run = sub.add_parser("run", help="run a suite (finished runs of an earlier launch are skipped)")
     run.add_argument("suite", help="a bundled suite name or a YAML file")
@@ -63,13 +65,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     from marl.errors import RunInterrupted
 
     try:
-        summary = benchmark(ns.suite, ns.out, seeds=ns.seeds, address=ns.address,
-                            retry_failed=not ns.no_retry_failed, progress=not ns.quiet, report=not ns.no_report)
+        summary = benchmark(
+            ns.suite,
+            ns.out,
+            seeds=ns.seeds,
+            address=ns.address,
+            retry_failed=not ns.no_retry_failed,
+            progress=not ns.quiet,
+            report=not ns.no_report,
+        )
     except RunInterrupted as e:
         print(f"[benchmark] {e}", flush=True)
         return 130
-    print(f"[benchmark] {summary['done']}/{summary['runs']} runs done, {len(summary['failed'])} failed; "
-          f"results: {summary['results']}" + (f"; report: {summary['report']}" if summary.get("report") else ""))
+    print(
+        f"[benchmark] {summary['done']}/{summary['runs']} runs done, {len(summary['failed'])} failed; "
+        f"results: {summary['results']}" + (f"; report: {summary['report']}" if summary.get("report") else "")
+    )
     for key, err in summary["failed"].items():
         print(f"[benchmark] failed {key}: {err}")
     return 1 if summary["failed"] else 0

@@ -22,6 +22,7 @@ actor and critic, a centralised critic evaluated once per env step with a value
 per agent (marl ``critic=team``, BenchMARL ``share_param_critic``), discrete actions, ``max_steps`` per
 episode, one torch thread. The first iteration of each side is warm-up.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,11 @@ from marl.errors import MarlError
 __all__ = ["ENV_VAR", "SETUP_HINT", "BenchmarlAnchor", "benchmarl_python"]
 
 ENV_VAR = "MARL_BENCHMARL_PYTHON"
-SETUP_HINT = ("make BenchMARL's environment once with `python -m venv --system-site-packages ~/.venvs/benchmarl && "
-              "~/.venvs/benchmarl/bin/pip install benchmarl==1.5.2 torch==2.13.0`, then pass "
-              f"--benchmarl-python ~/.venvs/benchmarl/bin/python (or set {ENV_VAR})")
+SETUP_HINT = (
+    "make BenchMARL's environment once with `python -m venv --system-site-packages ~/.venvs/benchmarl && "
+    "~/.venvs/benchmarl/bin/pip install benchmarl==1.5.2 torch==2.13.0`, then pass "
+    f"--benchmarl-python ~/.venvs/benchmarl/bin/python (or set {ENV_VAR})"
+)
 _CHILD = Path(__file__).with_name("benchmarl_child.py")
 
 
@@ -68,15 +71,37 @@ class BenchmarlAnchor:
             environment) or dies; the message carries the tail of its stderr.
     """
 
-    def __init__(self, python: str, num_envs: int = 512, rollout_length: int = 25, epochs: int = 3,
-                 minibatches: int = 2, hidden: int = 64, max_steps: int = 100):
-        args = [python, str(_CHILD), "--num-envs", str(num_envs), "--rollout-length", str(rollout_length),
-                "--epochs", str(epochs), "--minibatches", str(minibatches), "--hidden", str(hidden),
-                "--max-steps", str(max_steps)]
+    def __init__(
+        self,
+        python: str,
+        num_envs: int = 512,
+        rollout_length: int = 25,
+        epochs: int = 3,
+        minibatches: int = 2,
+        hidden: int = 64,
+        max_steps: int = 100,
+    ):
+        args = [
+            python,
+            str(_CHILD),
+            "--num-envs",
+            str(num_envs),
+            "--rollout-length",
+            str(rollout_length),
+            "--epochs",
+            str(epochs),
+            "--minibatches",
+            str(minibatches),
+            "--hidden",
+            str(hidden),
+            "--max-steps",
+            str(max_steps),
+        ]
         self._stderr = tempfile.TemporaryFile(mode="w+")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                      text=True, env=env)
+        self._proc = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env
+        )
         self.settings: Dict[str, Any] = self._read().get("settings", {})
         self.iterations: List[Dict[str, float]] = []
 
@@ -88,8 +113,10 @@ class BenchmarlAnchor:
                 self._proc.wait(timeout=30)
                 self._stderr.seek(0)
                 tail = self._stderr.read()[-2000:]
-                raise MarlError(f"the BenchMARL child ({self._proc.args[0]}) exited with code "
-                                f"{self._proc.returncode}; {SETUP_HINT}. Its stderr ends with:\n{tail}")
+                raise MarlError(
+                    f"the BenchMARL child ({self._proc.args[0]}) exited with code "
+                    f"{self._proc.returncode}; {SETUP_HINT}. Its stderr ends with:\n{tail}"
+                )
             if line.startswith("{"):
                 return json.loads(line)
 
@@ -105,9 +132,13 @@ class BenchmarlAnchor:
         """The :class:`SideResult` of iterations ``warmup+1..n`` (name ``"benchmarl"``)."""
         its = self.iterations[warmup:]
         return SideResult(
-            name="benchmarl", env_steps=sum(int(i["frames"]) for i in its), wall_s=sum(i["wall_s"] for i in its),
-            iterations=len(its), sample_s=mean([i["collection_s"] for i in its]),
-            learn_s=mean([i["training_s"] for i in its]), cpu_s=sum(i["cpu_s"] for i in its),
+            name="benchmarl",
+            env_steps=sum(int(i["frames"]) for i in its),
+            wall_s=sum(i["wall_s"] for i in its),
+            iterations=len(its),
+            sample_s=mean([i["collection_s"] for i in its]),
+            learn_s=mean([i["training_s"] for i in its]),
+            cpu_s=sum(i["cpu_s"] for i in its),
             settings={**self.settings, "critic": "BenchMARL MAPPO share_param_critic (centralised)"},
             notes=["child process in BenchMARL's own environment; learn_s includes its replay-buffer fill"],
         )
@@ -122,4 +153,3 @@ class BenchmarlAnchor:
             self._proc.kill()
         finally:
             self._stderr.close()
-

@@ -24,6 +24,7 @@ checkpoints.
 Usage: ``python benchmarl_child.py --num-envs 512 --rollout-length 25 --epochs 3
 --minibatches 2 --hidden 64 --max-steps 100``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,15 @@ class _Stop(Exception):
 
 def _parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in (("num-envs", 512), ("rollout-length", 25), ("epochs", 3), ("minibatches", 2),
-                          ("hidden", 64), ("max-steps", 100), ("seed", 0)):
+    for name, default in (
+        ("num-envs", 512),
+        ("rollout-length", 25),
+        ("epochs", 3),
+        ("minibatches", 2),
+        ("hidden", 64),
+        ("max-steps", 100),
+        ("seed", 0),
+    ):
         p.add_argument(f"--{name}", type=int, default=default)
     return p.parse_args(argv)
 
@@ -85,8 +93,15 @@ def _experiment(a, callback, folder):
     task = VmasTask.SIMPLE_SPREAD.get_from_yaml()
     task.config["max_steps"] = a.max_steps
     net = MlpConfig(num_cells=[a.hidden, a.hidden], activation_class=torch.nn.ReLU, layer_class=torch.nn.Linear)
-    return Experiment(task=task, algorithm_config=MappoConfig.get_from_yaml(), model_config=net,
-                      critic_model_config=net, seed=a.seed, config=cfg, callbacks=[callback])
+    return Experiment(
+        task=task,
+        algorithm_config=MappoConfig.get_from_yaml(),
+        model_config=net,
+        critic_model_config=net,
+        seed=a.seed,
+        config=cfg,
+        callbacks=[callback],
+    )
 
 
 class IterationClock(_Callback):
@@ -105,8 +120,15 @@ class IterationClock(_Callback):
 
     def on_train_end(self, training_td, group):
         wall, cpu = time.perf_counter(), time.process_time()
-        _emit({"wall_s": wall - self.t0[0], "cpu_s": cpu - self.t0[1], "frames": self.frames,
-               "collection_s": self.collected - self.t0[0], "training_s": wall - self.collected})
+        _emit(
+            {
+                "wall_s": wall - self.t0[0],
+                "cpu_s": cpu - self.t0[1],
+                "frames": self.frames,
+                "collection_s": self.collected - self.t0[0],
+                "training_s": wall - self.collected,
+            }
+        )
         _wait_for_go()
         self.t0 = (time.perf_counter(), time.process_time())
 
@@ -119,8 +141,17 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="benchmarl_bench_") as folder:
         clock = IterationClock()
         experiment = _experiment(a, clock, folder)
-        _emit({"ready": True, "settings": {**vars(a), "benchmarl": _version(), "torch": torch.__version__,
-                                           "torch_threads": torch.get_num_threads()}})
+        _emit(
+            {
+                "ready": True,
+                "settings": {
+                    **vars(a),
+                    "benchmarl": _version(),
+                    "torch": torch.__version__,
+                    "torch_threads": torch.get_num_threads(),
+                },
+            }
+        )
         try:
             _wait_for_go()
             clock.t0 = (time.perf_counter(), time.process_time())

@@ -6,6 +6,7 @@ The benchmarks return result dataclasses (:mod:`marl.benchmarks.throughput`,
 parses the command line, prints each result's text report and, with
 ``--json PATH``, writes its figures as JSON (:func:`marl.benchmarks.common.write_json`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,16 @@ from marl.benchmarks.common import write_json
 __all__ = ["build_parser", "run_command", "main"]
 
 _POSITIVE = ("iters", "num_envs", "rollout_length", "epochs", "vmas_num_envs")
-_NOT_THROUGHPUT = ("what", "map", "algo", "agents", "set", "json", "benchmarl_python", "sections")  # options of the other benchmarks
+_NOT_THROUGHPUT = (
+    "what",
+    "map",
+    "algo",
+    "agents",
+    "set",
+    "json",
+    "benchmarl_python",
+    "sections",
+)  # options of the other benchmarks
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,34 +35,58 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="marl bench",
         description="Training throughput (env steps/s of whole iterations): marl MAPPO vs RLlib's stock "
-                    "multi-agent PPO on mpe2 simple_spread, and marl MAPPO on VMAS simple_spread.",
+        "multi-agent PPO on mpe2 simple_spread, and marl MAPPO on VMAS simple_spread.",
     )
-    p.add_argument("what", nargs="?", default="throughput",
-                   choices=["throughput", "smax", "agents", "vs-benchmarl", "speed"],
-                   help="throughput: marl vs RLlib on MPE (and VMAS); smax: QMIX and MAPPO on SMAX; "
-                        "agents: the plain agent network vs HPN, DPN and ASN on SMAX; vs-benchmarl: marl vs "
-                        "BenchMARL MAPPO on VMAS; speed: all of these and the MPE backends, with the speed goals")
-    p.add_argument("--benchmarl-python", default=None, metavar="PATH",
-                   help="python of BenchMARL's own environment (vs-benchmarl, speed; default $MARL_BENCHMARL_PYTHON)")
-    p.add_argument("--sections", default=None, metavar="A,B",
-                   help="speed: only these sections (mpe_rllib, vmas_benchmarl, smax_qmix, mpe_backends, hpn)")
-    p.add_argument("--json", default=None, metavar="PATH",
-                   help="also write the figures (every side, ratios, settings, load) to PATH as JSON")
+    p.add_argument(
+        "what",
+        nargs="?",
+        default="throughput",
+        choices=["throughput", "smax", "agents", "vs-benchmarl", "speed"],
+        help="throughput: marl vs RLlib on MPE (and VMAS); smax: QMIX and MAPPO on SMAX; "
+        "agents: the plain agent network vs HPN, DPN and ASN on SMAX; vs-benchmarl: marl vs "
+        "BenchMARL MAPPO on VMAS; speed: all of these and the MPE backends, with the speed goals",
+    )
+    p.add_argument(
+        "--benchmarl-python",
+        default=None,
+        metavar="PATH",
+        help="python of BenchMARL's own environment (vs-benchmarl, speed; default $MARL_BENCHMARL_PYTHON)",
+    )
+    p.add_argument(
+        "--sections",
+        default=None,
+        metavar="A,B",
+        help="speed: only these sections (mpe_rllib, vmas_benchmarl, smax_qmix, mpe_backends, hpn)",
+    )
+    p.add_argument(
+        "--json",
+        default=None,
+        metavar="PATH",
+        help="also write the figures (every side, ratios, settings, load) to PATH as JSON",
+    )
     p.add_argument("--algo", default="qmix", help="algorithm of the agents benchmark (default qmix)")
     p.add_argument("--agents", default="mlp,hpn,dpn,asn", help="agent networks of the agents benchmark, anchor first")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides of marl's side (agents, vs-benchmarl)")
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides of marl's side (agents, vs-benchmarl)",
+    )
     p.add_argument("--map", default="3m", help="SMAX scenario of the smax benchmark (default 3m)")
     p.add_argument("--iters", type=int, default=10, help="iterations per side, the first is warm-up (default 10)")
     p.add_argument("--num-envs", type=int, default=32, help="env copies B of the MPE sides (default 32)")
     p.add_argument("--rollout-length", type=int, default=25, help="steps T per copy per iteration (default 25)")
     p.add_argument("--epochs", type=int, default=10, help="PPO epochs E of the MPE sides (default 10)")
-    p.add_argument("--vmas-num-envs", type=int, default=512,
-                   help="VMAS env copies (default 512; the goal needs >= 256)")
+    p.add_argument(
+        "--vmas-num-envs", type=int, default=512, help="VMAS env copies (default 512; the goal needs >= 256)"
+    )
     p.add_argument("--seconds", type=float, default=None, help="train each side about this long instead of --iters")
     p.add_argument("--skip-rllib", action="store_true", help="leave out the RLlib anchor")
     p.add_argument("--skip-vmas", action="store_true", help="leave out the VMAS side")
-    p.add_argument("--sequential", action="store_true",
-                   help="run ours, then RLlib (default: interleave their iterations)")
+    p.add_argument(
+        "--sequential", action="store_true", help="run ours, then RLlib (default: interleave their iterations)"
+    )
     return p
 
 
@@ -65,8 +99,15 @@ def run_command(ns: argparse.Namespace) -> Any:
         from marl.benchmarks import agents
         from marl.config import parse_cli_overrides
 
-        return agents.run(iters=max(ns.iters, 4), num_envs=ns.num_envs, scenario=ns.map, seconds=ns.seconds,
-                          algo=ns.algo, kinds=ns.agents.split(","), **parse_cli_overrides(ns.set))
+        return agents.run(
+            iters=max(ns.iters, 4),
+            num_envs=ns.num_envs,
+            scenario=ns.map,
+            seconds=ns.seconds,
+            algo=ns.algo,
+            kinds=ns.agents.split(","),
+            **parse_cli_overrides(ns.set),
+        )
     if ns.what == "smax":
         from marl.benchmarks import smax
 
@@ -90,8 +131,9 @@ def _speed(ns: argparse.Namespace) -> Any:
         raise MarlError(f"marl bench vs-benchmarl needs BenchMARL's python: {SETUP_HINT}.")
     from marl.config import parse_cli_overrides
 
-    return speed.run_vs_benchmarl(python, num_envs=ns.vmas_num_envs, iters=ns.iters, seconds=ns.seconds,
-                                  **parse_cli_overrides(ns.set))
+    return speed.run_vs_benchmarl(
+        python, num_envs=ns.vmas_num_envs, iters=ns.iters, seconds=ns.seconds, **parse_cli_overrides(ns.set)
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -19,6 +19,7 @@ over the same iterations is kept too: everything runs in this process, so env
 steps per CPU second is a cross-check that other processes' load cannot
 inflate. ``docs/engine.md`` ("Throughput") gives measured figures.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,8 +32,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-__all__ = ["MPE_KWARGS", "SideResult", "Clock", "now", "timed", "mean", "ray_for_bench", "jsonable",
-           "write_json", "fmt", "fmt_load", "side_header", "side_row"]
+__all__ = [
+    "MPE_KWARGS",
+    "SideResult",
+    "Clock",
+    "now",
+    "timed",
+    "mean",
+    "ray_for_bench",
+    "jsonable",
+    "write_json",
+    "fmt",
+    "fmt_load",
+    "side_header",
+    "side_row",
+]
 
 # The task of both MPE sides of the throughput benchmark (mpe2 simple_spread_v3).
 MPE_KWARGS: Dict[str, Any] = {"N": 3, "max_cycles": 25, "local_ratio": 0.5, "continuous_actions": False}
@@ -145,6 +159,7 @@ def ray_for_bench() -> Iterator[bool]:
 
 # ----------------------------------------------------------------------------- JSON
 
+
 def jsonable(x: Any) -> Any:
     """``x`` as plain JSON data: objects with ``to_dict`` through it, tuples as lists,
     NaN and infinities as ``None`` (strict JSON has no NaN)."""
@@ -170,6 +185,7 @@ def write_json(result: Any, path: str | os.PathLike) -> Path:
 
 
 # ----------------------------------------------------------------------------- text
+
 
 def fmt(v: Any) -> str:
     """A setting's value for the report: floats to 4 significant digits."""

@@ -8,6 +8,7 @@ laptop runs 2 runs at once); with ``address`` it joins that cluster
 (``ray.init(address=...)``). Ctrl-C cancels the running runs (each saves a checkpoint),
 writes the results of the finished ones and says how to continue.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,13 +27,31 @@ from marl.rundir import write_json, write_yaml
 from marl.benchmarks import runner
 from marl.benchmarks.suite import RunSpec, Suite, load_suite
 
-_PACKAGES = ("marl-rllib", "ray", "torch", "numpy", "pettingzoo", "mpe2", "vmas", "jaxmarl", "jax", "gymnasium",
-             "rliable")
+_PACKAGES = (
+    "marl-rllib",
+    "ray",
+    "torch",
+    "numpy",
+    "pettingzoo",
+    "mpe2",
+    "vmas",
+    "jaxmarl",
+    "jax",
+    "gymnasium",
+    "rliable",
+)
 
 
-def benchmark(suite: Union[str, Suite], out: Optional[str] = None, *, seeds: Optional[Sequence[int]] = None,
-              address: Optional[str] = None, retry_failed: bool = True, progress: bool = True,
-              report: bool = True) -> Dict[str, Any]:
+def benchmark(
+    suite: Union[str, Suite],
+    out: Optional[str] = None,
+    *,
+    seeds: Optional[Sequence[int]] = None,
+    address: Optional[str] = None,
+    retry_failed: bool = True,
+    progress: bool = True,
+    report: bool = True,
+) -> Dict[str, Any]:
     """Run a benchmark suite; returns ``{"out", "done", "failed", "results", "report"}``.
 
     Args:
@@ -93,8 +112,15 @@ def check_runs(suite: Suite) -> None:
                     raise MarlError(f"Suite algorithm {spec.algo_label!r} on {family}/{task}: {err}") from err
 
 
-def _run_locked(suite: Suite, out_dir: Path, runs: List[RunSpec], address: Optional[str], retry_failed: bool,
-                progress: bool, report: bool) -> Dict[str, Any]:
+def _run_locked(
+    suite: Suite,
+    out_dir: Path,
+    runs: List[RunSpec],
+    address: Optional[str],
+    retry_failed: bool,
+    progress: bool,
+    report: bool,
+) -> Dict[str, Any]:
     write_yaml(out_dir / "suite.yaml", {**suite.source, "name": suite.name, "seeds": suite.seeds})
     todo = _todo(out_dir, runs, retry_failed)
     t0 = time.time()
@@ -112,7 +138,11 @@ def _run_locked(suite: Suite, out_dir: Path, runs: List[RunSpec], address: Optio
             f"Benchmark interrupted: {summary['done']} of {len(runs)} runs finished; results of those written to "
             f"{out_dir / 'results.json'}. Continue with: marl benchmark run {suite.origin or '<suite>'} --out {out_dir}"
             + (f" --seeds {' '.join(map(str, suite.seeds))}" if suite.seeds_given else ""),
-            checkpoint=None, run_dir=str(out_dir), signal="SIGINT", aborted=False)
+            checkpoint=None,
+            run_dir=str(out_dir),
+            signal="SIGINT",
+            aborted=False,
+        )
     if report and summary["done"]:
         from marl.benchmarks.report import write_report
 
@@ -143,9 +173,11 @@ def _start_ray(address: Optional[str]) -> bool:
         try:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError) as e:
-            raise MarlError(f"Could not join the Ray cluster at {address!r}: {str(e).splitlines()[0]} (a cluster with "
-                            f"token authentication needs RAY_AUTH_MODE=token and its token, e.g. ~/.ray/auth_token, "
-                            f"on this machine; docs/benchmarks.md).") from e
+            raise MarlError(
+                f"Could not join the Ray cluster at {address!r}: {str(e).splitlines()[0]} (a cluster with "
+                f"token authentication needs RAY_AUTH_MODE=token and its token, e.g. ~/.ray/auth_token, "
+                f"on this machine; docs/benchmarks.md)."
+            ) from e
         return True
     from marl.api import start_ray
 
@@ -205,8 +237,11 @@ def _record_or_error(ref, slot: Path) -> Dict[str, Any]:
     try:
         return ray.get(ref)
     except Exception as e:  # noqa: BLE001 - WorkerCrashedError, OutOfMemoryError, ...
-        record = {**(runner.read_record(slot) or {}), "status": "failed",
-                  "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        record = {
+            **(runner.read_record(slot) or {}),
+            "status": "failed",
+            "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+        }
         if slot.is_dir():
             write_json(slot / runner.RECORD, record)
         return record
@@ -217,8 +252,11 @@ def _cancel(pending: Dict[Any, RunSpec], view: "ProgressView", grace_s: float = 
     a second Ctrl-C stops waiting (the runs resume from their last periodic checkpoint)."""
     import ray
 
-    print(f"\n[benchmark] interrupted: stopping the running runs (each saves a checkpoint; Ctrl-C again to stop "
-          f"waiting); {len(pending)} runs not finished", flush=True)
+    print(
+        f"\n[benchmark] interrupted: stopping the running runs (each saves a checkpoint; Ctrl-C again to stop "
+        f"waiting); {len(pending)} runs not finished",
+        flush=True,
+    )
     for ref in pending:
         ray.cancel(ref, force=False)
     try:
@@ -237,8 +275,15 @@ class ProgressView:
         self.suite, self.out_dir, self.show = suite, out_dir, show
         self.done, self.failed = len(runs) - len(todo), 0
         self.total = len(runs)
-        self.bar = tqdm(total=len(runs) * suite.env_steps, initial=self.done * suite.env_steps, unit="step",
-                        unit_scale=True, disable=not show, desc=f"benchmark {suite.name}", dynamic_ncols=True)
+        self.bar = tqdm(
+            total=len(runs) * suite.env_steps,
+            initial=self.done * suite.env_steps,
+            unit="step",
+            unit_scale=True,
+            disable=not show,
+            desc=f"benchmark {suite.name}",
+            dynamic_ncols=True,
+        )
         self._finished_steps = self.done * suite.env_steps
 
     def finished(self, spec: RunSpec, record: Dict[str, Any]) -> None:
@@ -248,8 +293,10 @@ class ProgressView:
             self._finished_steps += self.suite.env_steps
             final = record["absolute"]
             metric = "win_rate" if "win_rate" in final else "return"
-            msg = f"done {spec.key}: absolute {metric} {sum(final[metric]) / len(final[metric]):.3f} " \
-                  f"({record.get('wall_clock_s', 0):.0f} s)"
+            msg = (
+                f"done {spec.key}: absolute {metric} {sum(final[metric]) / len(final[metric]):.3f} "
+                f"({record.get('wall_clock_s', 0):.0f} s)"
+            )
         else:
             self.failed += status == "failed"
             msg = f"{status} {spec.key}: {record.get('error', '')[:300]}"
@@ -261,8 +308,10 @@ class ProgressView:
         running = sum((runner.read_record(slot) or {}).get("status") == "running" for slot in slots)
         partial = sum(min(runner.partial_steps(slot), self.suite.env_steps) for slot in slots)
         self.bar.n = self._finished_steps + partial
-        self.bar.set_postfix_str(f"runs done {self.done}/{self.total}, running {running}, "
-                                 f"queued {len(pending) - running}, failed {self.failed}")
+        self.bar.set_postfix_str(
+            f"runs done {self.done}/{self.total}, running {running}, "
+            f"queued {len(pending) - running}, failed {self.failed}"
+        )
 
     def close(self) -> None:
         self.bar.close()
@@ -280,8 +329,13 @@ def write_results(suite: Suite, out_dir: Path, runs: List[RunSpec], wall_clock_s
     write_json(out_dir / "provenance.json", provenance(records, wall_clock_s))
     done = sum(r.get("status") == "done" for r in records.values())
     failed = {k: r.get("error", "") for k, r in records.items() if r.get("status") == "failed"}
-    return {"out": str(out_dir), "done": done, "failed": failed, "runs": len(runs),
-            "results": str(out_dir / "results.json")}
+    return {
+        "out": str(out_dir),
+        "done": done,
+        "failed": failed,
+        "runs": len(runs),
+        "results": str(out_dir / "results.json"),
+    }
 
 
 def provenance(records: Dict[str, Dict[str, Any]], wall_clock_s: float) -> Dict[str, Any]:
@@ -296,12 +350,26 @@ def provenance(records: Dict[str, Dict[str, Any]], wall_clock_s: float) -> Dict[
         except md.PackageNotFoundError:
             versions[p] = None
     return {
-        "marl_version": versions["marl-rllib"], "ray_version": versions["ray"], "torch_version": versions["torch"],
-        "packages": versions, "git_commit": _git_commit(), "python": sys.version.split()[0],
-        "hardware": _hardware(), "wall_clock_s": round(wall_clock_s, 1),
-        "command": " ".join(sys.argv), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "runs": {k: {"status": r.get("status"), "wall_clock_s": r.get("wall_clock_s"), "env_steps": r.get("env_steps"),
-                     "resumed_from": r.get("resumed_from"), "config": r.get("config")} for k, r in records.items()},
+        "marl_version": versions["marl-rllib"],
+        "ray_version": versions["ray"],
+        "torch_version": versions["torch"],
+        "packages": versions,
+        "git_commit": _git_commit(),
+        "python": sys.version.split()[0],
+        "hardware": _hardware(),
+        "wall_clock_s": round(wall_clock_s, 1),
+        "command": " ".join(sys.argv),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "runs": {
+            k: {
+                "status": r.get("status"),
+                "wall_clock_s": r.get("wall_clock_s"),
+                "env_steps": r.get("env_steps"),
+                "resumed_from": r.get("resumed_from"),
+                "config": r.get("config"),
+            }
+            for k, r in records.items()
+        },
     }
 
 
@@ -312,8 +380,13 @@ def _git_commit() -> Optional[str]:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
         if commit.returncode:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return commit.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -330,7 +403,15 @@ def _hardware() -> Dict[str, Any]:
                 break
     except OSError:
         pass
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    gpus = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    )
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else None
-    return {"cpu": cpu, "cpus": os.cpu_count(), "memory_gib": round(mem, 1) if mem else None, "gpus": gpus,
-            "platform": platform.platform(), "host": platform.node()}
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "memory_gib": round(mem, 1) if mem else None,
+        "gpus": gpus,
+        "platform": platform.platform(),
+        "host": platform.node(),
+    }

@@ -7,6 +7,7 @@ through its public API only: :func:`marl.make_env` and
 (``env_steps``, ``time_s``, ``sample_time_s``, ``learn_time_s``) are the
 figures :func:`marl.fit` logs (``marl/logging.py``).
 """
+
 from __future__ import annotations
 
 import time
@@ -83,8 +84,9 @@ def bench_ours(
     return result
 
 
-def _train(trainer, iters: int, seconds: Optional[float], warmup: int,
-           between: Optional[Callable[[], Any]]) -> Tuple[List[Dict[str, Any]], List[float], List[float]]:
+def _train(
+    trainer, iters: int, seconds: Optional[float], warmup: int, between: Optional[Callable[[], Any]]
+) -> Tuple[List[Dict[str, Any]], List[float], List[float]]:
     """Call ``trainer.train()`` until ``iters`` iterations (or ``seconds``) and more than
     ``warmup`` are done. Returns each iteration's marl metrics, wall and CPU seconds."""
     hist: List[Dict[str, Any]] = []
@@ -104,8 +106,9 @@ def _train(trainer, iters: int, seconds: Optional[float], warmup: int,
             return hist, walls, cpus
 
 
-def _side_result(name: str, algo: str, env, c, runs: Tuple[List[Dict[str, Any]], List[float],
-                 List[float]], warmup: int) -> SideResult:
+def _side_result(
+    name: str, algo: str, env, c, runs: Tuple[List[Dict[str, Any]], List[float], List[float]], warmup: int
+) -> SideResult:
     """The :class:`SideResult` of iterations ``warmup+1..n`` (``runs``: metrics, wall and CPU seconds)."""
     import torch
 

@@ -13,6 +13,7 @@ simple_spread (N=3, 25-step episodes, discrete actions), one torch thread:
 
 1 env step = 1 step of 1 copy (all agents acting once).
 """
+
 from __future__ import annotations
 
 import time
@@ -52,23 +53,30 @@ class MpeBackendsResult:
 
     def report(self) -> str:
         """The raw table, the iteration table and the speedups."""
-        lines = ["MPE backends, simple_spread N=3, 1 torch thread",
-                 f"raw env.step env steps/s: {'B':>6} " + " ".join(f"{b:>10}" for b in BACKENDS)]
+        lines = [
+            "MPE backends, simple_spread N=3, 1 torch thread",
+            f"raw env.step env steps/s: {'B':>6} " + " ".join(f"{b:>10}" for b in BACKENDS),
+        ]
         for B, r in self.raw.items():
-            lines.append(f"{'':>26}{B:>6} " + " ".join(f"{r[b]:>10,.0f}" if b in r else f"{'-':>10}"
-                                                     for b in BACKENDS))
+            lines.append(f"{'':>26}{B:>6} " + " ".join(f"{r[b]:>10,.0f}" if b in r else f"{'-':>10}" for b in BACKENDS))
         if self.iterations:
-            lines += [f"whole MAPPO iterations, B={self.settings.get('iteration_envs')}:",
-                      side_header("backend", f"{'env_steps':>10}")]
+            lines += [
+                f"whole MAPPO iterations, B={self.settings.get('iteration_envs')}:",
+                side_header("backend", f"{'env_steps':>10}"),
+            ]
             lines += [side_row(s, f"{s.env_steps:>10d}") for s in self.iterations]
         lines.append("torch / mpe2: " + ", ".join(f"{k} {v:.1f}x" for k, v in self.speedups().items()))
         return "\n".join(lines)
 
     def to_dict(self) -> Dict[str, Any]:
         """Raw figures, iteration sides, speedups and settings, for JSON."""
-        return {"benchmark": self.benchmark, "raw": {str(b): r for b, r in self.raw.items()},
-                "iterations": [s.to_dict() for s in self.iterations], "speedups": self.speedups(),
-                "settings": dict(self.settings)}
+        return {
+            "benchmark": self.benchmark,
+            "raw": {str(b): r for b, r in self.raw.items()},
+            "iterations": [s.to_dict() for s in self.iterations],
+            "speedups": self.speedups(),
+            "settings": dict(self.settings),
+        }
 
 
 def raw_steps_per_s(backend: str, num_envs: int, seconds: float, scenario: str = "simple_spread") -> float:
@@ -93,8 +101,14 @@ def raw_steps_per_s(backend: str, num_envs: int, seconds: float, scenario: str =
     return rate
 
 
-def run(iters: int = 10, num_envs: Sequence[int] = (32, 128, 1024), seconds: float = 2.0, rounds: int = 2,
-        iteration_envs: int = 128, mpe2_max_envs: int = 128) -> MpeBackendsResult:
+def run(
+    iters: int = 10,
+    num_envs: Sequence[int] = (32, 128, 1024),
+    seconds: float = 2.0,
+    rounds: int = 2,
+    iteration_envs: int = 128,
+    mpe2_max_envs: int = 128,
+) -> MpeBackendsResult:
     """Measure both backends (module docstring).
 
     Args:
@@ -119,6 +133,16 @@ def run(iters: int = 10, num_envs: Sequence[int] = (32, 128, 1024), seconds: flo
         with ray_for_bench():
             for b in BACKENDS:
                 sides.append(bench_ours(iteration_envs, 25, None, iters, env_kwargs={"backend": b}, name=b))
-    return MpeBackendsResult(raw=raw, iterations=sides, settings={
-        "scenario": "simple_spread", "num_envs": list(num_envs), "seconds": seconds, "rounds": rounds,
-        "iteration_envs": iteration_envs, "iters": iters, "torch_threads": 1})
+    return MpeBackendsResult(
+        raw=raw,
+        iterations=sides,
+        settings={
+            "scenario": "simple_spread",
+            "num_envs": list(num_envs),
+            "seconds": seconds,
+            "rounds": rounds,
+            "iteration_envs": iteration_envs,
+            "iters": iters,
+            "torch_threads": 1,
+        },
+    )

@@ -14,6 +14,7 @@ travels in every checkpoint, so a run resumed from a checkpoint continues the sa
 series. Evaluation episodes use their own env copies and fixed seeds, and greedy
 actions draw no random numbers, so they do not change the training run.
 """
+
 from __future__ import annotations
 
 import copy
@@ -51,8 +52,9 @@ class EvaluationProtocol(Callback):
             absolute metric's episodes and ``best_step`` (env steps of the best evaluation).
     """
 
-    def __init__(self, interval: int, episodes: int, absolute_factor: int = 10, seed: int = 0,
-                 num_envs: Optional[int] = None):
+    def __init__(
+        self, interval: int, episodes: int, absolute_factor: int = 10, seed: int = 0, num_envs: Optional[int] = None
+    ):
         self.interval, self.episodes, self.absolute_factor, self.seed = interval, episodes, absolute_factor, seed
         self.num_envs = num_envs or min(episodes, 32)
         self.series: List[Dict[str, Any]] = []
@@ -83,13 +85,13 @@ class EvaluationProtocol(Callback):
             policy = trainer.make_policy(self._policy_mapping(trainer))
             for mid, module in policy.modules.items():
                 module.load_state_dict(self._best["weights"][mid])
-            stats = run_episodes(self._eval_env(trainer), policy, self.episodes * self.absolute_factor,
-                                 seed=2 * _EVAL_SEED + self.seed)
+            stats = run_episodes(
+                self._eval_env(trainer), policy, self.episodes * self.absolute_factor, seed=2 * _EVAL_SEED + self.seed
+            )
         self.absolute = {**_scores(stats), "best_step": self._best["step_count"]}
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"series": copy.deepcopy(self.series), "best": copy.deepcopy(self._best),
-                "elapsed": self._elapsed_now()}
+        return {"series": copy.deepcopy(self.series), "best": copy.deepcopy(self._best), "elapsed": self._elapsed_now()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.series, self._best, self._elapsed = state["series"], state["best"], state["elapsed"]
@@ -112,8 +114,9 @@ class EvaluationProtocol(Callback):
         self.series.append(point)
         score = float(np.mean(point["win_rate"] if "win_rate" in point else point["return"]))
         if self._best is None or score > self._best["score"]:  # ties keep the earlier policy
-            weights = {mid: {k: v.detach().clone() for k, v in m.state_dict().items()}
-                       for mid, m in policy.modules.items()}
+            weights = {
+                mid: {k: v.detach().clone() for k, v in m.state_dict().items()} for mid, m in policy.modules.items()
+            }
             self._best = {"score": score, "step_count": steps, "weights": weights}
         out = {"eval_return_mean": float(np.mean(point["return"]))}
         if "win_rate" in point:
@@ -128,8 +131,11 @@ class EvaluationProtocol(Callback):
     def _policy_mapping(self, trainer) -> PolicyMapping:
         """The training run's agent -> module table, on the evaluation env's agents."""
         if self._mapping is None:
-            self._mapping = PolicyMapping(self._eval_env(trainer).info, share=MappingFn(trainer.run.agent_to_module),
-                                          agent_id=trainer.cfg.agent_id)
+            self._mapping = PolicyMapping(
+                self._eval_env(trainer).info,
+                share=MappingFn(trainer.run.agent_to_module),
+                agent_id=trainer.cfg.agent_id,
+            )
         return self._mapping
 
 

@@ -8,160 +8,36 @@ performance profiles and the probability of improvement of every ordered pair of
 task: a table of raw scores with the published references beside ours and a flag where they
 disagree, and sample-efficiency curves. The statistics are :mod:`marl.benchmarks.stats`
 (Agarwal et al. 2021, arXiv:2108.13264, through rliable; the protocol is Gorsane et al. 2022,
-arXiv:2209.10485). :func:`validate_marl_eval` checks the results format; the runner calls it
-before writing ``results.json``.
+arXiv:2209.10485). :func:`validate_marl_eval` (:mod:`marl.benchmarks.marl_eval_format`, re-exported here) checks the
+results format; the runner calls it before writing ``results.json``.
 
 rliable and matplotlib are imported inside the functions: the runner imports this module for
 :func:`validate_marl_eval`, and both take seconds to import.
 """
+
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import yaml
 
 from marl.benchmarks import stats
+from marl.benchmarks.marl_eval_format import is_number, validate_marl_eval
 from marl.benchmarks.stats import ABSOLUTE, fmt
 from marl.benchmarks.targets import target_lines, time_to_target
 from marl.errors import MarlError
 
 __all__ = ["validate_marl_eval", "write_report", "build_report", "render_markdown"]
 
-_STEP = re.compile(r"^step_(\d+)$")
-_SEED = re.compile(r"^seed_\d+$")
-_STEP_KEYS = ("step_count", "elapsed_time")
 _FILE_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
-_SCORE_SOURCE = {ABSOLUTE: "absolute metric (the best evaluation's policy re-evaluated over absolute_factor x the "
-                           "episodes)",
-                 "last_step": "last evaluation (runs not finished)"}
-
-
-# ------------------------------------------------------------------ the results format
-def validate_marl_eval(data: Any) -> None:
-    """Check benchmark results in marl-eval's JSON format; raise on the first problem.
-
-    The format (Gorsane et al. 2022, arXiv:2209.10485; read by InstaDeep's marl-eval)::
-
-        {env: {task: {algo: {"seed_<k>": {"step_<i>": {"step_count": int, "elapsed_time": float,
-                                                      "<metric>": [float per episode], ...},
-                                         ...,
-                                         "absolute_metrics": {"<metric>": [float per episode]}}}}}}
-
-    Checked: the nesting; every key lower case (marl-eval lower-cases keys, which would merge
-    ``MAPPO`` into ``mappo``) and no env called ``extra`` (marl-eval stores its own ``extra``
-    key beside the envs); no comma in algorithm names; run keys ``seed_<k>``; steps numbered
-    ``step_0..step_n`` without gaps, with ``step_count`` (int >= 0, env steps, non-decreasing)
-    and ``elapsed_time`` (seconds >= 0); every metric a non-empty list of finite numbers, of one
-    length within a step, ``return`` in every step, the same metric names in every step and in
-    ``absolute_metrics`` (optional: an unfinished run has none).
-
-    Raises:
-        MarlError: naming the path (e.g. ``mpe/simple_spread/mappo/seed_0/step_3``) and the problem.
-    """
-    _check_mapping(data, "results", "{env: {task: {algo: {seed_k: {step_i: ...}}}}}", allow_empty=True)
-    for env, tasks in data.items():
-        _check_key(env, env)
-        if env == "extra":
-            raise MarlError("results: an env may not be called 'extra' (marl-eval keeps its own 'extra' key there).")
-        _check_mapping(tasks, env, "{task: {algo: ...}}")
-        for task, algos in tasks.items():
-            _check_key(task, f"{env}/{task}")
-            _check_mapping(algos, f"{env}/{task}", "{algo: {seed_k: ...}}")
-            for algo, runs in algos.items():
-                path = f"{env}/{task}/{algo}"
-                _check_key(algo, path)
-                if "," in algo:
-                    raise MarlError(f"{path}: algorithm names may not contain commas (marl-eval splits on them).")
-                _check_mapping(runs, path, "{seed_k: {step_i: ...}}")
-                for seed, run in runs.items():
-                    if not isinstance(seed, str) or not _SEED.match(seed):
-                        raise MarlError(f"{path}/{seed}: a run key must be seed_<k> (k an integer), got {seed!r}.")
-                    _check_run(run, f"{path}/{seed}")
-
-
-def _check_mapping(value: Any, path: str, shape: str, allow_empty: bool = False) -> None:
-    if not isinstance(value, dict):
-        raise MarlError(f"{path}: expected a JSON object {shape}, got {type(value).__name__}.")
-    if not value and not allow_empty:
-        raise MarlError(f"{path}: is empty (expected {shape}).")
-
-
-def _check_key(key: Any, path: str) -> None:
-    if not isinstance(key, str) or not key:
-        raise MarlError(f"{path}: keys must be non-empty strings, got {key!r}.")
-    if key != key.lower():
-        raise MarlError(f"{path}: '{key}' is not lower case (marl-eval lower-cases every key; use '{key.lower()}').")
-
-
-def _check_run(run: Any, path: str) -> None:
-    _check_mapping(run, path, "{step_i: {...}, absolute_metrics: {...}}")
-    numbered: Dict[int, str] = {}
-    for key in run:
-        m = _STEP.match(key) if isinstance(key, str) else None
-        if m:
-            numbered[int(m.group(1))] = key
-        elif key != ABSOLUTE:
-            raise MarlError(f"{path}: unknown key {key!r} (expected step_<i> or {ABSOLUTE}).")
-    if not numbered:
-        raise MarlError(f"{path}: has no evaluation (step_0 is missing).")
-    missing = [f"step_{i}" for i in range(max(numbered) + 1) if i not in numbered]
-    if missing:
-        raise MarlError(f"{path}: steps must be numbered step_0..step_{max(numbered)} without gaps; "
-                        f"missing {', '.join(missing)}.")
-    names, previous = None, -1
-    for i in range(len(numbered)):
-        step_path = f"{path}/step_{i}"
-        metrics = _check_step(run[f"step_{i}"], step_path, evaluation=True)
-        names = metrics if names is None else _same_metrics(names, metrics, step_path)
-        count = run[f"step_{i}"]["step_count"]
-        if count < previous:
-            raise MarlError(f"{step_path}: step_count {count} is smaller than the previous step's {previous} "
-                            f"(env steps never go back).")
-        previous = count
-    if ABSOLUTE in run:
-        _same_metrics(names or set(), _check_step(run[ABSOLUTE], f"{path}/{ABSOLUTE}", evaluation=False),
-                      f"{path}/{ABSOLUTE}")
-
-
-def _same_metrics(expected: Set[str], got: Set[str], path: str) -> Set[str]:
-    if got != expected:
-        raise MarlError(f"{path}: metrics {sorted(got)} differ from step_0's {sorted(expected)}.")
-    return expected
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
-
-
-def _check_step(step: Any, path: str, evaluation: bool) -> Set[str]:
-    """Check one evaluation (or ``absolute_metrics``); returns its metric names."""
-    _check_mapping(step, path, "{step_count, elapsed_time, <metric>: [...]}" if evaluation else "{<metric>: [...]}")
-    if evaluation:
-        count, elapsed = step.get("step_count"), step.get("elapsed_time")
-        if not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < 0:
-            raise MarlError(f"{path}: step_count must be an integer >= 0 (env steps), got {count!r}.")
-        if not _is_number(elapsed) or elapsed < 0:
-            raise MarlError(f"{path}: elapsed_time must be a number >= 0 (seconds), got {elapsed!r}.")
-    lengths = {}
-    for name, values in step.items():
-        if evaluation and name in _STEP_KEYS:
-            continue
-        _check_key(name, path)
-        if not isinstance(values, list) or not values or not all(_is_number(v) for v in values):
-            raise MarlError(f"{path}: metric '{name}' must be a non-empty list of finite numbers "
-                            f"(one per episode), got {str(values)[:80]}.")
-        lengths[name] = len(values)
-    if "return" not in lengths:
-        raise MarlError(f"{path}: has no 'return' (a list of team returns, one per episode).")
-    if len(set(lengths.values())) > 1:
-        raise MarlError(f"{path}: metric lists differ in length (episodes): {lengths}.")
-    return set(lengths)
+_SCORE_SOURCE = {
+    ABSOLUTE: "absolute metric (the best evaluation's policy re-evaluated over absolute_factor x the episodes)",
+    "last_step": "last evaluation (runs not finished)",
+}
 
 
 # ------------------------------------------------------------------ reading the run folder
@@ -169,13 +45,16 @@ def _read_folder(out: Path) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, A
     """``(results, suite, provenance)`` of a run folder; suite and provenance may be absent (``{}``)."""
     path = out / "results.json"
     if not path.is_file():
-        raise MarlError(f"{path} not found: there are no benchmark results to report. "
-                        f"Run `marl benchmark run <suite> --out {out}` first.")
+        raise MarlError(
+            f"{path} not found: there are no benchmark results to report. "
+            f"Run `marl benchmark run <suite> --out {out}` first."
+        )
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise MarlError(f"{path} is not readable JSON ({e}). Run `marl benchmark run <suite> --out {out}` "
-                        f"again to rewrite it.") from e
+        raise MarlError(
+            f"{path} is not readable JSON ({e}). Run `marl benchmark run <suite> --out {out}` again to rewrite it."
+        ) from e
     validate_marl_eval(data)
     suite, provenance = {}, {}
     if (out / "suite.yaml").is_file():
@@ -191,9 +70,16 @@ def _read_folder(out: Path) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, A
 def _provenance_lines(prov: Mapping[str, Any]) -> List[str]:
     """A short provenance block: versions, commit, hardware, wall-clock, then other scalar keys."""
     lines = []
-    versions = [f"{name} {prov[key]}" for key, name in (("marl_version", "marl"), ("ray_version", "Ray"),
-                                                        ("torch_version", "torch"), ("python", "Python"))
-                if prov.get(key)]
+    versions = [
+        f"{name} {prov[key]}"
+        for key, name in (
+            ("marl_version", "marl"),
+            ("ray_version", "Ray"),
+            ("torch_version", "torch"),
+            ("python", "Python"),
+        )
+        if prov.get(key)
+    ]
     if versions:
         lines.append("versions: " + ", ".join(versions))
     if prov.get("git_commit"):
@@ -204,7 +90,7 @@ def _provenance_lines(prov: Mapping[str, Any]) -> List[str]:
     elif hw:
         lines.append(f"hardware: {hw}")
     wall = prov.get("wall_clock_s")
-    if _is_number(wall):
+    if is_number(wall):
         lines.append(f"wall-clock: {float(wall):.0f} s ({float(wall) / 3600:.2f} h)")
     shown = {"marl_version", "ray_version", "torch_version", "python", "git_commit", "hardware", "wall_clock_s"}
     for key, value in prov.items():
@@ -222,8 +108,14 @@ def _short(value: Any) -> str:
 
 
 # ------------------------------------------------------------------ computing the report
-def build_report(data: Mapping[str, Any], suite: Mapping[str, Any], provenance: Mapping[str, Any],
-                 out: Optional[Path] = None, reps: int = 2000, seed: int = 0) -> Dict[str, Any]:
+def build_report(
+    data: Mapping[str, Any],
+    suite: Mapping[str, Any],
+    provenance: Mapping[str, Any],
+    out: Optional[Path] = None,
+    reps: int = 2000,
+    seed: int = 0,
+) -> Dict[str, Any]:
     """Every number of the report as a JSON-ready dict (what ``report.json`` holds).
 
     Args:
@@ -239,8 +131,14 @@ def build_report(data: Mapping[str, Any], suite: Mapping[str, Any], provenance: 
         "figures", "references", "notes"}``.
     """
     refs = [r for r in suite.get("references") or [] if isinstance(r, dict)]
-    report = {"suite": str(suite.get("name") or (out.name if out else "benchmark")), "reps": reps, "seed": seed,
-              "confidence": stats.CONFIDENCE, "provenance": _provenance_lines(provenance), "envs": {}}
+    report = {
+        "suite": str(suite.get("name") or (out.name if out else "benchmark")),
+        "reps": reps,
+        "seed": seed,
+        "confidence": stats.CONFIDENCE,
+        "provenance": _provenance_lines(provenance),
+        "envs": {},
+    }
     for env in sorted(data):
         env_refs = [r for r in refs if str(r.get("env", "")).lower() == env]
         report["envs"][env] = _env_section(env, data[env], env_refs, out, reps, seed)
@@ -250,8 +148,9 @@ def build_report(data: Mapping[str, Any], suite: Mapping[str, Any], provenance: 
     return report
 
 
-def _env_section(env: str, tasks: Mapping[str, Any], refs: List[Dict[str, Any]], out: Optional[Path],
-                 reps: int, seed: int) -> Dict[str, Any]:
+def _env_section(
+    env: str, tasks: Mapping[str, Any], refs: List[Dict[str, Any]], out: Optional[Path], reps: int, seed: int
+) -> Dict[str, Any]:
     metric = stats.env_metric(tasks)
     section: Dict[str, Any] = {"metric": metric, "tasks": {}, "figures": {}, "notes": [], "references": []}
     # one colour per algorithm in every figure of the env
@@ -265,8 +164,11 @@ def _env_section(env: str, tasks: Mapping[str, Any], refs: List[Dict[str, Any]],
     section["normalisation"] = {t: list(b) for t, b in bounds.items()}
     matrices, used, _ = stats.score_matrices(normalised)
     left_out = [t for t in sorted(tasks) if t not in used]  # tasks with no scored run at all are left out too
-    section["aggregate"] = {"tasks": used, "left_out": left_out,
-                            "algos": stats.aggregate_statistics(matrices, reps, seed)}
+    section["aggregate"] = {
+        "tasks": used,
+        "left_out": left_out,
+        "algos": stats.aggregate_statistics(matrices, reps, seed),
+    }
     section["probability_of_improvement"] = stats.probability_of_improvement(matrices, reps, seed)
     if not matrices:
         section["notes"].append("No aggregate: no task has a scored run of every algorithm.")
@@ -276,17 +178,27 @@ def _env_section(env: str, tasks: Mapping[str, Any], refs: List[Dict[str, Any]],
     return section
 
 
-def _task_section(scores: stats.TaskScores, reps: int, seed: int, out: Optional[Path],
-                  colors: Mapping[str, str]) -> Dict[str, Any]:
+def _task_section(
+    scores: stats.TaskScores, reps: int, seed: int, out: Optional[Path], colors: Mapping[str, str]
+) -> Dict[str, Any]:
     rows = stats.task_statistics(scores.scores, reps, seed)
     for algo, row in rows.items():
-        row.update(seeds=scores.seeds[algo], scores=[float(s) for s in scores.scores[algo]],
-                   score_source=scores.source[algo], references=[])
+        row.update(
+            seeds=scores.seeds[algo],
+            scores=[float(s) for s in scores.scores[algo]],
+            score_source=scores.source[algo],
+            references=[],
+        )
     curves = {}
     for algo, (x, y) in scores.curves.items():
         iqm, lo, hi = stats.curve_statistics(y, reps, seed)
-        curves[algo] = {"step_count": x.tolist(), "runs": int(y.shape[0]), "iqm": iqm.tolist(),
-                        "ci_low": lo.tolist(), "ci_high": hi.tolist()}
+        curves[algo] = {
+            "step_count": x.tolist(),
+            "runs": int(y.shape[0]),
+            "iqm": iqm.tolist(),
+            "ci_low": lo.tolist(),
+            "ci_high": hi.tolist(),
+        }
     figure = None
     if out is not None and curves:
         figure = _plot_curves(scores.env, scores.task, scores.metric, curves, out, colors)
@@ -297,8 +209,9 @@ def _ref_fields(ref: Mapping[str, Any]) -> Dict[str, Any]:
     return {k: ref.get(k) for k in ("env", "task", "algo", "metric", "value", "ci", "source", "budget", "note")}
 
 
-def _attach_references(env: str, tasks: Mapping[str, Any], refs: List[Dict[str, Any]], section: Dict[str, Any],
-                       reps: int, seed: int) -> None:
+def _attach_references(
+    env: str, tasks: Mapping[str, Any], refs: List[Dict[str, Any]], section: Dict[str, Any], reps: int, seed: int
+) -> None:
     """Compare each reference of the env with our scores of its (task, algo, metric).
 
     A reference on the env's table metric goes into its task row; one on another metric (a
@@ -349,14 +262,21 @@ def _save(fig: Any, path: Path) -> None:
         plt.close(fig)
 
 
-def _plot_curves(env: str, task: str, metric: str, curves: Mapping[str, Mapping[str, Any]], out: Path,
-                 colors: Mapping[str, str]) -> str:
+def _plot_curves(
+    env: str, task: str, metric: str, curves: Mapping[str, Mapping[str, Any]], out: Path, colors: Mapping[str, str]
+) -> str:
     """Sample-efficiency curves of one task: IQM over runs per evaluation with its 95% CI band."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for algo, c in curves.items():
         marker = "o" if len(c["step_count"]) < 3 else None  # one or two points draw no visible line
-        ax.plot(c["step_count"], c["iqm"], label=f"{algo} ({c['runs']} run{'s' if c['runs'] != 1 else ''})", marker=marker, color=colors[algo])
+        ax.plot(
+            c["step_count"],
+            c["iqm"],
+            label=f"{algo} ({c['runs']} run{'s' if c['runs'] != 1 else ''})",
+            marker=marker,
+            color=colors[algo],
+        )
         ax.fill_between(c["step_count"], c["ci_low"], c["ci_high"], color=colors[algo], alpha=0.2)
     ax.set(xlabel="env steps", ylabel=f"{metric} (IQM over runs, 95% CI)", title=f"{env} / {task}")
     ax.grid(alpha=0.3)
@@ -366,8 +286,15 @@ def _plot_curves(env: str, task: str, metric: str, curves: Mapping[str, Mapping[
     return name
 
 
-def _env_figures(env: str, matrices: Mapping[str, np.ndarray], section: Mapping[str, Any], out: Path,
-                 reps: int, seed: int, colors: Mapping[str, str]) -> Dict[str, str]:
+def _env_figures(
+    env: str,
+    matrices: Mapping[str, np.ndarray],
+    section: Mapping[str, Any],
+    out: Path,
+    reps: int,
+    seed: int,
+    colors: Mapping[str, str],
+) -> Dict[str, str]:
     """Aggregate intervals, performance profiles and (two or more algorithms) probability of improvement."""
     from rliable import plot_utils
 
@@ -389,8 +316,14 @@ def _env_figures(env: str, matrices: Mapping[str, np.ndarray], section: Mapping[
     tau = np.linspace(0.0, 1.0, 51)
     profiles, profile_cis = stats.performance_profiles(matrices, tau, reps, seed)
     fig, ax = plt.subplots(figsize=(6, 4))
-    plot_utils.plot_performance_profiles(profiles, tau, performance_profile_cis=profile_cis, ax=ax, colors=colors,
-                                         xlabel=r"min-max normalised score ($\tau$)")
+    plot_utils.plot_performance_profiles(
+        profiles,
+        tau,
+        performance_profile_cis=profile_cis,
+        ax=ax,
+        colors=colors,
+        xlabel=r"min-max normalised score ($\tau$)",
+    )
     ax.legend()
     figures["profile"] = _file("profile", env)
     _save(fig, out / figures["profile"])
@@ -398,8 +331,9 @@ def _env_figures(env: str, matrices: Mapping[str, np.ndarray], section: Mapping[
     poi = section["probability_of_improvement"]
     if poi:
         fig, ax = plt.subplots(figsize=(4, 0.4 * len(poi) + 1))
-        plot_utils.plot_probability_of_improvement({f"{p['x']},{p['y']}": p["p"] for p in poi},
-                                                   {f"{p['x']},{p['y']}": np.array(p["ci"]) for p in poi}, ax=ax)
+        plot_utils.plot_probability_of_improvement(
+            {f"{p['x']},{p['y']}": p["p"] for p in poi}, {f"{p['x']},{p['y']}": np.array(p["ci"]) for p in poi}, ax=ax
+        )
         figures["probability_of_improvement"] = _file("improvement", env)
         _save(fig, out / figures["probability_of_improvement"])
     return figures
@@ -427,14 +361,19 @@ def _task_lines(env: str, task: str, t: Mapping[str, Any], metric: str) -> List[
         by_source.setdefault(row["score_source"], []).append(algo)
     for source, algos in by_source.items():
         lines.append(f"Score of a run ({metric}, mean over episodes): {_SCORE_SOURCE[source]} for {', '.join(algos)}.")
-    lines += ["", "| algo | runs | IQM [95% CI] | mean [95% CI] | median | reference (value, source, budget) | flag |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| algo | runs | IQM [95% CI] | mean [95% CI] | median | reference (value, source, budget) | flag |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for algo, row in t["algos"].items():
         refs = row["references"]
         cell = "; ".join(_ref_cell(r) for r in refs) or "n/a"
         flag = _flag(True if any(r["flag"] for r in refs) else (False if refs else None))
-        lines.append(f"| {algo} | {row['runs']} | {fmt(row['iqm'])} {_ci(row['iqm_ci'])} | "
-                     f"{fmt(row['mean'])} {_ci(row['mean_ci'])} | {fmt(row['median'])} | {cell} | {flag} |")
+        lines.append(
+            f"| {algo} | {row['runs']} | {fmt(row['iqm'])} {_ci(row['iqm_ci'])} | "
+            f"{fmt(row['mean'])} {_ci(row['mean_ci'])} | {fmt(row['median'])} | {cell} | {flag} |"
+        )
     if not t["algos"]:
         lines.append("| (no scored run) | 0 | | | | | |")
     lines.append("")
@@ -454,20 +393,31 @@ def _aggregate_lines(env: str, s: Mapping[str, Any]) -> List[str]:
     lines = [f"### {env}: aggregate over tasks (min-max normalised {s['metric']})", ""]
     if not agg["algos"]:
         return lines + [f"- {n}" for n in s["notes"]] + [""]
-    lines += [f"- Tasks: {', '.join(agg['tasks'])}."
-              + (f" Left out (some algorithm has no scored run): {', '.join(agg['left_out'])}." if agg["left_out"] else ""),
-              "- Normalisation bounds [min, max] per task: "
-              + "; ".join(f"{t} [{fmt(b[0])}, {fmt(b[1])}]" + (" (all equal: every score 0)" if b[0] == b[1] else "")
-                          for t, b in s["normalisation"].items() if t in agg["tasks"])
-              + ".", "",
-              "| algo | runs x tasks | IQM [95% CI] | mean [95% CI] | median [95% CI] |", "|---|---|---|---|---|"]
+    lines += [
+        f"- Tasks: {', '.join(agg['tasks'])}."
+        + (f" Left out (some algorithm has no scored run): {', '.join(agg['left_out'])}." if agg["left_out"] else ""),
+        "- Normalisation bounds [min, max] per task: "
+        + "; ".join(
+            f"{t} [{fmt(b[0])}, {fmt(b[1])}]" + (" (all equal: every score 0)" if b[0] == b[1] else "")
+            for t, b in s["normalisation"].items()
+            if t in agg["tasks"]
+        )
+        + ".",
+        "",
+        "| algo | runs x tasks | IQM [95% CI] | mean [95% CI] | median [95% CI] |",
+        "|---|---|---|---|---|",
+    ]
     for algo, r in agg["algos"].items():
-        lines.append(f"| {algo} | {r['runs']} x {r['tasks']} | {fmt(r['iqm'])} {_ci(r['iqm_ci'])} | "
-                     f"{fmt(r['mean'])} {_ci(r['mean_ci'])} | {fmt(r['median'])} {_ci(r['median_ci'])} |")
+        lines.append(
+            f"| {algo} | {r['runs']} x {r['tasks']} | {fmt(r['iqm'])} {_ci(r['iqm_ci'])} | "
+            f"{fmt(r['mean'])} {_ci(r['mean_ci'])} | {fmt(r['median'])} {_ci(r['median_ci'])} |"
+        )
     figs = s["figures"]
     lines.append("")
-    for key, caption in (("aggregate", "aggregate IQM, mean and median with 95% CIs"),
-                         ("profile", "performance profiles")):
+    for key, caption in (
+        ("aggregate", "aggregate IQM, mean and median with 95% CIs"),
+        ("profile", "performance profiles"),
+    ):
         if key in figs:
             lines.append(f"![{env}: {caption}]({figs[key]})")
     return lines + [""]
@@ -493,8 +443,10 @@ def _reference_lines(env: str, s: Mapping[str, Any]) -> List[str]:
     lines = [f"### {env}: other references", ""]
     for r in s["references"]:
         ours = f"ours {fmt(r.get('ours_iqm'))} {_ci(r.get('ours_ci'))}; " if r.get("ours_iqm") is not None else ""
-        lines.append(f"- {r['task']} / {r['algo']} ({r['metric']}): published {_ref_cell(r)}; {ours}"
-                     f"{_flag(r['flag'])}: {r['why']}.")
+        lines.append(
+            f"- {r['task']} / {r['algo']} ({r['metric']}): published {_ref_cell(r)}; {ours}"
+            f"{_flag(r['flag'])}: {r['why']}."
+        )
     return lines + [""]
 
 
@@ -502,14 +454,19 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     """The Markdown text of a report built by :func:`build_report` (figure links relative to its folder)."""
     lines = [f"# Benchmark report: {report['suite']}", "", "## Provenance", ""]
     lines += [f"- {line}" for line in report["provenance"]] or ["- (no provenance.json)"]
-    lines += ["", "## Method", "",
-              f"Score of a run: the mean over episodes of the env's metric (win rate where the env has one, else "
-              f"team return) in its absolute metric (Gorsane et al. 2022, arXiv:2209.10485). IQM is the 25% trimmed "
-              f"mean over runs (equal to the mean below 4 runs). 95% CIs: stratified percentile bootstrap, "
-              f"{report['reps']} resamples, numpy seed {report['seed']} (Agarwal et al. 2021, arXiv:2108.13264, "
-              f"rliable). Aggregates use scores min-max normalised per task over every run of every algorithm. "
-              f"Reference flag: with a published CI, our IQM outside it; without one, the published value outside "
-              f"our IQM CI.", ""]
+    lines += [
+        "",
+        "## Method",
+        "",
+        f"Score of a run: the mean over episodes of the env's metric (win rate where the env has one, else "
+        f"team return) in its absolute metric (Gorsane et al. 2022, arXiv:2209.10485). IQM is the 25% trimmed "
+        f"mean over runs (equal to the mean below 4 runs). 95% CIs: stratified percentile bootstrap, "
+        f"{report['reps']} resamples, numpy seed {report['seed']} (Agarwal et al. 2021, arXiv:2108.13264, "
+        f"rliable). Aggregates use scores min-max normalised per task over every run of every algorithm. "
+        f"Reference flag: with a published CI, our IQM outside it; without one, the published value outside "
+        f"our IQM CI.",
+        "",
+    ]
     if not report["envs"]:
         lines += ["No run has reported an evaluation yet.", ""]
     for env, s in report["envs"].items():
@@ -522,8 +479,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if report.get("unmatched_references"):
         lines += ["## References without results", ""]
     for r in report.get("unmatched_references", []):
-        lines.append(f"- Reference not matched (no env '{r['env']}' in the results): {r['task']} / {r['algo']} "
-                     f"{_ref_cell(r)}.")
+        lines.append(
+            f"- Reference not matched (no env '{r['env']}' in the results): {r['task']} / {r['algo']} {_ref_cell(r)}."
+        )
     return "\n".join(lines).rstrip() + "\n"
 
 

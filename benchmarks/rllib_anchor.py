@@ -6,6 +6,7 @@ fastest settings for this case. The measurement method is the one of
 :mod:`marl.benchmarks.common`; the settings are chosen to match marl's side
 (``docs/engine.md``, "Throughput").
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,10 +41,16 @@ def _ppo_config(batch: int, minibatch_size: int, epochs: int, n_envs: int, lr: f
         .framework("torch")
         .env_runners(num_env_runners=0, num_envs_per_env_runner=n_envs, episodes_to_numpy=False)
         .multi_agent(policies={"shared"}, policy_mapping_fn=lambda aid, *a, **k: "shared")
-        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="relu",
-                                                   vf_share_layers=False))
-        .training(train_batch_size_per_learner=batch, minibatch_size=minibatch_size,
-                  num_epochs=epochs, lr=lr, vf_clip_param=1e4)
+        .rl_module(
+            model_config=DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="relu", vf_share_layers=False)
+        )
+        .training(
+            train_batch_size_per_learner=batch,
+            minibatch_size=minibatch_size,
+            num_epochs=epochs,
+            lr=lr,
+            vf_clip_param=1e4,
+        )
         .experimental(_validate_config=False)
         .debugging(seed=seed, log_level="ERROR")
     )
@@ -73,8 +80,16 @@ class RllibAnchor:
     durations (seconds) of the env runner's ``sample`` and ``learner_group.update`` calls.
     """
 
-    def __init__(self, num_envs: int = 32, rollout_length: int = 25, epochs: int = 10, *, lr: float = 7e-4,
-                 num_envs_per_env_runner: Optional[int] = None, seed: int = 0):
+    def __init__(
+        self,
+        num_envs: int = 32,
+        rollout_length: int = 25,
+        epochs: int = 10,
+        *,
+        lr: float = 7e-4,
+        num_envs_per_env_runner: Optional[int] = None,
+        seed: int = 0,
+    ):
         from marl.api import start_ray
 
         start_ray()
@@ -86,8 +101,7 @@ class RllibAnchor:
         torch.set_num_threads(1)
         kw = dict(MPE_KWARGS)
         n_agents, episode_len = int(kw["N"]), int(kw["max_cycles"])
-        register_env("marl_bench_simple_spread",
-                     lambda _cfg: ParallelPettingZooEnv(simple_spread.parallel_env(**kw)))
+        register_env("marl_bench_simple_spread", lambda _cfg: ParallelPettingZooEnv(simple_spread.parallel_env(**kw)))
         self.epochs = int(epochs)
         batch = int(rollout_length) * int(num_envs)
         n_envs = num_envs_per_env_runner or _envs_per_runner(batch, episode_len)
@@ -102,9 +116,14 @@ class RllibAnchor:
         finally:
             cfg_logger.setLevel(level)
         self.settings: Dict[str, Any] = {
-            "B": int(num_envs), "T": int(rollout_length), "E": self.epochs,
-            "train_batch_size_per_learner": batch, "minibatch_size": self.minibatch_size,
-            "num_envs_per_env_runner": n_envs, "hidden": "2x64", "lr": lr,
+            "B": int(num_envs),
+            "T": int(rollout_length),
+            "E": self.epochs,
+            "train_batch_size_per_learner": batch,
+            "minibatch_size": self.minibatch_size,
+            "num_envs_per_env_runner": n_envs,
+            "hidden": "2x64",
+            "lr": lr,
         }
         self._sample_t: List[float] = []
         self._learn_t: List[float] = []
@@ -125,8 +144,12 @@ class RllibAnchor:
         group.update = timed(group.update, self._learn_t)
         self.learner = local_learner(group)  # the local learner (num_learners=0), or None
         if self.learner is not None:
-            count_gradient_steps(self.learner, lambda batch: self._rows.append(
-                sum(len(b) for b in batch.values()) if hasattr(batch, "values") else -1))
+            count_gradient_steps(
+                self.learner,
+                lambda batch: self._rows.append(
+                    sum(len(b) for b in batch.values()) if hasattr(batch, "values") else -1
+                ),
+            )
 
     def train_one(self) -> Dict[str, float]:
         """One ``algo.train()``, timed; returns (and keeps) this iteration's figures
@@ -138,9 +161,14 @@ class RllibAnchor:
         steps = sum(self._steps[n_st:])
         if steps == 0:  # the sample hook missed: RLlib's own count of this iteration
             steps = int(result.get("env_runners", {}).get("num_env_steps_sampled", 0))
-        it = {"env_steps": steps, "wall_s": t1[0] - t0[0], "cpu_s": t1[1] - t0[1],
-              "sample_s": sum(self._sample_t[n_s:]), "learn_s": sum(self._learn_t[n_l:]),
-              "minibatches": len(self._rows) - n_r}
+        it = {
+            "env_steps": steps,
+            "wall_s": t1[0] - t0[0],
+            "cpu_s": t1[1] - t0[1],
+            "sample_s": sum(self._sample_t[n_s:]),
+            "learn_s": sum(self._learn_t[n_l:]),
+            "minibatches": len(self._rows) - n_r,
+        }
         self.iterations.append(it)
         return it
 
@@ -154,8 +182,10 @@ class RllibAnchor:
         if self.learner is None:
             notes.append("minibatch updates not counted (no local learner)")
         elif mbs != [self.epochs]:
-            notes.append(f"minibatch updates per iteration {mbs} != E={self.epochs} (rows per minibatch "
-                         f"{sorted(set(self._rows))}, minibatch_size {self.minibatch_size})")
+            notes.append(
+                f"minibatch updates per iteration {mbs} != E={self.epochs} (rows per minibatch "
+                f"{sorted(set(self._rows))}, minibatch_size {self.minibatch_size})"
+            )
         return SideResult(
             name="rllib",
             env_steps=int(sum(p["env_steps"] for p in measured)),
@@ -164,8 +194,11 @@ class RllibAnchor:
             sample_s=mean([p["sample_s"] for p in measured]),
             learn_s=mean([p["learn_s"] for p in measured]),
             cpu_s=sum(p["cpu_s"] for p in measured),
-            settings={**self.settings, "minibatches_per_iter": mbs[0] if len(mbs) == 1 else mbs,
-                      "torch_threads": torch.get_num_threads()},
+            settings={
+                **self.settings,
+                "minibatches_per_iter": mbs[0] if len(mbs) == 1 else mbs,
+                "torch_threads": torch.get_num_threads(),
+            },
             notes=notes,
         )
 

@@ -16,6 +16,7 @@ The output folder::
 A relaunch skips the runs whose record says done, resumes the others from their last
 checkpoint (exact where the env saves its state, docs/index.md) and retries failed ones.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,20 +53,44 @@ def run_one(spec: RunSpec, suite: Suite, slot: str) -> Dict[str, Any]:
     record: Dict[str, Any] = {"key": spec.key, "spec": dataclasses.asdict(spec), "protocol": protocol_of(suite)}
     protocol = EvaluationProtocol(suite.eval_interval, suite.eval_episodes, suite.absolute_factor, seed=spec.seed)
     resume = _latest_run_folder(slot_dir)
-    write_json(slot_dir / RECORD, {**record, "status": "running", "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                                   "host": os.uname().nodename, "pid": os.getpid()})
+    write_json(
+        slot_dir / RECORD,
+        {
+            **record,
+            "status": "running",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "host": os.uname().nodename,
+            "pid": os.getpid(),
+        },
+    )
     try:
         env = marl.make_env(spec.env, spec.task, **spec.env_kwargs)
-        result = marl.fit(env, spec.algo, stop={"env_steps": suite.env_steps}, resume=resume, callbacks=[protocol],
-                          log_dir=str(slot_dir), eval_episodes=0, progress=False,
-                          checkpoint_every=suite.checkpoint_every, **spec.overrides)
-        record.update(status="done", series=protocol.series, absolute=protocol.absolute, run_dir=result.log_dir,
-                      env_steps=int(result.metrics["env_steps"]), config=_config_of(result))
+        result = marl.fit(
+            env,
+            spec.algo,
+            stop={"env_steps": suite.env_steps},
+            resume=resume,
+            callbacks=[protocol],
+            log_dir=str(slot_dir),
+            eval_episodes=0,
+            progress=False,
+            checkpoint_every=suite.checkpoint_every,
+            **spec.overrides,
+        )
+        record.update(
+            status="done",
+            series=protocol.series,
+            absolute=protocol.absolute,
+            run_dir=result.log_dir,
+            env_steps=int(result.metrics["env_steps"]),
+            config=_config_of(result),
+        )
     except KeyboardInterrupt as e:  # marl.errors.RunInterrupted: a checkpoint was saved
         record.update(status="interrupted", error=str(e), series=protocol.series)
     except Exception as e:  # noqa: BLE001 - a failed run is recorded, the suite goes on
-        record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(),
-                      series=protocol.series)
+        record.update(
+            status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(), series=protocol.series
+        )
     record.update(wall_clock_s=round(time.time() - t0, 1), resumed_from=str(resume) if resume else None)
     write_json(slot_dir / RECORD, record)
     return record
@@ -113,14 +138,18 @@ def open_output(out: Path, suite: Suite) -> None:
     """
     marker = out / MARKER
     if out.exists() and any(out.iterdir()) and not marker.is_file():
-        raise MarlError(f"{out} is not empty and was not made by 'marl benchmark run'; give another --out "
-                        f"(marl never writes into a folder it did not create).")
+        raise MarlError(
+            f"{out} is not empty and was not made by 'marl benchmark run'; give another --out "
+            f"(marl never writes into a folder it did not create)."
+        )
     if marker.is_file():
         saved = json.loads(marker.read_text())
         want = {"suite": suite.name, **protocol_of(suite)}
         if any(saved.get(k) != v for k, v in want.items()):
-            raise MarlError(f"{out} holds runs of another suite or protocol ({_differences(saved, want)}); "
-                            f"give another --out, or the same settings to continue it.")
+            raise MarlError(
+                f"{out} holds runs of another suite or protocol ({_differences(saved, want)}); "
+                f"give another --out, or the same settings to continue it."
+            )
         return
     out.mkdir(parents=True, exist_ok=True)
     write_json(marker, {"suite": suite.name, **protocol_of(suite), "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
@@ -141,8 +170,10 @@ def check_record(record: Dict[str, Any], spec: RunSpec) -> None:
     saved = record.get("spec", {})
     now = json.loads(json.dumps(dataclasses.asdict(spec)))
     if any(saved.get(k) != v for k, v in now.items()):
-        raise MarlError(f"Run {spec.key} in this folder was made with other settings ({_differences(saved, now)}); "
-                        f"give another --out to run the changed suite.")
+        raise MarlError(
+            f"Run {spec.key} in this folder was made with other settings ({_differences(saved, now)}); "
+            f"give another --out to run the changed suite."
+        )
 
 
 def _differences(saved: Dict[str, Any], now: Dict[str, Any]) -> str:
@@ -187,5 +218,7 @@ def to_marl_eval(records: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
         s = rec["spec"]
         steps = {f"step_{i}": point for i, point in enumerate(rec["series"])}
         steps["absolute_metrics"] = {k: v for k, v in rec["absolute"].items() if k != "best_step"}
-        data.setdefault(s["env"], {}).setdefault(s["task"], {}).setdefault(s["algo_label"], {})[f"seed_{s['seed']}"] = steps
+        data.setdefault(s["env"], {}).setdefault(s["task"], {}).setdefault(s["algo_label"], {})[f"seed_{s['seed']}"] = (
+            steps
+        )
     return data

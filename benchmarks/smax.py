@@ -7,6 +7,7 @@ the sample / learn split of the two shows where each spends its time
 (``docs/algorithms/value_decomposition.md``, "Speed"). Method:
 :mod:`marl.benchmarks.common`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,23 +36,33 @@ class SmaxResult:
 
     def report(self) -> str:
         """The text ``marl bench smax`` prints: one row per algorithm and the ratio."""
-        lines = [f"marl bench smax: SMAX {self.scenario}, B={self.num_envs} batched envs, "
-                 "env steps/s of whole training iterations",
-                 side_header("algo", f"{'env_steps':>10}")]
+        lines = [
+            f"marl bench smax: SMAX {self.scenario}, B={self.num_envs} batched envs, "
+            "env steps/s of whole training iterations",
+            side_header("algo", f"{'env_steps':>10}"),
+        ]
         lines += [side_row(r, f"{r.env_steps:>10d}") for r in self.sides]
         lines.append(f"ratio {self.sides[0].name}/{self.sides[1].name}: {self.ratio:.2f}x")
         return "\n".join(lines)
 
     def to_dict(self) -> Dict[str, Any]:
         """Fields plus the ratio, for JSON."""
-        return {"benchmark": self.benchmark, "scenario": self.scenario, "num_envs": self.num_envs,
-                "sides": [s.to_dict() for s in self.sides], "ratio": self.ratio}
+        return {
+            "benchmark": self.benchmark,
+            "scenario": self.scenario,
+            "num_envs": self.num_envs,
+            "sides": [s.to_dict() for s in self.sides],
+            "ratio": self.ratio,
+        }
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "SmaxResult":
         """Inverse of :meth:`to_dict` (and of its JSON); the ratio is recomputed."""
-        return cls(scenario=data["scenario"], num_envs=int(data["num_envs"]),
-                   sides=[SideResult.from_dict(s) for s in data["sides"]])
+        return cls(
+            scenario=data["scenario"],
+            num_envs=int(data["num_envs"]),
+            sides=[SideResult.from_dict(s) for s in data["sides"]],
+        )
 
 
 def run(iters: int = 20, num_envs: int = 64, scenario: str = "3m", seconds: Optional[float] = None) -> SmaxResult:

@@ -22,6 +22,7 @@ section                   what                                                  
 A section whose requirement is missing (BenchMARL's environment, jaxmarl for
 SMAX) is skipped with the reason in the report and the JSON.
 """
+
 from __future__ import annotations
 
 import os
@@ -64,26 +65,43 @@ class VsBenchmarlResult:
 
     def report(self) -> str:
         """One row per side, the ratios and the settings."""
-        lines = ["marl bench vs-benchmarl: MAPPO on VMAS simple_spread, env steps/s of whole iterations, "
-                 "alternating one marl and one BenchMARL iteration",
-                 "settings: " + ", ".join(f"{k}={fmt(v)}" for k, v in self.settings.items()),
-                 side_header("side", f"{'steps/cpu_s':>12}")]
+        lines = [
+            "marl bench vs-benchmarl: MAPPO on VMAS simple_spread, env steps/s of whole iterations, "
+            "alternating one marl and one BenchMARL iteration",
+            "settings: " + ", ".join(f"{k}={fmt(v)}" for k, v in self.settings.items()),
+            side_header("side", f"{'steps/cpu_s':>12}"),
+        ]
         lines += [side_row(s, f"{s.steps_per_cpu_s:>12.1f}") for s in self.sides.values()]
-        lines.append(f"ratio marl/benchmarl: {self.ratio:.2f}x (goal >= {GOALS['vmas_benchmarl'][2]}x); "
-                     f"learner time benchmarl/marl: {self.learn_ratio:.2f}x")
+        lines.append(
+            f"ratio marl/benchmarl: {self.ratio:.2f}x (goal >= {GOALS['vmas_benchmarl'][2]}x); "
+            f"learner time benchmarl/marl: {self.learn_ratio:.2f}x"
+        )
         for s in self.sides.values():
             lines += [f"{s.name} note: {n}" for n in s.notes]
         return "\n".join(lines)
 
     def to_dict(self) -> Dict[str, Any]:
         """Sides, settings and ratios, for JSON."""
-        return {"benchmark": self.benchmark, "settings": dict(self.settings), "ratio": self.ratio,
-                "learn_ratio": self.learn_ratio, "sides": {k: s.to_dict() for k, s in self.sides.items()}}
+        return {
+            "benchmark": self.benchmark,
+            "settings": dict(self.settings),
+            "ratio": self.ratio,
+            "learn_ratio": self.learn_ratio,
+            "sides": {k: s.to_dict() for k, s in self.sides.items()},
+        }
 
 
-def run_vs_benchmarl(python: str, num_envs: int = 512, rollout_length: int = 25, epochs: int = 3,
-                     minibatches: int = 2, iters: int = 10, seconds: Optional[float] = None,
-                     max_steps: int = 100, **overrides: Any) -> VsBenchmarlResult:
+def run_vs_benchmarl(
+    python: str,
+    num_envs: int = 512,
+    rollout_length: int = 25,
+    epochs: int = 3,
+    minibatches: int = 2,
+    iters: int = 10,
+    seconds: Optional[float] = None,
+    max_steps: int = 100,
+    **overrides: Any,
+) -> VsBenchmarlResult:
     """marl MAPPO vs BenchMARL MAPPO on VMAS simple_spread, alternating iterations.
 
     Args:
@@ -102,21 +120,40 @@ def run_vs_benchmarl(python: str, num_envs: int = 512, rollout_length: int = 25,
     anchor = BenchmarlAnchor(python, num_envs, rollout_length, epochs, minibatches, 64, max_steps)
     try:
         with ray_for_bench():
-            ours = bench_ours(num_envs, rollout_length, epochs, iters, seconds, family="vmas",
-                              scenario="simple_spread", env_kwargs={"max_steps": max_steps}, name="marl",
-                              between=anchor.train_one, **{"hidden": 64, "num_minibatches": minibatches,
-                                                           "critic": "team", **overrides})
+            ours = bench_ours(
+                num_envs,
+                rollout_length,
+                epochs,
+                iters,
+                seconds,
+                family="vmas",
+                scenario="simple_spread",
+                env_kwargs={"max_steps": max_steps},
+                name="marl",
+                between=anchor.train_one,
+                **{"hidden": 64, "num_minibatches": minibatches, "critic": "team", **overrides},
+            )
         theirs = anchor.result()
     finally:
         anchor.stop()
-    settings = {"B": num_envs, "T": rollout_length, "E": epochs, "K": minibatches, "hidden": "2x64 relu",
-                "critic": "centralised, once per env step (marl critic=team, BenchMARL share_param_critic)",
-                "max_steps": max_steps, "actions": "discrete", "iters": iters, "seconds": seconds,
-                "marl_overrides": dict(overrides)}
+    settings = {
+        "B": num_envs,
+        "T": rollout_length,
+        "E": epochs,
+        "K": minibatches,
+        "hidden": "2x64 relu",
+        "critic": "centralised, once per env step (marl critic=team, BenchMARL share_param_critic)",
+        "max_steps": max_steps,
+        "actions": "discrete",
+        "iters": iters,
+        "seconds": seconds,
+        "marl_overrides": dict(overrides),
+    }
     return VsBenchmarlResult(sides={"marl": ours, "benchmarl": theirs}, settings=settings)
 
 
 # ----------------------------------------------------------------------------- the whole table
+
 
 @dataclass
 class SpeedResult:
@@ -142,14 +179,24 @@ class SpeedResult:
         for name, (measure, getter, goal) in GOALS.items():
             if name in self.sections:
                 value = _goal_value(getter, self.sections[name])
-                rows.append({"section": name, "measure": measure, "value": value, "goal": goal,
-                             "met": value is not None and value >= goal})
+                rows.append(
+                    {
+                        "section": name,
+                        "measure": measure,
+                        "value": value,
+                        "goal": goal,
+                        "met": value is not None and value >= goal,
+                    }
+                )
         return rows
 
     def report(self) -> str:
         """Each section's report, then the goal table."""
-        lines = [f"marl bench speed: {len(self.sections)} sections, loadavg start {fmt_load(self.load_start)} "
-                 f"(cpus: {self.cpus})", ""]
+        lines = [
+            f"marl bench speed: {len(self.sections)} sections, loadavg start {fmt_load(self.load_start)} "
+            f"(cpus: {self.cpus})",
+            "",
+        ]
         for name, res in self.sections.items():
             lines += [f"=== {name}", res.report(), ""]
         lines += [f"=== {name}: skipped ({why})" for name, why in self.skipped.items()]
@@ -161,9 +208,16 @@ class SpeedResult:
 
     def to_dict(self) -> Dict[str, Any]:
         """Every section's JSON, the skipped ones with their reason, the goal rows, load and time."""
-        return {"benchmark": self.benchmark, "sections": {k: v.to_dict() for k, v in self.sections.items()},
-                "skipped": dict(self.skipped), "goals": self.goals(), "load_start": list(self.load_start),
-                "load_end": list(self.load_end), "total_s": self.total_s, "cpus": self.cpus}
+        return {
+            "benchmark": self.benchmark,
+            "sections": {k: v.to_dict() for k, v in self.sections.items()},
+            "skipped": dict(self.skipped),
+            "goals": self.goals(),
+            "load_start": list(self.load_start),
+            "load_end": list(self.load_end),
+            "total_s": self.total_s,
+            "cpus": self.cpus,
+        }
 
 
 def _goal_value(getter: str, result: Any) -> Optional[float]:
@@ -206,8 +260,12 @@ def _sections(iters: int, benchmarl: Optional[str]) -> Dict[str, Callable[[], An
     return {name: calls[name] for name in SECTIONS if name in calls}
 
 
-def run(iters: int = 10, benchmarl_python: Optional[str] = None, only: Optional[List[str]] = None,
-        progress: Callable[[str], None] = print) -> SpeedResult:
+def run(
+    iters: int = 10,
+    benchmarl_python: Optional[str] = None,
+    only: Optional[List[str]] = None,
+    progress: Callable[[str], None] = print,
+) -> SpeedResult:
     """Run the sections of :data:`SECTIONS` (or ``only`` those) one after the other.
 
     Args:
@@ -239,5 +297,10 @@ def run(iters: int = 10, benchmarl_python: Optional[str] = None, only: Optional[
         except ImportError as e:  # an optional dependency of that section (jaxmarl for SMAX)
             skipped[name] = f"missing package: {e}"
         progress(f"[speed] {name} done in {time.perf_counter() - t:.1f} s")
-    return SpeedResult(sections=sections, skipped=skipped, load_start=load_start, load_end=os.getloadavg(),
-                       total_s=time.perf_counter() - t0)
+    return SpeedResult(
+        sections=sections,
+        skipped=skipped,
+        load_start=load_start,
+        load_end=os.getloadavg(),
+        total_s=time.perf_counter() - t0,
+    )

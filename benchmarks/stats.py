@@ -13,6 +13,7 @@ and seaborn, seconds of start-up that ``marl benchmark run`` should not pay befo
 Shapes: a *score array* is ``[runs]`` (one score per seed); a *score matrix* is ``[runs x tasks]``
 (rliable's layout); curve arrays are ``[runs x steps]``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -116,8 +117,9 @@ def _curve(runs: Sequence[Sequence[Mapping[str, Any]]], metric: str) -> Tuple[np
 
 
 # ------------------------------------------------------------------ normalisation
-def min_max_normalise(tasks: Mapping[str, Mapping[str, np.ndarray]]
-                      ) -> Tuple[Dict[str, Dict[str, np.ndarray]], Dict[str, Tuple[float, float]]]:
+def min_max_normalise(
+    tasks: Mapping[str, Mapping[str, np.ndarray]],
+) -> Tuple[Dict[str, Dict[str, np.ndarray]], Dict[str, Tuple[float, float]]]:
     """Min-max normalise the scores of each task: ``(s - min) / (max - min)``.
 
     Args:
@@ -137,13 +139,15 @@ def min_max_normalise(tasks: Mapping[str, Mapping[str, np.ndarray]]
         lo, hi = float(values.min()), float(values.max())
         bounds[task] = (lo, hi)
         span = hi - lo
-        normalised[task] = {a: (np.asarray(s, dtype=float) - lo) / span if span > 0 else np.zeros(len(s))
-                            for a, s in algos.items()}
+        normalised[task] = {
+            a: (np.asarray(s, dtype=float) - lo) / span if span > 0 else np.zeros(len(s)) for a, s in algos.items()
+        }
     return normalised, bounds
 
 
-def score_matrices(normalised: Mapping[str, Mapping[str, np.ndarray]]
-                   ) -> Tuple[Dict[str, np.ndarray], List[str], List[str]]:
+def score_matrices(
+    normalised: Mapping[str, Mapping[str, np.ndarray]],
+) -> Tuple[Dict[str, np.ndarray], List[str], List[str]]:
     """rliable's ``[runs x tasks]`` matrix per algorithm, over the tasks every algorithm has run.
 
     Returns:
@@ -174,7 +178,7 @@ def iqm(scores: np.ndarray, axis: Optional[int] = None) -> Any:
     """
     x = np.sort(np.asarray(scores, dtype=float).ravel() if axis is None else np.asarray(scores, dtype=float), axis=0)
     cut = int(0.25 * x.shape[0])
-    return np.mean(x[cut:x.shape[0] - cut], axis=0)
+    return np.mean(x[cut : x.shape[0] - cut], axis=0)
 
 
 def improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
@@ -207,8 +211,9 @@ def _seeded(seed: int) -> Iterator[None]:
         np.random.set_state(state)
 
 
-def interval_estimates(score_dict: Mapping[str, Any], func: Callable[..., Any], reps: int, seed: int
-                       ) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
+def interval_estimates(
+    score_dict: Mapping[str, Any], func: Callable[..., Any], reps: int, seed: int
+) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
     """rliable's ``get_interval_estimates`` (stratified bootstrap, percentile 95% CIs), seeded.
 
     Returns ``({key: point estimates}, {key: [2 x ...] lower and upper bounds})``.
@@ -216,8 +221,7 @@ def interval_estimates(score_dict: Mapping[str, Any], func: Callable[..., Any], 
     from rliable import library as rly
 
     with _seeded(seed):
-        return rly.get_interval_estimates(dict(score_dict), func, reps=reps,
-                                          confidence_interval_size=CONFIDENCE)
+        return rly.get_interval_estimates(dict(score_dict), func, reps=reps, confidence_interval_size=CONFIDENCE)
 
 
 def _ci(values: np.ndarray, i: int) -> List[float]:
@@ -245,13 +249,22 @@ def task_statistics(scores: Mapping[str, np.ndarray], reps: int = 2000, seed: in
 
     arrays = {a: np.asarray(s, dtype=float).reshape(-1, 1) for a, s in scores.items() if len(s)}
     points, cis = interval_estimates(arrays, func, reps, seed) if arrays else ({}, {})
-    return {a: {"runs": int(x.shape[0]), "iqm": float(points[a][0]), "iqm_ci": _ci(cis[a], 0),
-                "mean": float(points[a][1]), "mean_ci": _ci(cis[a], 1), "median": float(np.median(x))}
-            for a, x in arrays.items()}
+    return {
+        a: {
+            "runs": int(x.shape[0]),
+            "iqm": float(points[a][0]),
+            "iqm_ci": _ci(cis[a], 0),
+            "mean": float(points[a][1]),
+            "mean_ci": _ci(cis[a], 1),
+            "median": float(np.median(x)),
+        }
+        for a, x in arrays.items()
+    }
 
 
-def aggregate_statistics(matrices: Mapping[str, np.ndarray], reps: int = 2000, seed: int = 0
-                         ) -> Dict[str, Dict[str, Any]]:
+def aggregate_statistics(
+    matrices: Mapping[str, np.ndarray], reps: int = 2000, seed: int = 0
+) -> Dict[str, Dict[str, Any]]:
     """IQM, mean and median with 95% CIs of normalised ``[runs x tasks]`` matrices.
 
     IQM is over all ``runs x tasks`` scores together, mean is the mean of the per-task means and
@@ -283,6 +296,7 @@ def curve_statistics(y: np.ndarray, reps: int = 2000, seed: int = 0) -> Tuple[np
     (Agarwal et al. 2021, arXiv:2108.13264). The IQM per step is the 25% trimmed mean over runs,
     the same number ``aggregate_iqm`` gives on that step's ``[runs x 1]`` slice.
     """
+
     def func(x: np.ndarray) -> np.ndarray:
         return iqm(x[:, 0, :], axis=0)  # one IQM over runs per step, all steps at once
 
@@ -291,8 +305,9 @@ def curve_statistics(y: np.ndarray, reps: int = 2000, seed: int = 0) -> Tuple[np
     return np.asarray(points["y"]), np.asarray(cis["y"][0]), np.asarray(cis["y"][1])
 
 
-def probability_of_improvement(matrices: Mapping[str, np.ndarray], reps: int = 2000, seed: int = 0
-                               ) -> List[Dict[str, Any]]:
+def probability_of_improvement(
+    matrices: Mapping[str, np.ndarray], reps: int = 2000, seed: int = 0
+) -> List[Dict[str, Any]]:
     """P(X > Y) with a 95% CI for every ordered pair of algorithms.
 
     ``matrices``: ``{algo: [runs x tasks]}`` (same tasks, run counts may differ). P(X > Y) is
@@ -314,8 +329,9 @@ def probability_of_improvement(matrices: Mapping[str, np.ndarray], reps: int = 2
     return out
 
 
-def performance_profiles(matrices: Mapping[str, np.ndarray], tau: np.ndarray, reps: int = 2000, seed: int = 0
-                         ) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
+def performance_profiles(
+    matrices: Mapping[str, np.ndarray], tau: np.ndarray, reps: int = 2000, seed: int = 0
+) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
     """Score distributions: the fraction of ``runs x tasks`` normalised scores above each ``tau``,
     with 95% CIs (rliable's ``create_performance_profile``, Agarwal et al. 2021, arXiv:2108.13264).
 
@@ -329,8 +345,9 @@ def performance_profiles(matrices: Mapping[str, np.ndarray], tau: np.ndarray, re
         return np.mean(np.asarray(scores).reshape(-1, 1) > np.asarray(taus).reshape(1, -1), axis=0)
 
     with _seeded(seed):
-        return rly.create_performance_profile(dict(matrices), tau, custom_profile_func=fraction_above, reps=reps,
-                                              confidence_interval_size=CONFIDENCE)
+        return rly.create_performance_profile(
+            dict(matrices), tau, custom_profile_func=fraction_above, reps=reps, confidence_interval_size=CONFIDENCE
+        )
 
 
 # ------------------------------------------------------------------ references
@@ -358,8 +375,10 @@ def reference_check(ref: Mapping[str, Any], ours: Optional[Mapping[str, Any]]) -
     out = not lo <= value <= hi
     rel = "outside" if out else "inside"
     point = " (one run: the CI is the point)" if ours.get("runs") == 1 else ""
-    return {"flag": out, "why": f"the published value {fmt(value)} is {rel} our 95% IQM CI "
-                                f"[{fmt(lo)}, {fmt(hi)}]{point}"}
+    return {
+        "flag": out,
+        "why": f"the published value {fmt(value)} is {rel} our 95% IQM CI [{fmt(lo)}, {fmt(hi)}]{point}",
+    }
 
 
 def fmt(x: Optional[float]) -> str:

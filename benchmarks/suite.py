@@ -28,6 +28,7 @@ naming the closest valid choice; :meth:`Suite.runs` lists the ``(env, task, algo
 runs. The evaluation protocol is Gorsane et al. 2022, "Towards a standardised
 performance evaluation protocol for cooperative MARL" (arXiv:2209.10485), Section 4.
 """
+
 from __future__ import annotations
 
 import copy
@@ -41,8 +42,19 @@ import yaml
 from marl.errors import MarlError, closest
 
 SUITE_DIR = Path(__file__).resolve().parent.parent / "configs" / "benchmarks"
-_TOP = {"name", "description", "seeds", "budget", "evaluation", "checkpoint_every", "resources", "envs", "algos",
-        "references", "targets"}
+_TOP = {
+    "name",
+    "description",
+    "seeds",
+    "budget",
+    "evaluation",
+    "checkpoint_every",
+    "resources",
+    "envs",
+    "algos",
+    "references",
+    "targets",
+}
 _ENV_KEYS = {"tasks", "kwargs", "overrides"}
 _EVAL_KEYS = {"interval", "episodes", "absolute_factor"}
 _BUDGET_KEYS = {"env_steps"}
@@ -51,8 +63,11 @@ _REFERENCE_KEYS = {"env", "task", "algo", "metric", "value", "ci", "source", "bu
 _TARGET_KEYS = {"env", "task", "algo", "metric", "value"}
 _METRICS = ("return", "win_rate")
 _RUNNER_KEYS = {  # config keys every run gets from the runner, and the suite key that sets them
-    "seed": "the suite's seeds", "log_dir": "the run's folder under --out", "progress": "the runner's progress view",
-    "eval_episodes": "the suite's evaluation", "checkpoint_every": "the suite's checkpoint_every",
+    "seed": "the suite's seeds",
+    "log_dir": "the run's folder under --out",
+    "progress": "the runner's progress view",
+    "eval_episodes": "the suite's evaluation",
+    "checkpoint_every": "the suite's checkpoint_every",
 }
 _LABEL = re.compile(r"^[a-z0-9_\-]+$")  # marl-eval lower-cases keys and refuses commas in algorithm names
 
@@ -112,8 +127,17 @@ class Suite:
                 for label, a in self.algos.items():
                     overrides = {**{k: v for k, v in a.items() if k != "algo"}, **e["overrides"].get(label, {})}
                     for seed in self.seeds:
-                        out.append(RunSpec(env, task, label, a.get("algo", label), seed, dict(e["kwargs"]),
-                                           {**overrides, "seed": seed}))
+                        out.append(
+                            RunSpec(
+                                env,
+                                task,
+                                label,
+                                a.get("algo", label),
+                                seed,
+                                dict(e["kwargs"]),
+                                {**overrides, "seed": seed},
+                            )
+                        )
         return out
 
     def with_seeds(self, seeds: Sequence[int]) -> "Suite":
@@ -142,8 +166,10 @@ def load_suite(name_or_path: str) -> Suite:
         if name_or_path in bundled_suites():
             path = SUITE_DIR / f"{name_or_path}.yaml"
         elif not path.suffix:
-            raise MarlError(f"No benchmark suite {name_or_path!r}: bundled suites are {bundled_suites()}, or give "
-                            f"the path of a YAML file.{closest(name_or_path, bundled_suites())}")
+            raise MarlError(
+                f"No benchmark suite {name_or_path!r}: bundled suites are {bundled_suites()}, or give "
+                f"the path of a YAML file.{closest(name_or_path, bundled_suites())}"
+            )
     if not path.is_file():
         raise MarlError(f"Benchmark suite file {str(path)!r} does not exist.")
     try:
@@ -175,7 +201,9 @@ def parse_suite(raw: Dict[str, Any], default_name: str = "suite") -> Suite:
         checkpoint_every=_positive("checkpoint_every", raw.get("checkpoint_every", 20), int),
         cpus_per_run=_positive("resources.cpus_per_run", resources.get("cpus_per_run", 1), float),
         gpus_per_run=_non_negative("resources.gpus_per_run", resources.get("gpus_per_run", 0)),
-        envs={}, algos=_algos(raw["algos"]), description=str(raw.get("description", "")),
+        envs={},
+        algos=_algos(raw["algos"]),
+        description=str(raw.get("description", "")),
         source=copy.deepcopy(raw),
     )
     suite.envs = _envs(raw["envs"], suite.algos)
@@ -198,14 +226,20 @@ def _targets(raw: Any, suite: Suite) -> List[Dict[str, Any]]:
             raise MarlError(f"targets[{i}] lacks {missing}; each target needs env, task, metric, value.")
         if f"{t['env']}/{t['task']}" not in tasks:
             name = f"{t['env']}/{t['task']}"
-            raise MarlError(f"targets[{i}] names {name!r}, not a task of this suite (tasks: {', '.join(tasks)})."
-                            f"{closest(name, tasks)}")
+            raise MarlError(
+                f"targets[{i}] names {name!r}, not a task of this suite (tasks: {', '.join(tasks)})."
+                f"{closest(name, tasks)}"
+            )
         if t.get("algo") is not None and t["algo"] not in suite.algos:
-            raise MarlError(f"targets[{i}].algo {t['algo']!r} is not an algorithm of this suite "
-                            f"({', '.join(suite.algos)}).{closest(str(t['algo']), list(suite.algos))}")
+            raise MarlError(
+                f"targets[{i}].algo {t['algo']!r} is not an algorithm of this suite "
+                f"({', '.join(suite.algos)}).{closest(str(t['algo']), list(suite.algos))}"
+            )
         if t["metric"] not in _METRICS:
-            raise MarlError(f"targets[{i}].metric {t['metric']!r} is not one of {list(_METRICS)}."
-                            f"{closest(str(t['metric']), _METRICS)}")
+            raise MarlError(
+                f"targets[{i}].metric {t['metric']!r} is not one of {list(_METRICS)}."
+                f"{closest(str(t['metric']), _METRICS)}"
+            )
         if isinstance(t["value"], bool) or not isinstance(t["value"], (int, float)):
             raise MarlError(f"targets[{i}].value must be a number, got {t['value']!r}.")
     return [dict(t) for t in raw]
@@ -228,8 +262,12 @@ def _section(raw: Dict[str, Any], name: str, valid: set) -> Dict[str, Any]:
 def _positive(name: str, value: Any, kind: type) -> Any:
     if value is None:
         raise MarlError(f"The suite needs {name} (a number > 0).")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or (
-            kind is int and float(value) != int(value)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value <= 0
+        or (kind is int and float(value) != int(value))
+    ):
         what = "a whole number > 0" if kind is int else "a number > 0"
         raise MarlError(f"Suite key {name} must be {what}, got {value!r}.")
     return kind(value)
@@ -243,8 +281,10 @@ def _non_negative(name: str, value: Any) -> float:
 
 def _label(what: str, value: Any) -> str:
     if not isinstance(value, str) or not _LABEL.match(value):
-        raise MarlError(f"Suite {what} {value!r} must be lower-case letters, digits, '_' or '-' "
-                        f"(marl-eval lower-cases names and refuses commas).")
+        raise MarlError(
+            f"Suite {what} {value!r} must be lower-case letters, digits, '_' or '-' "
+            f"(marl-eval lower-cases names and refuses commas)."
+        )
     return value
 
 
@@ -253,9 +293,14 @@ def _seeds(value: Any) -> List[int]:
         if value < 1:
             raise MarlError(f"Suite key seeds must be a number of seeds >= 1 or a list of seeds, got {value!r}.")
         return list(range(value))
-    if not isinstance(value, list) or not value or any(
-            isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value):
-        raise MarlError(f"Suite key seeds must be a number of seeds >= 1 or a list of whole numbers >= 0, got {value!r}.")
+    if (
+        not isinstance(value, list)
+        or not value
+        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value)
+    ):
+        raise MarlError(
+            f"Suite key seeds must be a number of seeds >= 1 or a list of whole numbers >= 0, got {value!r}."
+        )
     if len(set(value)) != len(value):
         raise MarlError(f"Suite seeds repeat a seed: {value!r}.")
     return list(value)
@@ -288,14 +333,18 @@ def _envs(raw: Any, algos: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any
     out = {}
     for family, e in raw.items():
         if family not in families:
-            raise MarlError(f"Unknown env family {family!r} in the suite; valid: {families}.{closest(family, families)}")
+            raise MarlError(
+                f"Unknown env family {family!r} in the suite; valid: {families}.{closest(family, families)}"
+            )
         e = {"tasks": e} if isinstance(e, list) else dict(e or {})
         _known_keys(f"envs.{family}", e, _ENV_KEYS)
         tasks = e.get("tasks") or []
         scenarios = scenarios_of(family)
         for t in tasks:
             if scenarios and t not in scenarios:
-                raise MarlError(f"Unknown task {t!r} of env family {family!r}; valid: {scenarios}.{closest(t, scenarios)}")
+                raise MarlError(
+                    f"Unknown task {t!r} of env family {family!r}; valid: {scenarios}.{closest(t, scenarios)}"
+                )
         if not tasks:
             raise MarlError(f"envs.{family} lists no tasks; valid tasks: {scenarios}.")
         overrides = e.get("overrides") or {}
@@ -313,8 +362,10 @@ def _check_config(family: str, label: str, algo_overrides: Dict[str, Any], env_o
     over = {**{k: v for k, v in algo_overrides.items() if k != "algo"}, **env_overrides}
     for k in over:
         if k in _RUNNER_KEYS:
-            raise MarlError(f"Suite algorithm {label!r} on env {family!r} sets {k!r}, which the benchmark runner sets "
-                            f"for every run ({_RUNNER_KEYS[k]}).")
+            raise MarlError(
+                f"Suite algorithm {label!r} on env {family!r} sets {k!r}, which the benchmark runner sets "
+                f"for every run ({_RUNNER_KEYS[k]})."
+            )
     try:
         load_config(algo_overrides.get("algo", label), family, over)
     except MarlError as e:
@@ -329,10 +380,14 @@ def _references(raw: Any, suite: Suite) -> List[Dict[str, Any]]:
         _known_keys(f"references[{i}]", r, _REFERENCE_KEYS)
         missing = [k for k in ("env", "task", "algo", "metric", "value", "source") if k not in r]
         if missing:
-            raise MarlError(f"references[{i}] lacks {missing}; each reference needs env, task, algo, metric, value, source.")
+            raise MarlError(
+                f"references[{i}] lacks {missing}; each reference needs env, task, algo, metric, value, source."
+            )
         if r["metric"] not in _METRICS:
-            raise MarlError(f"references[{i}].metric {r['metric']!r} is not one of {list(_METRICS)}."
-                            f"{closest(r['metric'], _METRICS)}")
+            raise MarlError(
+                f"references[{i}].metric {r['metric']!r} is not one of {list(_METRICS)}."
+                f"{closest(r['metric'], _METRICS)}"
+            )
         ci = r.get("ci")
         if ci is not None and (not isinstance(ci, list) or len(ci) != 2 or ci[0] > ci[1]):
             raise MarlError(f"references[{i}].ci must be [low, high] or null, got {ci!r}.")

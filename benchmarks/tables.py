@@ -28,6 +28,7 @@ inline text, over several lines a Markdown block. ``<what>`` is one of:
 resamples and seed), so a report edited by hand or left stale fails too. Statistics:
 Agarwal et al. 2021 (arXiv:2108.13264); protocol: Gorsane et al. 2022 (arXiv:2209.10485).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,21 @@ from marl.benchmarks.stats import fmt
 from marl.benchmarks.targets import target_lines
 from marl.errors import MarlError
 
-__all__ = ["SuiteResults", "load_suite", "render", "duration", "rewrite_text", "doc_files", "rewrite_docs",
-           "check_docs", "check_reports", "import_run", "add_arguments", "run", "main"]
+__all__ = [
+    "SuiteResults",
+    "load_suite",
+    "render",
+    "duration",
+    "rewrite_text",
+    "doc_files",
+    "rewrite_docs",
+    "check_docs",
+    "check_reports",
+    "import_run",
+    "add_arguments",
+    "run",
+    "main",
+]
 
 RESULTS_DIR = Path("docs") / "results"
 KEPT_FILES = ("results.json", "provenance.json", "suite.yaml", "report.json")
@@ -59,6 +73,7 @@ TASK_STATS = ("iqm", "mean", "median")
 @dataclass
 class SuiteResults:
     """The kept JSON of one suite: ``report`` (report.json) and ``provenance`` (provenance.json, or ``{}``)."""
+
     name: str
     folder: Path
     report: Dict[str, Any]
@@ -81,12 +96,13 @@ def load_suite(root: Path, suite: str) -> SuiteResults:
     folder = Path(root) / RESULTS_DIR / suite
     if not (folder / "report.json").is_file():
         kept = sorted(p.parent.name for p in (Path(root) / RESULTS_DIR).glob("*/report.json"))
-        raise MarlError(f"No kept results of suite '{suite}': {folder / 'report.json'} is missing. Suites with "
-                        f"results: {', '.join(kept) or 'none'}. Keep a run folder's JSON with "
-                        f"`marl benchmark tables --import <run folder>`.")
+        raise MarlError(
+            f"No kept results of suite '{suite}': {folder / 'report.json'} is missing. Suites with "
+            f"results: {', '.join(kept) or 'none'}. Keep a run folder's JSON with "
+            f"`marl benchmark tables --import <run folder>`."
+        )
     prov = folder / "provenance.json"
-    return SuiteResults(suite, folder, _read_json(folder / "report.json"),
-                        _read_json(prov) if prov.is_file() else {})
+    return SuiteResults(suite, folder, _read_json(folder / "report.json"), _read_json(prov) if prov.is_file() else {})
 
 
 # ------------------------------------------------------------------ what a block shows
@@ -110,8 +126,10 @@ def _task_table(res: SuiteResults, arg: str) -> str:
     for algo, row in t["algos"].items():
         refs = row["references"]
         flag = _flag(True if any(r["flag"] for r in refs) else (False if refs else None))
-        lines.append(f"| {algo} | {row['runs']} | {fmt(row['iqm'])} {_ci(row['iqm_ci'])} | "
-                     f"{fmt(row['mean'])} {_ci(row['mean_ci'])} | {fmt(row['median'])} | {flag} |")
+        lines.append(
+            f"| {algo} | {row['runs']} | {fmt(row['iqm'])} {_ci(row['iqm_ci'])} | "
+            f"{fmt(row['mean'])} {_ci(row['mean_ci'])} | {fmt(row['median'])} | {flag} |"
+        )
     return "\n".join(lines)
 
 
@@ -120,8 +138,10 @@ def _final_table(res: SuiteResults, arg: str) -> str:
     metric, t = _task(res, arg)
     lines = [f"| algo | runs | env steps | IQM {metric} of the last evaluation [95% CI] |", "|---|---|---|---|"]
     for algo, c in t["curves"].items():
-        lines.append(f"| {algo} | {c['runs']} | {int(c['step_count'][-1]):,} | "
-                     f"{fmt(c['iqm'][-1])} {_ci([c['ci_low'][-1], c['ci_high'][-1]])} |")
+        lines.append(
+            f"| {algo} | {c['runs']} | {int(c['step_count'][-1]):,} | "
+            f"{fmt(c['iqm'][-1])} {_ci([c['ci_low'][-1], c['ci_high'][-1]])} |"
+        )
     return "\n".join(lines)
 
 
@@ -131,11 +151,17 @@ def _aggregate_table(res: SuiteResults, arg: str) -> str:
     agg = s["aggregate"]
     if not agg["algos"]:
         return "No aggregate: " + "; ".join(s["notes"])
-    lines = [f"Tasks: {', '.join(agg['tasks'])} (min-max normalised {s['metric']}).", "",
-             "| algo | runs x tasks | IQM [95% CI] | mean [95% CI] | median [95% CI] |", "|---|---|---|---|---|"]
+    lines = [
+        f"Tasks: {', '.join(agg['tasks'])} (min-max normalised {s['metric']}).",
+        "",
+        "| algo | runs x tasks | IQM [95% CI] | mean [95% CI] | median [95% CI] |",
+        "|---|---|---|---|---|",
+    ]
     for algo, r in agg["algos"].items():
-        lines.append(f"| {algo} | {r['runs']} x {r['tasks']} | {fmt(r['iqm'])} {_ci(r['iqm_ci'])} | "
-                     f"{fmt(r['mean'])} {_ci(r['mean_ci'])} | {fmt(r['median'])} {_ci(r['median_ci'])} |")
+        lines.append(
+            f"| {algo} | {r['runs']} x {r['tasks']} | {fmt(r['iqm'])} {_ci(r['iqm_ci'])} | "
+            f"{fmt(r['mean'])} {_ci(r['mean_ci'])} | {fmt(r['median'])} {_ci(r['median_ci'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -181,14 +207,17 @@ def _provenance(res: SuiteResults, arg: str) -> str:
     """Where the block's numbers come from: the kept files, commit, versions, hardware and wall-clocks."""
     prov, rep = res.provenance, res.report
     folder = f"{RESULTS_DIR.as_posix()}/{res.name}/"
-    lines = [f"- Source: `{folder}` (`results.json` and `provenance.json` as `marl benchmark run {res.name}` wrote "
-             f"them, `report.json` from its report: {rep['reps']} bootstrap resamples, seed {rep['seed']})."]
-    lines += [f"- {line}" for line in rep["provenance"]
-              if line.split(":")[0] in ("versions", "git commit", "time")]
+    lines = [
+        f"- Source: `{folder}` (`results.json` and `provenance.json` as `marl benchmark run {res.name}` wrote "
+        f"them, `report.json` from its report: {rep['reps']} bootstrap resamples, seed {rep['seed']})."
+    ]
+    lines += [f"- {line}" for line in rep["provenance"] if line.split(":")[0] in ("versions", "git commit", "time")]
     hw = prov.get("hardware") or {}
     if hw:
-        lines.append(f"- hardware: {hw.get('cpu')}, {hw.get('cpus')} CPUs, {hw.get('memory_gib')} GiB, "
-                     f"{', '.join(hw.get('gpus') or []) or 'no GPU'}")
+        lines.append(
+            f"- hardware: {hw.get('cpu')}, {hw.get('cpus')} CPUs, {hw.get('memory_gib')} GiB, "
+            f"{', '.join(hw.get('gpus') or []) or 'no GPU'}"
+        )
     if prov.get("wall_clock_s") is not None:
         lines.append(f"- wall-clock of the launch: {_wall_clock(res, '')} ({len(prov.get('runs', {}))} runs)")
     runs = _run_times(res)
@@ -208,8 +237,13 @@ def _value(res: SuiteResults, arg: str) -> str:
 
 
 RENDERERS: Dict[str, Callable[[SuiteResults, str], str]] = {
-    "task": _task_table, "final": _final_table, "aggregate": _aggregate_table, "targets": _targets_table,
-    "provenance": _provenance, "wall_clock": _wall_clock, "value": _value,
+    "task": _task_table,
+    "final": _final_table,
+    "aggregate": _aggregate_table,
+    "targets": _targets_table,
+    "provenance": _provenance,
+    "wall_clock": _wall_clock,
+    "value": _value,
 }
 
 
@@ -249,7 +283,7 @@ def rewrite_text(text: str, load: Callable[[str], SuiteResults], where: str = "t
         except MarlError as e:
             raise MarlError(f"{where}:{_line(text, m.start())}: {e}") from e
         block = "\n" in m.group("body")
-        out += [text[pos:m.start("body")], f"\n{body}\n" if block else body]
+        out += [text[pos : m.start("body")], f"\n{body}\n" if block else body]
         pos = m.end("body")
     stray = OPEN.search(text, pos)
     if stray:
@@ -299,17 +333,24 @@ def check_docs(root: Path) -> List[str]:
     for path, (old, new) in _rewritten(root).items():
         if new != old:
             name = str(path.relative_to(root))
-            diffs.append("".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                                      f"{name} (now)", f"{name} (from docs/results)")))
+            diffs.append(
+                "".join(
+                    difflib.unified_diff(
+                        old.splitlines(True), new.splitlines(True), f"{name} (now)", f"{name} (from docs/results)"
+                    )
+                )
+            )
     return diffs
 
 
 def _comparable(report: Mapping[str, Any]) -> Any:
     """A report without its figure file names (a rebuild without an output folder draws none)."""
+
     def strip(x: Any) -> Any:
         if isinstance(x, dict):
             return {k: strip(v) for k, v in x.items() if k not in ("figure", "figures")}
         return [strip(v) for v in x] if isinstance(x, list) else x
+
     return strip(json.loads(json.dumps(report)))
 
 
@@ -325,11 +366,19 @@ def check_reports(root: Path) -> List[str]:
             problems.append(f"{folder}: missing {', '.join(missing)}")
             continue
         kept = _read_json(folder / "report.json")
-        rebuilt = build_report(_read_json(folder / "results.json"), yaml.safe_load((folder / "suite.yaml").read_text()),
-                               _read_json(folder / "provenance.json"), None, kept["reps"], kept["seed"])
+        rebuilt = build_report(
+            _read_json(folder / "results.json"),
+            yaml.safe_load((folder / "suite.yaml").read_text()),
+            _read_json(folder / "provenance.json"),
+            None,
+            kept["reps"],
+            kept["seed"],
+        )
         if _comparable(rebuilt) != _comparable(kept):
-            problems.append(f"{folder}/report.json differs from the report of its results.json "
-                            f"(rewrite it: marl benchmark report <run folder>, then --import)")
+            problems.append(
+                f"{folder}/report.json differs from the report of its results.json "
+                f"(rewrite it: marl benchmark report <run folder>, then --import)"
+            )
     return problems
 
 
@@ -360,18 +409,27 @@ def import_run(run_dir: Any, root: Path) -> Path:
 # ------------------------------------------------------------------ command line
 def build_parser(prog: str = "marl benchmark tables") -> argparse.ArgumentParser:
     """The options of ``marl benchmark tables`` (also ``python -m marl.benchmarks.tables``)."""
-    p = argparse.ArgumentParser(prog=prog, description="Rewrite the results blocks of README.md and docs/ "
-                                "from docs/results/<suite>/*.json.")
+    p = argparse.ArgumentParser(
+        prog=prog, description="Rewrite the results blocks of README.md and docs/ from docs/results/<suite>/*.json."
+    )
     add_arguments(p)
     return p
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--check", action="store_true",
-                   help="change nothing; exit 1 if a block or a kept report.json differs from what its JSON gives")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 if a block or a kept report.json differs from what its JSON gives",
+    )
     p.add_argument("--root", default=".", help="the repository root (default: the current folder)")
-    p.add_argument("--import", dest="run_dir", default=None, metavar="RUN_DIR",
-                   help="first keep this `marl benchmark run` folder's JSON in docs/results/<suite>/")
+    p.add_argument(
+        "--import",
+        dest="run_dir",
+        default=None,
+        metavar="RUN_DIR",
+        help="first keep this `marl benchmark run` folder's JSON in docs/results/<suite>/",
+    )
 
 
 def run(ns: argparse.Namespace) -> int:

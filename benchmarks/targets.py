@@ -13,6 +13,7 @@ included, as the protocol records them; :mod:`marl.benchmarks.protocol`). A run
 that never reaches it counts as not reached; the medians are over the runs that
 did, and the row says how many of the seeds that is.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -24,8 +25,7 @@ __all__ = ["first_reach", "time_to_target", "target_lines"]
 def first_reach(run: Mapping[str, Any], metric: str, value: float) -> Optional[Tuple[int, float]]:
     """``(step_count, elapsed_time)`` of the first evaluation of ``run`` (marl-eval ``{step_i: {...}}``)
     whose mean ``metric`` is ``>= value``; ``None`` if none is."""
-    steps = sorted((s for k, s in run.items() if k.startswith("step_") and metric in s),
-                   key=lambda s: s["step_count"])
+    steps = sorted((s for k, s in run.items() if k.startswith("step_") and metric in s), key=lambda s: s["step_count"])
     for s in steps:
         scores = s[metric]
         if scores and sum(scores) / len(scores) >= value:
@@ -50,11 +50,20 @@ def time_to_target(data: Mapping[str, Any], targets: List[Mapping[str, Any]]) ->
                 continue
             per_seed = {seed: first_reach(run, t["metric"], float(t["value"])) for seed, run in algos[algo].items()}
             hit = [v for v in per_seed.values() if v is not None]
-            rows.append({"env": env, "task": task, "algo": algo, "metric": t["metric"], "value": float(t["value"]),
-                         "runs": len(per_seed), "reached": len(hit),
-                         "median_steps": statistics.median(h[0] for h in hit) if hit else None,
-                         "median_seconds": statistics.median(h[1] for h in hit) if hit else None,
-                         "per_seed": {k: (list(v) if v else None) for k, v in sorted(per_seed.items())}})
+            rows.append(
+                {
+                    "env": env,
+                    "task": task,
+                    "algo": algo,
+                    "metric": t["metric"],
+                    "value": float(t["value"]),
+                    "runs": len(per_seed),
+                    "reached": len(hit),
+                    "median_steps": statistics.median(h[0] for h in hit) if hit else None,
+                    "median_seconds": statistics.median(h[1] for h in hit) if hit else None,
+                    "per_seed": {k: (list(v) if v else None) for k, v in sorted(per_seed.items())},
+                }
+            )
     return rows
 
 
@@ -62,15 +71,23 @@ def target_lines(rows: List[Dict[str, Any]]) -> List[str]:
     """The Markdown section of :func:`time_to_target`'s rows (nothing without rows)."""
     if not rows:
         return []
-    lines = ["## Time to target", "",
-             "First evaluation whose mean score reaches the target; seconds from the start of the run's "
-             "training, evaluations included; medians over the runs that reached it.", "",
-             "| env | task | algo | target | reached | median env steps | median seconds | per seed (steps, s) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Time to target",
+        "",
+        "First evaluation whose mean score reaches the target; seconds from the start of the run's "
+        "training, evaluations included; medians over the runs that reached it.",
+        "",
+        "| env | task | algo | target | reached | median env steps | median seconds | per seed (steps, s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        seeds = "; ".join(f"{k}: " + (f"{v[0]:,}, {v[1]:.0f}" if v else "not reached") for k, v in r["per_seed"].items())
+        seeds = "; ".join(
+            f"{k}: " + (f"{v[0]:,}, {v[1]:.0f}" if v else "not reached") for k, v in r["per_seed"].items()
+        )
         steps = f"{r['median_steps']:,.0f}" if r["median_steps"] is not None else "-"
         secs = f"{r['median_seconds']:.0f}" if r["median_seconds"] is not None else "-"
-        lines.append(f"| {r['env']} | {r['task']} | {r['algo']} | {r['metric']} >= {r['value']:g} | "
-                     f"{r['reached']}/{r['runs']} | {steps} | {secs} | {seeds} |")
+        lines.append(
+            f"| {r['env']} | {r['task']} | {r['algo']} | {r['metric']} >= {r['value']:g} | "
+            f"{r['reached']}/{r['runs']} | {steps} | {secs} | {seeds} |"
+        )
     return lines + [""]

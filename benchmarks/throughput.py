@@ -33,6 +33,7 @@ measured; the ratio ours / rllib (goal >= 2.5x) and the VMAS figure (goal >=
 Its :meth:`~ThroughputResult.report` is the text ``marl bench throughput``
 prints, its :meth:`~ThroughputResult.to_dict` what ``--json`` writes.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,16 @@ from marl.benchmarks.common import MPE_KWARGS, SideResult, fmt, fmt_load, ray_fo
 from marl.benchmarks.marl_side import bench_ours
 from marl.benchmarks.rllib_anchor import RllibAnchor, bench_rllib
 
-__all__ = ["RATIO_GOAL", "VMAS_GOAL", "VMAS_MIN_ENVS", "ThroughputSettings", "ThroughputResult", "bench_vmas",
-           "run", "format_report"]
+__all__ = [
+    "RATIO_GOAL",
+    "VMAS_GOAL",
+    "VMAS_MIN_ENVS",
+    "ThroughputSettings",
+    "ThroughputResult",
+    "bench_vmas",
+    "run",
+    "format_report",
+]
 
 RATIO_GOAL = 2.5  # env steps/s ours / rllib
 VMAS_GOAL = 20_000.0  # env steps/s
@@ -128,21 +137,34 @@ class ThroughputResult:
     def to_dict(self) -> Dict[str, Any]:
         """Fields plus the derived figures (ratios, goals), for JSON."""
         return {
-            "benchmark": self.benchmark, "settings": asdict(self.settings),
+            "benchmark": self.benchmark,
+            "settings": asdict(self.settings),
             "sides": {name: side.to_dict() for name, side in self.sides.items()},
-            "ratio": self.ratio, "cpu_ratio": self.cpu_ratio, "ratio_goal": RATIO_GOAL,
-            "ratio_goal_met": self.ratio_goal_met, "vmas_env_steps_per_s": self.vmas_steps_per_s,
-            "vmas_goal": VMAS_GOAL, "vmas_min_envs": VMAS_MIN_ENVS, "vmas_goal_met": self.vmas_goal_met,
-            "load_start": list(self.load_start), "load_end": list(self.load_end), "total_s": self.total_s,
+            "ratio": self.ratio,
+            "cpu_ratio": self.cpu_ratio,
+            "ratio_goal": RATIO_GOAL,
+            "ratio_goal_met": self.ratio_goal_met,
+            "vmas_env_steps_per_s": self.vmas_steps_per_s,
+            "vmas_goal": VMAS_GOAL,
+            "vmas_min_envs": VMAS_MIN_ENVS,
+            "vmas_goal_met": self.vmas_goal_met,
+            "load_start": list(self.load_start),
+            "load_end": list(self.load_end),
+            "total_s": self.total_s,
             "cpus": self.cpus,
         }
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "ThroughputResult":
         """Inverse of :meth:`to_dict` (and of its JSON); derived figures are recomputed."""
-        return cls(sides={k: SideResult.from_dict(v) for k, v in data["sides"].items()},
-                   settings=ThroughputSettings(**data["settings"]), load_start=tuple(data["load_start"]),
-                   load_end=tuple(data["load_end"]), total_s=float(data["total_s"]), cpus=int(data["cpus"]))
+        return cls(
+            sides={k: SideResult.from_dict(v) for k, v in data["sides"].items()},
+            settings=ThroughputSettings(**data["settings"]),
+            load_start=tuple(data["load_start"]),
+            load_end=tuple(data["load_end"]),
+            total_s=float(data["total_s"]),
+            cpus=int(data["cpus"]),
+        )
 
 
 def bench_vmas(
@@ -159,8 +181,17 @@ def bench_vmas(
     defaults (``configs/envs/vmas.yaml``); the settings show what ran. The
     VMAS goal applies to ``num_envs >= 256`` only (a note says so otherwise).
     """
-    res = bench_ours(num_envs, rollout_length, epochs, iters, seconds, family="vmas", scenario="simple_spread",
-                     name="vmas", **{"hidden": 64, **overrides})
+    res = bench_ours(
+        num_envs,
+        rollout_length,
+        epochs,
+        iters,
+        seconds,
+        family="vmas",
+        scenario="simple_spread",
+        name="vmas",
+        **{"hidden": 64, **overrides},
+    )
     if num_envs < VMAS_MIN_ENVS:
         res.notes.append(f"B={num_envs} < {VMAS_MIN_ENVS}: not a valid run for the VMAS goal")
     return res
@@ -194,14 +225,20 @@ def run(
     load_start = os.getloadavg()
     t0 = time.perf_counter()
     interleave = not (sequential or skip_ours or skip_rllib)
-    settings = ThroughputSettings(num_envs, rollout_length, epochs, iters, seconds, vmas_num_envs,
-                                  "interleaved" if interleave else "sequential")
+    settings = ThroughputSettings(
+        num_envs, rollout_length, epochs, iters, seconds, vmas_num_envs, "interleaved" if interleave else "sequential"
+    )
     with ray_for_bench():
         sides = _mpe_sides(settings, skip_ours, skip_rllib)
         if not skip_vmas:
             sides["vmas"] = bench_vmas(vmas_num_envs, rollout_length, None, iters, seconds)
-    return ThroughputResult(sides=sides, settings=settings, load_start=load_start, load_end=os.getloadavg(),
-                            total_s=time.perf_counter() - t0)
+    return ThroughputResult(
+        sides=sides,
+        settings=settings,
+        load_start=load_start,
+        load_end=os.getloadavg(),
+        total_s=time.perf_counter() - t0,
+    )
 
 
 def _mpe_sides(s: ThroughputSettings, skip_ours: bool, skip_rllib: bool) -> Dict[str, SideResult]:
@@ -228,6 +265,7 @@ def _mpe_sides(s: ThroughputSettings, skip_ours: bool, skip_rllib: bool) -> Dict
 
 # ----------------------------------------------------------------------------- report
 
+
 def format_report(result: ThroughputResult) -> str:
     """The text report of a :class:`ThroughputResult`: settings, one row per side, the
     ratio and VMAS verdicts, each side's settings and notes, load averages."""
@@ -236,10 +274,11 @@ def format_report(result: ThroughputResult) -> str:
 
 def _header(r: ThroughputResult) -> List[str]:
     s = r.settings
-    mode = ("interleaved (one RLlib iteration after each marl iteration)" if s.mode == "interleaved"
-            else "sequential")
-    task = (f"mpe2 simple_spread N={MPE_KWARGS['N']} max_cycles={MPE_KWARGS['max_cycles']} "
-            f"local_ratio={MPE_KWARGS['local_ratio']} {'continuous' if MPE_KWARGS['continuous_actions'] else 'discrete'}")
+    mode = "interleaved (one RLlib iteration after each marl iteration)" if s.mode == "interleaved" else "sequential"
+    task = (
+        f"mpe2 simple_spread N={MPE_KWARGS['N']} max_cycles={MPE_KWARGS['max_cycles']} "
+        f"local_ratio={MPE_KWARGS['local_ratio']} {'continuous' if MPE_KWARGS['continuous_actions'] else 'discrete'}"
+    )
     return [
         "marl bench throughput: env steps/s of whole training iterations (sampling + learning + loop overhead),",
         "iterations 2..n of each side (the first is warm-up), one process; 1 env step = 1 step of 1 env copy.",
@@ -253,15 +292,19 @@ def _header(r: ThroughputResult) -> List[str]:
 
 
 def _table(sides: Dict[str, SideResult]) -> List[str]:
-    lines = [f"{'side':<6} {'env_steps/s':>12} {'sample_s/it':>12} {'learn_s/it':>11} {'iters':>6} {'env_steps':>10}"
-             f" {'wall_s':>8} {'steps/cpu_s':>12}"]
+    lines = [
+        f"{'side':<6} {'env_steps/s':>12} {'sample_s/it':>12} {'learn_s/it':>11} {'iters':>6} {'env_steps':>10}"
+        f" {'wall_s':>8} {'steps/cpu_s':>12}"
+    ]
     for name in SIDES:
         r = sides.get(name)
         if r is None:
             lines.append(f"{name:<6} {'skipped':>12}")
             continue
-        lines.append(f"{name:<6} {r.steps_per_s:>12.1f} {r.sample_s:>12.4f} {r.learn_s:>11.4f} {r.iterations:>6d}"
-                     f" {r.env_steps:>10d} {r.wall_s:>8.4f} {r.steps_per_cpu_s:>12.1f}")
+        lines.append(
+            f"{name:<6} {r.steps_per_s:>12.1f} {r.sample_s:>12.4f} {r.learn_s:>11.4f} {r.iterations:>6d}"
+            f" {r.env_steps:>10d} {r.wall_s:>8.4f} {r.steps_per_cpu_s:>12.1f}"
+        )
     return lines
 
 
@@ -274,8 +317,10 @@ def _verdicts(r: ThroughputResult) -> List[str]:
     else:
         lines.append("ratio ours/rllib: n/a (a side was skipped)")
     if r.vmas_steps_per_s is not None:
-        lines.append(f"vmas env_steps/s: {r.vmas_steps_per_s:.1f} (goal >= {VMAS_GOAL:,.0f} with B >= {VMAS_MIN_ENVS}:"
-                     f" {'met' if r.vmas_goal_met else 'NOT met'})")
+        lines.append(
+            f"vmas env_steps/s: {r.vmas_steps_per_s:.1f} (goal >= {VMAS_GOAL:,.0f} with B >= {VMAS_MIN_ENVS}:"
+            f" {'met' if r.vmas_goal_met else 'NOT met'})"
+        )
     else:
         lines.append("vmas env_steps/s: n/a (skipped)")
     return lines

@@ -4,6 +4,7 @@ Registration is strings only: the adapter modules (and mpe2 / vmas / pettingzoo)
 are imported when an env of that family is first made, not on ``import marl``.
 The wrappers register in :mod:`marl.envs.wrappers`.
 """
+
 from marl.cli import register_eval_option
 from marl.env import register_env
 
@@ -93,11 +94,13 @@ register_env(
 register_env(
     "afforestation",
     "marl.envs.resource_games:make_afforestation",
-    "Afforestation grid (2 planters; a sapling pays when it matures, more with planted neighbours); "
-    "off-beat test bed",
+    "Afforestation grid (2 planters; a sapling pays when it matures, more with planted neighbours); off-beat test bed",
     scenarios="marl.envs.resource_games:scenarios",
 )
-register_eval_option("crash_rates", "marl.envs.wrappers.crash_eval:cli_crash_rates",
-                     "crash_rates=[0,0.1,0.2,0.3,0.5] or --crash-rates 0 0.1 0.2 0.3 0.5")
+register_eval_option(
+    "crash_rates",
+    "marl.envs.wrappers.crash_eval:cli_crash_rates",
+    "crash_rates=[0,0.1,0.2,0.3,0.5] or --crash-rates 0 0.1 0.2 0.3 0.5",
+)
 
 import marl.envs.wrappers  # noqa: E402,F401  registers the "offbeat" and "crash" wrappers

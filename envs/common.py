@@ -9,6 +9,7 @@ the mpe2 scenario scan (:func:`mpe2_modules`) and env constructors named by a
 string (:func:`named_env_constructor`). Only gymnasium, numpy, torch and marl
 core are imported here (mpe2 inside :func:`mpe2_modules`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -170,7 +171,9 @@ class AgentLayout:
         self.state_dim = int(self.offsets[-1])
         self.slices = [slice(int(self.offsets[i]), int(self.offsets[i + 1])) for i in range(len(self.agents))]
         self.cols = {
-            name: np.concatenate([np.arange(self.offsets[self.index[a]], self.offsets[self.index[a] + 1]) for a in g.agents])
+            name: np.concatenate(
+                [np.arange(self.offsets[self.index[a]], self.offsets[self.index[a] + 1]) for a in g.agents]
+            )
             for name, g in groups.items()
         }
         self.pos = {name: np.array([self.index[a] for a in g.agents], dtype=np.int64) for name, g in groups.items()}
@@ -230,8 +233,15 @@ def check_num_envs(num_envs: Any) -> int:
 
 
 def ally_team_info(
-    family: str, scenario: str, agents: List[str], obs_space: gym.spaces.Box, n_actions: int,
-    state_dim: int, episode_limit: int, num_envs: int, layout: Dict[str, Any],
+    family: str,
+    scenario: str,
+    agents: List[str],
+    obs_space: gym.spaces.Box,
+    n_actions: int,
+    state_dim: int,
+    episode_limit: int,
+    num_envs: int,
+    layout: Dict[str, Any],
 ) -> EnvInfo:
     """EnvInfo of a StarCraft-style task (SMAX, SMACv2): one cooperative group
     ``"ally"`` whose units all receive the team reward; ``layout`` is the ally
@@ -242,8 +252,15 @@ def ally_team_info(
     """
     group = GroupInfo("ally", agents, obs_space, gym.spaces.Discrete(n_actions), team="team")
     info = EnvInfo(
-        family=family, scenario=scenario, agents=agents, groups={"ally": group}, state_dim=state_dim,
-        episode_limit=episode_limit, kind="cooperative", shared_reward=True, num_envs=num_envs,
+        family=family,
+        scenario=scenario,
+        agents=agents,
+        groups={"ally": group},
+        state_dim=state_dim,
+        episode_limit=episode_limit,
+        kind="cooperative",
+        shared_reward=True,
+        num_envs=num_envs,
     )
     info.entity_layout = check_entity_layout(layout, info)
     return info
@@ -265,8 +282,9 @@ def mpe2_modules() -> Dict[str, str]:
 ENV_FUNCTIONS = ("parallel_env", "env", "raw_env")  # PettingZoo's module convention for env constructors
 
 
-def named_env_constructor(name: str, env_classes: Tuple[type, ...], kind: str,
-                          known: Callable[[], List[str]]) -> Callable[..., Any]:
+def named_env_constructor(
+    name: str, env_classes: Tuple[type, ...], kind: str, known: Callable[[], List[str]]
+) -> Callable[..., Any]:
     """The env constructor that ``"pkg.module"`` or ``"pkg.module:attr"`` names, for names given as strings.
 
     A string (the command line, a config file) must never run an arbitrary callable such as
@@ -294,16 +312,21 @@ def named_env_constructor(name: str, env_classes: Tuple[type, ...], kind: str,
     if not attr:
         attr = next((n for n in ENV_FUNCTIONS if getattr(module, n, None) is not None), "")
         if not attr:
-            raise MarlError(f"Module '{module_name}' has none of {', '.join(ENV_FUNCTIONS)}; name an env class "
-                            f"as '{module_name}:EnvClass'.")
+            raise MarlError(
+                f"Module '{module_name}' has none of {', '.join(ENV_FUNCTIONS)}; name an env class "
+                f"as '{module_name}:EnvClass'."
+            )
     elif not hasattr(module, attr):
         raise unknown_choice(f"callable in {module_name}", attr, [k for k in dir(module) if not k.startswith("_")])
     obj = getattr(module, attr)
     if isinstance(obj, type) and issubclass(obj, env_classes):
         return obj
     home = str(getattr(obj, "__module__", None) or "")
-    if attr in ENV_FUNCTIONS and inspect.isfunction(obj) and home.split(".")[0] in (module_name.split(".")[0],
-                                                                                    kind.lower()):
+    if (
+        attr in ENV_FUNCTIONS
+        and inspect.isfunction(obj)
+        and home.split(".")[0] in (module_name.split(".")[0], kind.lower())
+    ):
         return obj
     raise MarlError(
         f"'{name}' is {type(obj).__name__} {getattr(obj, '__qualname__', '')!r} of module '{home or module_name}', "

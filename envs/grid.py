@@ -5,6 +5,7 @@ Every game has agents on a ``size x size`` grid with the actions
 which does not move), all tensors over ``B`` copies. The rules of each game
 are in its module docstring (docs/offbeat.md).
 """
+
 from __future__ import annotations
 
 import copy
@@ -85,21 +86,29 @@ def team_observation(group: str, n_actions: int, obs: torch.Tensor, state: torch
     """The :class:`Observation` of a one-group game: every action legal, everyone alive."""
     B, N = obs.shape[:2]
     avail = torch.ones(B, N, n_actions, dtype=torch.bool, device=obs.device)
-    return Observation({group: obs}, state, {group: avail},
-                       {group: torch.ones(B, N, dtype=torch.bool, device=obs.device)})
+    return Observation(
+        {group: obs}, state, {group: avail}, {group: torch.ones(B, N, dtype=torch.bool, device=obs.device)}
+    )
 
 
-def team_step(group: str, n_actions: int, obs, state, reward, terminated, truncated,
-              metrics: Dict[str, torch.Tensor]) -> Step:
+def team_step(
+    group: str, n_actions: int, obs, state, reward, terminated, truncated, metrics: Dict[str, torch.Tensor]
+) -> Step:
     """A :class:`Step` of a one-group cooperative game (see :func:`team_observation`): the team
     ``reward`` ``[B]`` goes to every agent, ``metrics`` to ``info["episode_metrics"]``; the final
     fields hold the current observation (what a reset returns; ``step`` replaces them)."""
     ob = team_observation(group, n_actions, obs, state)
     B, N = obs.shape[:2]
     return Step(
-        obs=ob.obs, state=state, avail_actions=ob.avail_actions, alive=ob.alive,
+        obs=ob.obs,
+        state=state,
+        avail_actions=ob.avail_actions,
+        alive=ob.alive,
         reward={group: reward[:, None].expand(B, N).clone()},
-        terminated=terminated, truncated=truncated,
-        final_obs=dict(ob.obs), final_state=state, final_avail_actions=dict(ob.avail_actions),
+        terminated=terminated,
+        truncated=truncated,
+        final_obs=dict(ob.obs),
+        final_state=state,
+        final_avail_actions=dict(ob.avail_actions),
         info={"episode_metrics": metrics},
     )

@@ -28,6 +28,7 @@ lists. Rules:
 * **Seeds**: ``reset(seed)`` resets copy ``b`` with ``seed + b``; ended copies
   reset themselves unseeded, continuing their own RNG streams.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -68,22 +69,43 @@ class GymMultiAgentEnv(MultiAgentEnv):
             reward list of the wrong length, ``step`` before ``reset``.
     """
 
-    def __init__(self, copies: Sequence[Any], name: str, common_reward: bool = False,
-                 reward_scalarisation: str = "sum", time_limit: Optional[int] = None, seed: Optional[int] = None):
+    def __init__(
+        self,
+        copies: Sequence[Any],
+        name: str,
+        common_reward: bool = False,
+        reward_scalarisation: str = "sum",
+        time_limit: Optional[int] = None,
+        seed: Optional[int] = None,
+    ):
         if reward_scalarisation not in SCALARISATIONS:
             raise unknown_choice("reward_scalarisation", reward_scalarisation, list(SCALARISATIONS))
-        if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, int) or time_limit < 1):
+        if time_limit is not None and (
+            isinstance(time_limit, bool) or not isinstance(time_limit, int) or time_limit < 1
+        ):
             raise MarlError(f"time_limit must be a positive int or None, got {time_limit!r}.")
         self._envs = list(copies)
         obs_spaces, act_spaces = _agent_spaces(self._envs[0], name)
         agents = [f"agent_{i}" for i in range(len(obs_spaces))]
-        groups = build_groups(agents, {a: flat_box(s) for a, s in zip(agents, obs_spaces)},
-                              dict(zip(agents, act_spaces)), {a: "team" for a in agents})
+        groups = build_groups(
+            agents,
+            {a: flat_box(s) for a, s in zip(agents, obs_spaces)},
+            dict(zip(agents, act_spaces)),
+            {a: "team" for a in agents},
+        )
         self._spaces = obs_spaces
         self.layout = AgentLayout(agents, groups)
-        self.info = EnvInfo(family="gymnasium", scenario=name, agents=agents, groups=groups,
-                            state_dim=self.layout.state_dim, episode_limit=int(time_limit or 0), kind="cooperative",
-                            shared_reward=bool(common_reward), num_envs=len(self._envs))
+        self.info = EnvInfo(
+            family="gymnasium",
+            scenario=name,
+            agents=agents,
+            groups=groups,
+            state_dim=self.layout.state_dim,
+            episode_limit=int(time_limit or 0),
+            kind="cooperative",
+            shared_reward=bool(common_reward),
+            num_envs=len(self._envs),
+        )
         self.common_reward, self.scalarisation, self.time_limit = bool(common_reward), reward_scalarisation, time_limit
         self._default_seed = seed
         B, N = len(self._envs), len(agents)
@@ -174,8 +196,15 @@ class GymMultiAgentEnv(MultiAgentEnv):
 
     def _make_step(self, rewards: np.ndarray, terminated: torch.Tensor, truncated: torch.Tensor) -> Step:
         obs, state = self.layout.observe(self._state)
-        return Step(obs=obs, state=state, avail_actions=self._avail(), alive=self._alive(),
-                    reward=self.layout.per_group(rewards), terminated=terminated, truncated=truncated)
+        return Step(
+            obs=obs,
+            state=state,
+            avail_actions=self._avail(),
+            alive=self._alive(),
+            reward=self.layout.per_group(rewards),
+            terminated=terminated,
+            truncated=truncated,
+        )
 
 
 def _per_agent(groups, agents):
@@ -188,14 +217,17 @@ def _agent_spaces(env: Any, name: str):
     """Per-agent observation and action spaces of a tuple-space env (checked)."""
     obs, act = env.observation_space, env.action_space
     if not isinstance(obs, gym.spaces.Tuple) or not isinstance(act, gym.spaces.Tuple) or len(obs) != len(act):
-        raise MarlError(f"Gymnasium env {name!r} has observation_space {obs} and action_space {act}; a multi-agent "
-                        f"Gymnasium env needs Tuple spaces with one entry per agent (as lbforaging and rware). "
-                        f"A single-agent env is not a multi-agent env; a PettingZoo env goes to "
-                        f"make_env('pettingzoo', ...).")
+        raise MarlError(
+            f"Gymnasium env {name!r} has observation_space {obs} and action_space {act}; a multi-agent "
+            f"Gymnasium env needs Tuple spaces with one entry per agent (as lbforaging and rware). "
+            f"A single-agent env is not a multi-agent env; a PettingZoo env goes to "
+            f"make_env('pettingzoo', ...)."
+        )
     for i, a in enumerate(act.spaces):
         if not (isinstance(a, gym.spaces.Discrete) or (isinstance(a, gym.spaces.Box) and len(a.shape) == 1)):
-            raise MarlError(f"Gymnasium env {name!r}: agent {i}'s action space {a} is not supported "
-                            f"(supported: Discrete, 1-D Box).")
+            raise MarlError(
+                f"Gymnasium env {name!r}: agent {i}'s action space {a} is not supported (supported: Discrete, 1-D Box)."
+            )
     return list(obs.spaces), list(act.spaces)
 
 
@@ -236,22 +268,31 @@ def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, **kwa
             registered ones), or what :class:`GymMultiAgentEnv` raises.
     """
     if not scenario:
-        raise MarlError("make_env('gymnasium', name) needs '<module>:<env id>', e.g. "
-                        "'lbforaging:Foraging-8x8-2p-2f-v3' or 'rware:rware-tiny-2ag-v2'.")
+        raise MarlError(
+            "make_env('gymnasium', name) needs '<module>:<env id>', e.g. "
+            "'lbforaging:Foraging-8x8-2p-2f-v3' or 'rware:rware-tiny-2ag-v2'."
+        )
     module, _, env_id = scenario.rpartition(":")
     if module:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise MarlError(f"Cannot import module {module!r} of Gymnasium env {scenario!r}: {e}. "
-                            f"Install it (e.g. pip install 'marl-rllib[gym-envs]' for lbforaging and rware).") from e
+            raise MarlError(
+                f"Cannot import module {module!r} of Gymnasium env {scenario!r}: {e}. "
+                f"Install it (e.g. pip install 'marl-rllib[gym-envs]' for lbforaging and rware)."
+            ) from e
     if env_id not in gym.registry:
         ids = list(gym.registry)
         family = [k for k in ids if k.split("-")[0] == env_id.split("-")[0]]  # the same family's ids, if any
-        raise MarlError(f"Unknown Gymnasium env id '{env_id}'.{closest(env_id, ids)} "
-                        + (f"Ids of that family: {', '.join(family[:20])}{' ...' if len(family) > 20 else ''}."
-                           if family else f"{len(ids)} ids are registered (gymnasium.registry); a third-party id "
-                                          f"is registered by importing its module: '<module>:<env id>'."))
+        raise MarlError(
+            f"Unknown Gymnasium env id '{env_id}'.{closest(env_id, ids)} "
+            + (
+                f"Ids of that family: {', '.join(family[:20])}{' ...' if len(family) > 20 else ''}."
+                if family
+                else f"{len(ids)} ids are registered (gymnasium.registry); a third-party id "
+                f"is registered by importing its module: '<module>:<env id>'."
+            )
+        )
     adapter, env_kwargs = _split_kwargs(dict(kwargs))
     copies = [gym.make(env_id, disable_env_checker=True, **env_kwargs) for _ in range(check_num_envs(num_envs))]
     return GymMultiAgentEnv(copies, env_id, **adapter)
@@ -266,9 +307,11 @@ def from_object(obj: Any, num_envs: int = DEFAULT_NUM_ENVS, **kwargs) -> Optiona
         return GymMultiAgentEnv([ctor() for _ in range(check_num_envs(num_envs))], obj.__name__, **adapter)
     if isinstance(obj, gym.Env):
         if check_num_envs(num_envs) != 1 or env_kwargs:
-            raise MarlError(f"make_env(<{type(obj).__name__} instance>) wraps that one instance (num_envs=1, no env "
-                            f"kwargs); pass the class, or make_env('gymnasium', '<module>:<env id>', num_envs=...) "
-                            f"for {num_envs} copies.")
+            raise MarlError(
+                f"make_env(<{type(obj).__name__} instance>) wraps that one instance (num_envs=1, no env "
+                f"kwargs); pass the class, or make_env('gymnasium', '<module>:<env id>', num_envs=...) "
+                f"for {num_envs} copies."
+            )
         return GymMultiAgentEnv([obj], type(obj.unwrapped).__name__, **adapter)
     return None
 

@@ -64,6 +64,7 @@ ended copy is reset to the start state right away (auto-reset); ``final_obs`` /
 the return *one* agent receives, so :class:`~marl.env.EpisodeStats`'
 ``episode_return`` (summed over agents) of optimal play is ``N * optimal_return``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
@@ -72,7 +73,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Observation, Step, check_discrete_actions, unknown_choice
+from marl.env import (
+    EnvInfo,
+    GroupInfo,
+    MarlError,
+    MultiAgentEnv,
+    Observation,
+    Step,
+    check_discrete_actions,
+    unknown_choice,
+)
 from marl.envs.common import check_kwargs, check_num_envs
 
 DEFAULT_NUM_ENVS = 32
@@ -176,7 +186,7 @@ class MatrixGame(MultiAgentEnv):
         strides = np.cumprod([1] + self.n_actions_per_agent[::-1])[:-1][::-1].copy()
         self._strides = torch.as_tensor(strides, dtype=torch.long, device=self.device)  # [N]
         self._counts = torch.as_tensor(self.n_actions_per_agent, dtype=torch.long, device=self.device)  # [N]
-        self._avail = (torch.arange(A, device=self.device)[None] < self._counts[:, None])  # [N, A]
+        self._avail = torch.arange(A, device=self.device)[None] < self._counts[:, None]  # [N, A]
 
         agents = [f"agent_{i}" for i in range(N)]
         box = gym.spaces.Box(0.0, 1.0, (S + 1,), np.float32)
@@ -203,9 +213,15 @@ class MatrixGame(MultiAgentEnv):
         no = torch.zeros(B, dtype=torch.bool, device=self.device)
         zero = torch.zeros(B, device=self.device)
         ob = self._observation(self._s)
-        return Step(*ob, reward={"agent": zero[:, None].expand(B, self._n).clone()},
-                    terminated=no, truncated=no.clone(), final_obs=dict(ob.obs), final_state=ob.state,
-                    final_avail_actions=dict(ob.avail_actions))
+        return Step(
+            *ob,
+            reward={"agent": zero[:, None].expand(B, self._n).clone()},
+            terminated=no,
+            truncated=no.clone(),
+            final_obs=dict(ob.obs),
+            final_state=ob.state,
+            final_avail_actions=dict(ob.avail_actions),
+        )
 
     def check_actions(self, actions: Dict[str, Any]) -> Dict[str, torch.Tensor]:
         """``actions["agent"]`` ``[B, N]`` int, each agent's within its own action count.
@@ -236,8 +252,12 @@ class MatrixGame(MultiAgentEnv):
         self._s = torch.where(done, torch.full_like(nxt, len(self.state_names) - 1), nxt)
         ob = self._observation(self._s)
         B = self.num_envs
-        return Step(*ob, reward={"agent": reward[:, None].expand(B, self._n).clone()}, terminated=done,
-                    truncated=torch.zeros(B, dtype=torch.bool, device=self.device))
+        return Step(
+            *ob,
+            reward={"agent": reward[:, None].expand(B, self._n).clone()},
+            terminated=done,
+            truncated=torch.zeros(B, dtype=torch.bool, device=self.device),
+        )
 
     def reset_rows(self, rows: torch.Tensor) -> Observation:
         """Put the copies in ``rows`` (``[B]`` bool) back in the start state."""
@@ -334,6 +354,7 @@ def _optimal_return(pay: np.ndarray, nxt: np.ndarray) -> float:
 
 def _depth(nxt: np.ndarray) -> int:
     """Number of steps of the longest episode from state 0."""
+
     def depth(s: int) -> int:
         return 1 + max((depth(int(t)) for t in set(nxt[s].ravel().tolist()) if t >= 0), default=0)
 

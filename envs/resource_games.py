@@ -90,6 +90,7 @@ than ``"default"``, non-int or too small counts / sizes, ``boulder_miners >
 n_miners``, negative rewards, a depot off the grid, unknown kwargs (via
 ``make_env``), bad actions, and ``step`` before ``reset``.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -103,12 +104,30 @@ import torch.nn.functional as F
 from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Observation, Step
 from marl.envs.common import check_kwargs
 from marl.envs.grid import (
-    MOVE_ACTIONS, MOVES, WORK, check_ints, first_near, grid_state, load_grid_state, other_index, relative_others,
-    scenarios, team_observation, team_step,
+    MOVE_ACTIONS,
+    MOVES,
+    WORK,
+    check_ints,
+    first_near,
+    grid_state,
+    load_grid_state,
+    other_index,
+    relative_others,
+    scenarios,
+    team_observation,
+    team_step,
 )
 
-__all__ = ["Quarry", "Afforestation", "QUARRY_ACTIONS", "AFFORESTATION_ACTIONS", "WORK", "scenarios",
-           "make_quarry", "make_afforestation"]
+__all__ = [
+    "Quarry",
+    "Afforestation",
+    "QUARRY_ACTIONS",
+    "AFFORESTATION_ACTIONS",
+    "WORK",
+    "scenarios",
+    "make_quarry",
+    "make_afforestation",
+]
 
 QUARRY_ACTIONS = MOVE_ACTIONS + ["mine"]  # MOVES row 5 (the work action) does not move
 AFFORESTATION_ACTIONS = MOVE_ACTIONS + ["plant"]
@@ -158,8 +177,14 @@ class _GridResourceGame(MultiAgentEnv):
         group = GroupInfo(self.group, agents, space, gym.spaces.Discrete(len(self.action_names[self.group])))
         self.state_dim = 2 * N + extra_state + 1
         self.info = EnvInfo(
-            family=self.family, scenario="default", agents=agents, groups={self.group: group},
-            state_dim=self.state_dim, episode_limit=self._limit, kind="cooperative", shared_reward=True,
+            family=self.family,
+            scenario="default",
+            agents=agents,
+            groups={self.group: group},
+            state_dim=self.state_dim,
+            episode_limit=self._limit,
+            kind="cooperative",
+            shared_reward=True,
             num_envs=self._B,
         )
 
@@ -187,8 +212,16 @@ class _GridResourceGame(MultiAgentEnv):
         self.t += 1
         truncated = self.t >= self._limit
         obs, state = self._observe()
-        return team_step(self.group, len(self.action_names[self.group]), obs, state, reward,
-                         torch.zeros_like(truncated), truncated, self._metrics())
+        return team_step(
+            self.group,
+            len(self.action_names[self.group]),
+            obs,
+            state,
+            reward,
+            torch.zeros_like(truncated),
+            truncated,
+            self._metrics(),
+        )
 
     def reset_rows(self, rows: torch.Tensor) -> Observation:
         """Restart the copies in ``rows`` (``[B]`` bool): new positions, empty world, clock and counts at 0."""
@@ -211,8 +244,16 @@ class _GridResourceGame(MultiAgentEnv):
         """The current observation as a :class:`Step` with zero reward (after ``set_positions``)."""
         obs, state = self._observe()
         no = torch.zeros(self._B, dtype=torch.bool, device=self.device)
-        return team_step(self.group, len(self.action_names[self.group]), obs, state,
-                         torch.zeros(self._B, device=self.device), no, no, self._metrics())
+        return team_step(
+            self.group,
+            len(self.action_names[self.group]),
+            obs,
+            state,
+            torch.zeros(self._B, device=self.device),
+            no,
+            no,
+            self._metrics(),
+        )
 
     # ------------------------------------------------------------------ internals
 
@@ -241,8 +282,9 @@ class _GridResourceGame(MultiAgentEnv):
         rel = relative_others(self.pos, self._others).reshape(B, N, -1).float() / n
         world_obs, world_state = self._world_features()
         obs = torch.cat([self.pos.float() / n, rel, world_obs], -1)
-        state = torch.cat([self.pos.reshape(B, -1).float() / n, world_state,
-                           (self.t.float() / self._limit)[:, None]], -1)
+        state = torch.cat(
+            [self.pos.reshape(B, -1).float() / n, world_state, (self.t.float() / self._limit)[:, None]], -1
+        )
         return obs, state
 
     def _resolve(self, a: torch.Tensor) -> torch.Tensor:
@@ -308,8 +350,11 @@ class Quarry(_GridResourceGame):
         _check_rewards(("stone_ore", stone_ore), ("boulder_ore", boulder_ore))
         S = self.size
         depot = (S // 2, S // 2) if depot is None else depot
-        ok = isinstance(depot, (tuple, list)) and len(depot) == 2 and all(
-            isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= v < S for v in depot)
+        ok = (
+            isinstance(depot, (tuple, list))
+            and len(depot) == 2
+            and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= v < S for v in depot)
+        )
         if not ok:
             raise MarlError(f"depot must be a cell (x, y) with 0 <= x, y < size ({S}), got {depot!r}.")
         self.depot = torch.tensor([int(depot[0]), int(depot[1])], device=self.device)
@@ -499,8 +544,9 @@ class Afforestation(_GridResourceGame):
         P = S + 2 * R
         c = self.pos[:, :, None] + self._window + R  # [B, N, K, 2] in the padded grid
         idx = (c[..., 0] * P + c[..., 1]).reshape(B, -1)
-        views = [F.pad(g, (R, R, R, R), value=-1.0).reshape(B, -1).gather(1, idx).reshape(B, N, -1)
-                 for g in (sap, tree)]
+        views = [
+            F.pad(g, (R, R, R, R), value=-1.0).reshape(B, -1).gather(1, idx).reshape(B, N, -1) for g in (sap, tree)
+        ]
         return torch.cat(views, -1), torch.cat([sap.reshape(B, -1), tree.reshape(B, -1)], -1)
 
 

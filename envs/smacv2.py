@@ -56,6 +56,7 @@ Before anything is created, :func:`check_install` verifies that ``smacv2``
 imports and that the game and maps are where pysc2 will look; otherwise a
 :class:`~marl.env.MarlError` explains the installation (:data:`INSTALL_STEPS`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -86,10 +87,16 @@ INSTALL_STEPS = """To use the 'smacv2' env family:
 RACES: Dict[str, Dict[str, Any]] = {
     # team_gen of smacv2/examples/configs/sc2_gen_{race}.yaml
     "protoss": {"unit_types": ["stalker", "zealot", "colossus"], "weights": [0.45, 0.45, 0.1]},
-    "terran": {"unit_types": ["marine", "marauder", "medivac"], "weights": [0.45, 0.45, 0.1],
-               "exception_unit_types": ["medivac"]},
-    "zerg": {"unit_types": ["zergling", "baneling", "hydralisk"], "weights": [0.45, 0.1, 0.45],
-             "exception_unit_types": ["baneling"]},
+    "terran": {
+        "unit_types": ["marine", "marauder", "medivac"],
+        "weights": [0.45, 0.45, 0.1],
+        "exception_unit_types": ["medivac"],
+    },
+    "zerg": {
+        "unit_types": ["zergling", "baneling", "hydralisk"],
+        "weights": [0.45, 0.1, 0.45],
+        "exception_unit_types": ["baneling"],
+    },
 }
 SIZES: Tuple[Tuple[int, int], ...] = ((5, 5), (10, 10), (20, 20), (10, 11), (20, 23))
 SCENARIOS: Tuple[str, ...] = tuple(f"{race}_{n}_vs_{m}" for race in RACES for n, m in SIZES)
@@ -131,8 +138,15 @@ DEFAULT_ENV_ARGS: Dict[str, Any] = {
     "prob_obs_enemy": 0,
 }
 # further StarCraft2Env arguments a user may set (not in the yaml configs)
-_EXTRA_ARGS = ("fully_observable", "obs_starcraft", "heuristic_rest", "kill_unit_step_mul",
-               "window_size_x", "window_size_y", "action_mask")
+_EXTRA_ARGS = (
+    "fully_observable",
+    "obs_starcraft",
+    "heuristic_rest",
+    "kill_unit_step_mul",
+    "window_size_x",
+    "window_size_y",
+    "action_mask",
+)
 # set by the adapter: the time-limit flag and the scenario itself
 _FIXED_ARGS = ("continuing_episode", "map_name", "capability_config", "seed")
 
@@ -208,8 +222,9 @@ def check_install():
     try:
         from smacv2.env.starcraft2.wrapper import StarCraftCapabilityEnvWrapper
     except ImportError as e:
-        raise MarlError(f"The 'smacv2' env family needs the smacv2 package, which could not be imported ({e}).\n"
-                        f"{INSTALL_STEPS}") from e
+        raise MarlError(
+            f"The 'smacv2' env family needs the smacv2 package, which could not be imported ({e}).\n{INSTALL_STEPS}"
+        ) from e
     path = sc2_path()
     where = f"SC2PATH={path}" if os.environ.get("SC2PATH") else f"SC2PATH is not set and the default {path}"
     if not os.path.isdir(os.path.join(path, "Versions")):
@@ -304,12 +319,20 @@ class SMACv2Env(MultiAgentEnv):
         agents = [f"ally_{i}" for i in range(n)]
         # StarCraft2Env.step returns one team reward: shared_reward holds
         self.info = ally_team_info(
-            "smacv2", scenario, agents, gym.spaces.Box(-np.inf, np.inf, shape=(obs_dim,), dtype=np.float32),
-            n_actions, int(ei["state_shape"]), int(ei["episode_limit"]), int(num_envs),
+            "smacv2",
+            scenario,
+            agents,
+            gym.spaces.Box(-np.inf, np.inf, shape=(obs_dim,), dtype=np.float32),
+            n_actions,
+            int(ei["state_shape"]),
+            int(ei["episode_limit"]),
+            int(num_envs),
             entity_layout(getattr(first, "env", first), n, obs_dim),
         )
-        self.action_names = {"ally": ["no_op", "stop", "move_north", "move_south", "move_east", "move_west"]
-                             + [f"attack_{k}" for k in range(n_actions - 6)]}
+        self.action_names = {
+            "ally": ["no_op", "stop", "move_north", "move_south", "move_east", "move_west"]
+            + [f"attack_{k}" for k in range(n_actions - 6)]
+        }
         self._avail: Optional[np.ndarray] = None  # [B, n, A] legal actions of the current obs
         self._last: List[Tuple[np.ndarray, ...]] = []  # per copy (obs, state, avail) of the current obs
 
@@ -417,8 +440,9 @@ def _stack(per_copy: List[Tuple[np.ndarray, ...]]) -> Tuple[np.ndarray, ...]:
     return tuple(np.stack(field) for field in zip(*per_copy))
 
 
-def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, seed: Optional[int] = 0,
-         **overrides) -> SMACv2Env:
+def make(
+    scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, seed: Optional[int] = 0, **overrides
+) -> SMACv2Env:
     """Registry factory of the ``"smacv2"`` family: ``make_env("smacv2", "protoss_5_vs_5", num_envs=2)``.
 
     See :class:`SMACv2Env`.

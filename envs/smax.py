@@ -71,6 +71,7 @@ XLA compiles once per scenario, options and ``num_envs`` (the cached jitted
 functions are shared by envs built alike): about 2-4 s for ``reset`` and
 5-10 s for ``step`` on an idle machine, up to 30 s under load.
 """
+
 from __future__ import annotations
 
 import functools
@@ -93,15 +94,25 @@ INSTALL_HINT = 'pip install "marl-rllib[smax]"  (i.e. pip install jaxmarl==0.2.0
 # JaxMARL 0.2.0 MAP_NAME_TO_SCENARIO keys, listed statically so that listing
 # scenarios never imports jax (tests/test_smax.py checks them against jaxmarl)
 SCENARIOS = (
-    "3m", "8m", "25m", "2s3z", "3s5z", "5m_vs_6m", "10m_vs_11m", "27m_vs_30m",
-    "3s5z_vs_3s6z", "3s_vs_5z", "6h_vs_8z",
-    "smacv2_5_units", "smacv2_10_units", "smacv2_20_units",
+    "3m",
+    "8m",
+    "25m",
+    "2s3z",
+    "3s5z",
+    "5m_vs_6m",
+    "10m_vs_11m",
+    "27m_vs_30m",
+    "3s5z_vs_3s6z",
+    "3s_vs_5z",
+    "6h_vs_8z",
+    "smacv2_5_units",
+    "smacv2_10_units",
+    "smacv2_20_units",
 )
 
 # kwargs passed through to jaxmarl's HeuristicEnemySMAX / SMAX (the others,
 # e.g. observation_type="conic" or continuous actions, would break the layout)
-_ENV_KWARGS = ("max_steps", "enemy_shoots", "attack_mode", "won_battle_bonus",
-               "walls_cause_death", "see_enemy_actions")
+_ENV_KWARGS = ("max_steps", "enemy_shoots", "attack_mode", "won_battle_bonus", "walls_cause_death", "see_enemy_actions")
 _ATTACK_MODES = ("closest", "random")
 N_MOVE_ACTIONS = 5  # 4 moves + stop; JaxMARL's num_movement_actions
 STOP_ACTION = 4
@@ -242,23 +253,36 @@ class SMAXEnv(MultiAgentEnv):
         if scenario not in SCENARIOS:
             raise unknown_choice("SMAX scenario", scenario, SCENARIOS)
         num_envs = check_num_envs(num_envs)
-        check_kwargs(f"SMAX scenario '{scenario}'", env_kwargs, list(_ENV_KWARGS) + ["num_envs", "seed", "raw_world_state"])
+        check_kwargs(
+            f"SMAX scenario '{scenario}'", env_kwargs, list(_ENV_KWARGS) + ["num_envs", "seed", "raw_world_state"]
+        )
         _check_env_kwargs(env_kwargs)
         self._jax = _import_jaxmarl()[0]
-        self._env, self._reset_fn, self._step_fn = _build(scenario, tuple(sorted(env_kwargs.items())), bool(raw_world_state))
+        self._env, self._reset_fn, self._step_fn = _build(
+            scenario, tuple(sorted(env_kwargs.items())), bool(raw_world_state)
+        )
         env = self._env
         n, m = env.num_allies, env.num_enemies
         agents = list(env.agents)
         n_actions = int(env.action_spaces[agents[0]].n)
         # compute_reward gives every ally its team's reward: shared_reward holds
         self.info = ally_team_info(
-            "smax", scenario, agents, gym.spaces.Box(-1.0, 1.0, shape=(int(env.obs_size),), dtype=np.float32),
-            n_actions, int(env.state_size), int(env.max_steps), int(num_envs),
+            "smax",
+            scenario,
+            agents,
+            gym.spaces.Box(-1.0, 1.0, shape=(int(env.obs_size),), dtype=np.float32),
+            n_actions,
+            int(env.state_size),
+            int(env.max_steps),
+            int(num_envs),
             entity_layout(n, m, env.unit_features, len(env.own_features)),
         )
         # names for the wrappers: off-beat durations ({"attack": 3}) and the crash / off-beat no-op
-        self.action_names = {"ally": [f"move_{i}" for i in range(4)] + ["stop"]
-                             + [f"attack_{k}" for k in range(n_actions - N_MOVE_ACTIONS)]}
+        self.action_names = {
+            "ally": [f"move_{i}" for i in range(4)]
+            + ["stop"]
+            + [f"attack_{k}" for k in range(n_actions - N_MOVE_ACTIONS)]
+        }
         self._default_seed = 0 if seed is None else int(seed)
         self._keys = None  # [B, 2] uint32, one PRNG stream per copy
         self._states = None  # batched HeuristicEnemySMAX State pytree
@@ -285,9 +309,16 @@ class SMAXEnv(MultiAgentEnv):
         no = torch.zeros(B, dtype=torch.bool)
         zero = torch.zeros(B, self.info.groups["ally"].n_agents)
         return Step(
-            obs={"ally": obs}, state=state, avail_actions={"ally": avail}, alive={"ally": alive},
-            reward={"ally": zero}, terminated=no, truncated=no.clone(),
-            final_obs={"ally": obs}, final_state=state, final_avail_actions={"ally": avail},
+            obs={"ally": obs},
+            state=state,
+            avail_actions={"ally": avail},
+            alive={"ally": alive},
+            reward={"ally": zero},
+            terminated=no,
+            truncated=no.clone(),
+            final_obs={"ally": obs},
+            final_state=state,
+            final_avail_actions={"ally": avail},
             info={"episode_metrics": {"win_rate": torch.zeros(B)}},
         )
 
@@ -309,8 +340,13 @@ class SMAXEnv(MultiAgentEnv):
         obs, state, avail, alive = _to_torch(final)
         reward, terminated, truncated, won = (torch.from_numpy(np.array(x)) for x in rest)
         return Step(
-            obs={"ally": obs}, state=state, avail_actions={"ally": avail}, alive={"ally": alive},
-            reward={"ally": reward}, terminated=terminated, truncated=truncated,
+            obs={"ally": obs},
+            state=state,
+            avail_actions={"ally": avail},
+            alive={"ally": alive},
+            reward={"ally": reward},
+            terminated=terminated,
+            truncated=truncated,
             info={"episode_metrics": {"win_rate": won.float()}},
         )
 

@@ -48,6 +48,7 @@ episodes in progress are ``env.stag_captures`` / ``env.hare_captures``.
 Randomness comes from one ``torch.Generator`` seeded with ``seed`` (or the
 seed given to :meth:`StagHunter.reset`), shared by all copies.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
@@ -59,8 +60,20 @@ import torch
 from marl.env import EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Observation, Step
 from marl.envs.common import check_kwargs
 from marl.envs.grid import (
-    DIRS, MOVE_ACTIONS, MOVES, WORK, check_ints, check_probs, first_near, grid_state, load_grid_state, other_index,
-    relative_others, scenarios, team_observation, team_step,
+    DIRS,
+    MOVE_ACTIONS,
+    MOVES,
+    WORK,
+    check_ints,
+    check_probs,
+    first_near,
+    grid_state,
+    load_grid_state,
+    other_index,
+    relative_others,
+    scenarios,
+    team_observation,
+    team_step,
 )
 
 __all__ = ["StagHunter", "ACTIONS", "STAY", "CATCH", "scenarios", "make"]
@@ -114,8 +127,14 @@ class StagHunter(MultiAgentEnv):
     ):
         if scenario not in (None, "default"):
             raise MarlError(f"stag_hunter has one scenario, 'default' (set the game with kwargs), got '{scenario}'.")
-        check_ints(("num_envs", num_envs, 1), ("size", size, 2), ("n_hunters", n_hunters, 1),
-                   ("n_hares", n_hares, 0), ("stag_hunters", stag_hunters, 1), ("episode_limit", episode_limit, 1))
+        check_ints(
+            ("num_envs", num_envs, 1),
+            ("size", size, 2),
+            ("n_hunters", n_hunters, 1),
+            ("n_hares", n_hares, 0),
+            ("stag_hunters", stag_hunters, 1),
+            ("episode_limit", episode_limit, 1),
+        )
         if stag_hunters > n_hunters:
             raise MarlError(f"stag_hunters ({stag_hunters}) cannot exceed n_hunters ({n_hunters}).")
         check_probs(("stag_move_prob", stag_move_prob), ("hare_move_prob", hare_move_prob))
@@ -133,18 +152,33 @@ class StagHunter(MultiAgentEnv):
         # per hunter, the indices of the other hunters (the observation's hunters block)
         self._others = other_index(self.H, self.device)
 
+        self.info = self._env_info(int(episode_limit), int(num_envs))
+        self._zero_state()
+
+    def _env_info(self, episode_limit: int, num_envs: int) -> EnvInfo:
+        """The task's ``EnvInfo``: one cooperative group of hunters with a shared reward."""
         H, M = self.H, self.M
         agents = [f"hunter_{i}" for i in range(H)]
         obs_dim = 2 + 2 * (H - 1) + 2 + 2 * M
         self.state_dim = 2 * H + 2 + 2 * M + 1
-        group = GroupInfo("hunter", agents, gym.spaces.Box(-1.0, 1.0, (obs_dim,), np.float32),
-                          gym.spaces.Discrete(len(ACTIONS)))
-        self.info = EnvInfo(
-            family="stag_hunter", scenario="default", agents=agents, groups={"hunter": group},
-            state_dim=self.state_dim, episode_limit=int(episode_limit), kind="cooperative",
-            shared_reward=True, num_envs=int(num_envs),
+        group = GroupInfo(
+            "hunter", agents, gym.spaces.Box(-1.0, 1.0, (obs_dim,), np.float32), gym.spaces.Discrete(len(ACTIONS))
         )
-        B = self.num_envs
+        return EnvInfo(
+            family="stag_hunter",
+            scenario="default",
+            agents=agents,
+            groups={"hunter": group},
+            state_dim=self.state_dim,
+            episode_limit=episode_limit,
+            kind="cooperative",
+            shared_reward=True,
+            num_envs=num_envs,
+        )
+
+    def _zero_state(self) -> None:
+        """Positions, clock and capture counts of every copy, zero until the first reset."""
+        B, H, M = self.num_envs, self.H, self.M
         z = lambda *s: torch.zeros(*s, dtype=torch.long, device=self.device)  # noqa: E731
         self.hunters, self.stag, self.hares = z(B, H, 2), z(B, 2), z(B, M, 2)
         self.t = z(B)
@@ -191,8 +225,9 @@ class StagHunter(MultiAgentEnv):
         terminated = stag_hit & self.end_on_stag
         truncated = (self.t >= self.info.episode_limit) & ~terminated
         obs, state = self._observe()
-        return self._make_step(obs, state, reward, terminated, truncated, self.stag_captures.float(),
-                               self.hare_captures.float())
+        return self._make_step(
+            obs, state, reward, terminated, truncated, self.stag_captures.float(), self.hare_captures.float()
+        )
 
     def reset_rows(self, rows: torch.Tensor) -> Observation:
         """Respawn every entity of the copies in ``rows`` (``[B]`` bool) and restart their clocks."""
@@ -210,8 +245,10 @@ class StagHunter(MultiAgentEnv):
 
     def set_positions(self, hunters=None, stag=None, hares=None) -> None:
         """Place entities by hand (tests, demos): ``[B, N, 2]`` / ``[B, 2]`` / ``[B, M, 2]`` or broadcastable ``(x, y)``."""
+
         def put(cur, v):
             return torch.as_tensor(v, dtype=torch.long, device=self.device).expand_as(cur).clone()
+
         if hunters is not None:
             self.hunters = put(self.hunters, hunters)
         if stag is not None:
@@ -224,8 +261,15 @@ class StagHunter(MultiAgentEnv):
         B = self.num_envs
         no = torch.zeros(B, dtype=torch.bool, device=self.device)
         obs, state = self._observe()
-        return self._make_step(obs, state, torch.zeros(B, device=self.device), no, no,
-                               self.stag_captures.float(), self.hare_captures.float())
+        return self._make_step(
+            obs,
+            state,
+            torch.zeros(B, device=self.device),
+            no,
+            no,
+            self.stag_captures.float(),
+            self.hare_captures.float(),
+        )
 
     # ------------------------------------------------------------------ internals
 
@@ -257,21 +301,49 @@ class StagHunter(MultiAgentEnv):
         animals = torch.cat([self.stag[:, None], self.hares], 1)  # [B, 1+M, 2]
         rel = animals[:, None] - self.hunters[:, :, None]  # [B, H, 1+M, 2]
         rel_h = relative_others(self.hunters, self._others)
-        obs = torch.cat([self.hunters.float() / n, rel_h.reshape(B, H, -1).float() / n,
-                         rel.reshape(B, H, -1).float() / n], -1)
-        state = torch.cat([self.hunters.reshape(B, -1).float() / n, self.stag.float() / n,
-                           self.hares.reshape(B, -1).float() / n,
-                           (self.t.float() / self.info.episode_limit)[:, None]], -1)
+        obs = torch.cat(
+            [self.hunters.float() / n, rel_h.reshape(B, H, -1).float() / n, rel.reshape(B, H, -1).float() / n], -1
+        )
+        state = torch.cat(
+            [
+                self.hunters.reshape(B, -1).float() / n,
+                self.stag.float() / n,
+                self.hares.reshape(B, -1).float() / n,
+                (self.t.float() / self.info.episode_limit)[:, None],
+            ],
+            -1,
+        )
         return obs, state
 
     def _make_step(self, obs, state, reward, terminated, truncated, stag_n, hare_n) -> Step:
-        return team_step("hunter", len(ACTIONS), obs, state, reward, terminated, truncated,
-                         {"stag_captures": stag_n, "hare_captures": hare_n})
+        return team_step(
+            "hunter",
+            len(ACTIONS),
+            obs,
+            state,
+            reward,
+            terminated,
+            truncated,
+            {"stag_captures": stag_n, "hare_captures": hare_n},
+        )
 
 
 def make(scenario: Optional[str] = None, **kwargs) -> StagHunter:
     """Registry factory of the ``"stag_hunter"`` family; see :class:`StagHunter`."""
-    valid = ["num_envs", "size", "n_hunters", "n_hares", "stag_hunters", "stag_reward", "hare_reward",
-             "stag_move_prob", "hare_move_prob", "episode_limit", "end_on_stag", "seed", "device"]
+    valid = [
+        "num_envs",
+        "size",
+        "n_hunters",
+        "n_hares",
+        "stag_hunters",
+        "stag_reward",
+        "hare_reward",
+        "stag_move_prob",
+        "hare_move_prob",
+        "episode_limit",
+        "end_on_stag",
+        "seed",
+        "device",
+    ]
     check_kwargs("the stag_hunter family", kwargs, valid)
     return StagHunter(scenario, **kwargs)

@@ -21,6 +21,7 @@ Seeding: VMAS keeps one RNG stream for the whole batch, so ``reset(seed)``
 seeds the batch with ``seed`` (copies differ because they draw successive
 numbers); the per-copy ``seed + b`` rule of the other adapters cannot apply.
 """
+
 from __future__ import annotations
 
 import functools
@@ -101,14 +102,18 @@ class VmasEnv(MultiAgentEnv):
         num_envs = check_num_envs(num_envs)
         if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
             raise MarlError(f"max_steps must be a positive int or None, got {max_steps!r}.")
-        self._env = _make_vmas(scenario, int(num_envs), bool(continuous_actions), max_steps, device, seed, scenario_kwargs)
+        self._env = _make_vmas(
+            scenario, int(num_envs), bool(continuous_actions), max_steps, device, seed, scenario_kwargs
+        )
         env = self._env
         agents = [a.name for a in env.agents]
         obs_spaces, act_spaces = {}, {}
         for a in agents:
             space = env.observation_space[a]
             if type(space).__name__ != "Box":
-                raise MarlError(f"VMAS scenario '{scenario}' has a {type(space).__name__} observation for {a}; only Box is supported.")
+                raise MarlError(
+                    f"VMAS scenario '{scenario}' has a {type(space).__name__} observation for {a}; only Box is supported."
+                )
             obs_spaces[a] = flat_box(to_gymnasium(space))
             act_spaces[a] = to_gymnasium(env.action_space[a])
         adversary = {a.name: bool(getattr(a, "adversary", False)) for a in env.agents}
@@ -164,9 +169,7 @@ class VmasEnv(MultiAgentEnv):
             # VMAS resets one index per call; only the ended copies are visited
             for i in done.nonzero().flatten().tolist():
                 env.reset_at(i, return_observations=False)
-            (fresh,) = env.get_from_scenario(
-                get_observations=True, get_rewards=False, get_infos=False, get_dones=False
-            )
+            (fresh,) = env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=False, get_dones=False)
             mask = done.unsqueeze(-1)
             self._obs = {a: torch.where(mask, fresh[a], self._obs[a]) for a in self._obs}
         return self._observation()
@@ -188,8 +191,10 @@ class VmasEnv(MultiAgentEnv):
     def _observation(self) -> Observation:
         B, groups, dev, obs = self.num_envs, self.info.groups, self.device, self._obs
         return Observation(
-            obs={name: torch.stack([obs[a].reshape(B, -1) for a in g.agents], dim=1).float()
-                 for name, g in groups.items()},
+            obs={
+                name: torch.stack([obs[a].reshape(B, -1) for a in g.agents], dim=1).float()
+                for name, g in groups.items()
+            },
             state=torch.cat([obs[a].reshape(B, -1) for a in self.info.agents], dim=1).float(),
             avail_actions={
                 n: (torch.ones(B, g.n_agents, g.n_actions, dtype=torch.bool, device=dev) if g.discrete else None)

@@ -6,6 +6,7 @@ fixed rate, curriculum, adaptive coach) and evaluate each over test crash rates.
 Prints one table row per training mode (greedy return at each test crash rate and the mean over
 rates); each run's folder also gets crash_eval.csv / .md / .png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,13 +46,22 @@ def main():
             crash = {**crash, "coach": {**crash["coach"], "T_curr": args.env_steps / 2}}
         for seed in args.seeds:
             env = marl.make_env(family, scenario, num_envs=64, seed=seed, crash=crash, **kw)
-            res = env.fit(args.algo, stop={"env_steps": args.env_steps}, seed=seed, progress=False,
-                          log_dir=args.log_dir, eval_episodes=0, **overrides)
+            res = env.fit(
+                args.algo,
+                stop={"env_steps": args.env_steps},
+                seed=seed,
+                progress=False,
+                log_dir=args.log_dir,
+                eval_episodes=0,
+                **overrides,
+            )
             rows = evaluate_crashes(res, rates=args.rates, episodes=args.episodes)
             key = "win_rate_mean" if "win_rate_mean" in rows[0] else "episode_return_mean"
             vals = [r[key] for r in rows]
-            print(f"{mode} {seed} | " + " | ".join(f"{v:.2f}" for v in vals) + f" | {sum(vals) / len(vals):.2f}",
-                  flush=True)
+            print(
+                f"{mode} {seed} | " + " | ".join(f"{v:.2f}" for v in vals) + f" | {sum(vals) / len(vals):.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

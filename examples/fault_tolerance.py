@@ -19,6 +19,7 @@ Prints one row per algorithm:
   to restored     seconds from the kill to marl's "env runner 1 restored" line
   to full         seconds from the kill to the end of the first iteration with both runners
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,15 @@ def make(algo: str, num_envs: int) -> Tuple[Any, Dict[str, Any]]:
 
     tok = word_tokenizer(["<A>", "<B>", *COMPACT_STATES])
     env = marl.make_env("ipd", rounds=4, prompt_style="compact", history="last")
-    return env, dict(model=tiny_config(len(tok), n_positions=64), tokenizer=tok, constrain_actions=True,
-                     max_new_tokens=2, games_per_iteration=8, eval_every=0, lr=1e-3)
+    return env, dict(
+        model=tiny_config(len(tok), n_positions=64),
+        tokenizer=tok,
+        constrain_actions=True,
+        max_new_tokens=2,
+        games_per_iteration=8,
+        eval_every=0,
+        lr=1e-3,
+    )
 
 
 def kill(trainer, how: str) -> None:
@@ -81,9 +89,16 @@ def drill(algo: str, kill_at: int, after: int, num_envs: int, how: str, timeout_
                 raise RuntimeError(f"{algo}: runner 1 not back within {timeout_s} s")
         first = {e["event"]: e["time"] - wall_kill for e in reversed(trainer.runner_faults.events)}
         buffer = getattr(trainer, "buffer", None)
-        return {"algo": algo, "iterations": it, "env steps": int(steps),
-                "lost": int(buffer.steps_dropped) if buffer is not None else 0, "not sampled": int(not_sampled),
-                "noticed after": first["lost"], "to restored": first["restored"], "to full": t_full}
+        return {
+            "algo": algo,
+            "iterations": it,
+            "env steps": int(steps),
+            "lost": int(buffer.steps_dropped) if buffer is not None else 0,
+            "not sampled": int(not_sampled),
+            "noticed after": first["lost"],
+            "to restored": first["restored"],
+            "to full": t_full,
+        }
     finally:
         trainer.stop()
 

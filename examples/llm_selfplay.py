@@ -17,6 +17,7 @@ model and its tokenizer are loaded from that path (natural-language prompts; add
 
 Prints one row per run with the metrics the thresholds use (docs/algorithms/llm_selfplay.md, "Measured").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,45 +32,90 @@ from marl.envs.text.trust_and_split import HANDS
 # Tiny-model settings measured on a 2-core CPU (docs/algorithms/llm_selfplay.md).
 TINY = {
     "ipd": dict(lr=3e-4, games_per_iteration=128, entropy_coef=0.0),
-    "tic_tac_toe": dict(lr=1e-3, games_per_iteration=256, entropy_coef=0.0, kl_coef=0.0, temperature=1.0,
-                        eval_temperature=0.0, opponents={"self": 0.7, "random": 0.3}),  # greedy evaluation
+    "tic_tac_toe": dict(
+        lr=1e-3,
+        games_per_iteration=256,
+        entropy_coef=0.0,
+        kl_coef=0.0,
+        temperature=1.0,
+        eval_temperature=0.0,
+        opponents={"self": 0.7, "random": 0.3},
+    ),  # greedy evaluation
 }
 # No-Press Split (public values, 10 rounds): rewards are points per round (up to 100), divided by
 # 100 as AdAlignLLM's TAS reward_normalizing_constant; evaluated against its bots
-TINY["trust_and_split"] = dict(lr=3e-4, games_per_iteration=128, entropy_coef=0.0, reward_scale=100.0,
-                               eval_opponents=["greedy", "fair", "truthful_cooperator"])
+TINY["trust_and_split"] = dict(
+    lr=3e-4,
+    games_per_iteration=128,
+    entropy_coef=0.0,
+    reward_scale=100.0,
+    eval_opponents=["greedy", "fair", "truthful_cooperator"],
+)
 # the same game through TextArena, with the partner mix of tests/test_llm_learning.py (half random)
 TINY["textarena_tic_tac_toe"] = {**TINY["tic_tac_toe"], "opponents": {"self": 0.5, "random": 0.5}}
 # Poker equilibria mix their moves (Kuhn's player_0 bluffs with a J), so the policy is evaluated
 # as sampled. Co-players: self-play plus the two evaluation bots (ours; {self: 0.5, cfr: 0.5}
 # measured the same in Kuhn, docs/algorithms/llm_selfplay.md).
-POKER = dict(lr=1e-3, games_per_iteration=256, entropy_coef=0.0, kl_coef=0.0, temperature=1.0,
-             eval_temperature=1.0, opponents={"self": 0.5, "random": 0.25, "cfr": 0.25},
-             eval_opponents=["random", "cfr"])
+POKER = dict(
+    lr=1e-3,
+    games_per_iteration=256,
+    entropy_coef=0.0,
+    kl_coef=0.0,
+    temperature=1.0,
+    eval_temperature=1.0,
+    opponents={"self": 0.5, "random": 0.25, "cfr": 0.25},
+    eval_opponents=["random", "cfr"],
+)
 POKER_GAMES = ("kuhn_poker", "leduc_poker")
 TINY.update(dict.fromkeys(POKER_GAMES, POKER))
-POKER_COLUMNS = [f"vs_{bot}_{seat}return{se}" for bot in ("random", "cfr") for seat in ("player_0_", "player_1_", "")
-                 for se in ("", "_se")]
+POKER_COLUMNS = [
+    f"vs_{bot}_{seat}return{se}"
+    for bot in ("random", "cfr")
+    for seat in ("player_0_", "player_1_", "")
+    for se in ("", "_se")
+]
 EXACT_COLUMNS = [f"exact_vs_{bot}_{seat}_return" for bot in ("random", "cfr") for seat in ("player_0", "player_1")] + [
-    "exact_exploitability"]
+    "exact_exploitability"
+]
 COLUMNS = {
-    "ipd": ["coop_rate_mean", "collective_payoff_mean", "vs_always_defect_reward_per_round",
-            "vs_always_defect_opp_reward_per_round", "vs_tit_for_tat_reward_per_round",
-            "vs_always_cooperate_reward_per_round", "p_coop_after_defect_mean", "p_coop_after_cc_mean"],
-    "tic_tac_toe": ["vs_random_player_0_win", "vs_random_player_0_loss", "vs_random_player_1_win",
-                    "vs_random_player_1_loss", "vs_random_invalid_rate"],
+    "ipd": [
+        "coop_rate_mean",
+        "collective_payoff_mean",
+        "vs_always_defect_reward_per_round",
+        "vs_always_defect_opp_reward_per_round",
+        "vs_tit_for_tat_reward_per_round",
+        "vs_always_cooperate_reward_per_round",
+        "p_coop_after_defect_mean",
+        "p_coop_after_cc_mean",
+    ],
+    "tic_tac_toe": [
+        "vs_random_player_0_win",
+        "vs_random_player_0_loss",
+        "vs_random_player_1_win",
+        "vs_random_player_1_loss",
+        "vs_random_invalid_rate",
+    ],
     **dict.fromkeys(POKER_GAMES, POKER_COLUMNS + EXACT_COLUMNS + ["vs_random_invalid_rate"]),
 }
 COLUMNS["textarena_tic_tac_toe"] = COLUMNS["tic_tac_toe"]
 COLUMNS["trust_and_split"] = [
-    "collective_payoff_mean", "claims_mean_high_mean", "claims_mean_low_mean", "high_share_mean",
-    *[f"vs_{bot}_{k}" for bot in ("greedy", "fair", "truthful_cooperator")
-      for k in ("reward_per_round", "opp_reward_per_round")]]
+    "collective_payoff_mean",
+    "claims_mean_high_mean",
+    "claims_mean_low_mean",
+    "high_share_mean",
+    *[
+        f"vs_{bot}_{k}"
+        for bot in ("greedy", "fair", "truthful_cooperator")
+        for k in ("reward_per_round", "opp_reward_per_round")
+    ],
+]
 # compact vocabulary of each OpenSpiel game (envs/text/openspiel.py, compact renderers)
 POKER_WORDS = ["J", "Q", "K", "check", "bet", "fold", "call"]  # own card, then the betting
-WORDS = {"tic_tac_toe": ["me", "opp", "_"] + [f"c{i}" for i in range(9)],
-         "kuhn_poker": POKER_WORDS,
-         "leduc_poker": POKER_WORDS + ["raise", "/"]}  # "/" marks the public card
+WORDS = {
+    "tic_tac_toe": ["me", "opp", "_"] + [f"c{i}" for i in range(9)],
+    "kuhn_poker": POKER_WORDS,
+    "leduc_poker": POKER_WORDS + ["raise", "/"],
+}  # "/" marks the public card
 
 
 def make_game(game: str, compact: bool):
@@ -109,8 +155,13 @@ def run(game: str, algo: str, seed: int, args) -> dict:
     if algo == "sum":  # the prosocial control: REINFORCE on the sum of both seats' rewards
         algo, kw["reward_sharing"] = "reinforce", "sum"
     poker = game in POKER_GAMES  # evaluated below, with standard errors and exact values
-    kw.update(seed=seed, eval_every=0 if poker else args.iterations, eval_games=args.eval_games, progress=False,
-              log_dir=args.log_dir)
+    kw.update(
+        seed=seed,
+        eval_every=0 if poker else args.iterations,
+        eval_games=args.eval_games,
+        progress=False,
+        log_dir=args.log_dir,
+    )
     kw.update(parse_cli_overrides(args.set or []))
     t0 = time.time()
     res = make_game(game, args.model is None).fit(algo, stop={"iterations": args.iterations}, **kw)
@@ -120,9 +171,12 @@ def run(game: str, algo: str, seed: int, args) -> dict:
         m.update(seat_returns(res.policy, kw.get("eval_opponents") or ["random", "cfr"], args.eval_games))
         if args.model is None:
             m.update(exact_policy_values(res.policy, game))
-    return {"wall_s": wall, **{c: m.get(c, float("nan")) for c in COLUMNS[game]},
-            "tokens_generated_per_s": m.get("tokens_generated_per_s"),
-            "tokens_trained_per_s": m.get("players/tokens_trained_per_s")}
+    return {
+        "wall_s": wall,
+        **{c: m.get(c, float("nan")) for c in COLUMNS[game]},
+        "tokens_generated_per_s": m.get("tokens_generated_per_s"),
+        "tokens_trained_per_s": m.get("players/tokens_trained_per_s"),
+    }
 
 
 def seat_returns(policy, bots, games: int) -> dict:
@@ -133,8 +187,9 @@ def seat_returns(policy, bots, games: int) -> dict:
 
     out = {}
     for bot in bots:
-        stats = evaluate(policy.make_env, policy.agent_to_module, policy.lms, policy.generator, bot, games,
-                         policy.temperature)
+        stats = evaluate(
+            policy.make_env, policy.agent_to_module, policy.lms, policy.generator, bot, games, policy.temperature
+        )
         out[f"vs_{bot}_invalid_rate"] = float(np.mean(stats["invalid_rate"]))
         for seat in ("player_0_", "player_1_", ""):
             r = np.asarray(stats[f"{seat}return"])
@@ -154,7 +209,7 @@ def exact_policy_values(policy, game: str) -> dict:
     from open_spiel.python.algorithms import expected_game_score, exploitability
     from open_spiel.python.policy import UniformRandomPolicy, tabular_policy_from_callable
 
-    from marl.envs.text.openspiel_cfr import solve
+    from marl.envs.text.openspiel_bots import solve
 
     env, g = policy.make_env(), pyspiel.load_game(game)
     gen = policy.generator
@@ -182,21 +237,26 @@ def exact_policy_values(policy, game: str) -> dict:
 def exact_baselines(game: str) -> dict:
     """Player_0's and player_1's exact expected chips per game of fixed policy pairs (OpenSpiel
     ``expected_game_score.policy_value``, ``best_response``): uniform random play, the ``cfr``
-    bot's policy (envs/text/openspiel_cfr.py) and a best response to random play."""
+    bot's policy (envs/text/openspiel_bots.py) and a best response to random play."""
     import pyspiel
     from open_spiel.python.algorithms import best_response, expected_game_score, exploitability
     from open_spiel.python.policy import UniformRandomPolicy
 
-    from marl.envs.text.openspiel_cfr import solve
+    from marl.envs.text.openspiel_bots import solve
 
     g = pyspiel.load_game(game)
     rand, cfr = UniformRandomPolicy(g), solve(g)
     value = lambda p0, p1: [float(v) for v in expected_game_score.policy_value(g.new_initial_state(), [p0, p1])]
-    return {"random vs random": value(rand, rand), "random vs cfr": value(rand, cfr),
-            "cfr vs random": value(cfr, rand), "cfr vs cfr": value(cfr, cfr),
-            "best response to random (as player_0, as player_1)": [
-                float(best_response.BestResponsePolicy(g, p, rand).value(g.new_initial_state())) for p in (0, 1)],
-            "cfr exploitability": float(exploitability.exploitability(g, cfr))}
+    return {
+        "random vs random": value(rand, rand),
+        "random vs cfr": value(rand, cfr),
+        "cfr vs random": value(cfr, rand),
+        "cfr vs cfr": value(cfr, cfr),
+        "best response to random (as player_0, as player_1)": [
+            float(best_response.BestResponsePolicy(g, p, rand).value(g.new_initial_state())) for p in (0, 1)
+        ],
+        "cfr exploitability": float(exploitability.exploitability(g, cfr)),
+    }
 
 
 def main():
@@ -221,8 +281,11 @@ def main():
     for algo in algos:
         for seed in args.seeds:
             row = run(args.game, algo, seed, args)
-            print(f"{args.game} {algo} seed {seed}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items() if v is not None),
-                  flush=True)
+            print(
+                f"{args.game} {algo} seed {seed}: "
+                + ", ".join(f"{k} {v:.3f}" for k, v in row.items() if v is not None),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ reconstructed, docs/offbeat.md).
 
 Prints, per run, the greedy evaluation's stag and hare captures per episode and team return.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,11 +19,23 @@ def run(duration: int, redistribution: str, seed: int, args) -> dict:
     env = marl.make_env("stag_hunter", num_envs=args.num_envs, seed=seed, offbeat={"catch": duration})
     t0 = time.time()
     extra = {"legem": {"beta": args.legem_beta}} if redistribution == "legem" else {}  # its config section
-    res = env.fit("qmix", stop={"env_steps": args.env_steps}, reward_redistribution=redistribution, seed=seed, **extra,
-                  eval_episodes=args.eval_episodes, progress=False, log_dir=args.log_dir)
+    res = env.fit(
+        "qmix",
+        stop={"env_steps": args.env_steps},
+        reward_redistribution=redistribution,
+        seed=seed,
+        **extra,
+        eval_episodes=args.eval_episodes,
+        progress=False,
+        log_dir=args.log_dir,
+    )
     ev = res.eval
-    return {"stag": ev.get("stag_captures_mean", float("nan")), "hare": ev.get("hare_captures_mean", float("nan")),
-            "return": ev.get("episode_return_mean", float("nan")), "wall_s": time.time() - t0}
+    return {
+        "stag": ev.get("stag_captures_mean", float("nan")),
+        "hare": ev.get("hare_captures_mean", float("nan")),
+        "return": ev.get("episode_return_mean", float("nan")),
+        "wall_s": time.time() - t0,
+    }
 
 
 def main():
@@ -40,8 +53,11 @@ def main():
         for red in args.redistribution:
             for seed in args.seeds:
                 r = run(d, red, seed, args)
-                print(f"catch {d} {red:>12}{f' beta {args.legem_beta:g}' if red == 'legem' else ''} seed {seed}: stag {r['stag']:.3f} hare {r['hare']:.3f} "
-                      f"return {r['return']:.2f} ({r['wall_s']:.0f} s)", flush=True)
+                print(
+                    f"catch {d} {red:>12}{f' beta {args.legem_beta:g}' if red == 'legem' else ''} seed {seed}: stag {r['stag']:.3f} hare {r['hare']:.3f} "
+                    f"return {r['return']:.2f} ({r['wall_s']:.0f} s)",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ for overshoot and is swept here. The numbers put a learned policy in context:
 random play scores about -81. Measured yardsticks beside the learned ones: docs/algorithms/ppo.md,
 "Measured results".
 """
+
 import argparse
 import itertools
 

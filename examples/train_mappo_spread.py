@@ -8,6 +8,7 @@ Random play scores about -81 (team sum over 3 agents and 25 steps); the goal at
 "Measured results"; over 5 seeds with the benchmark protocol: docs/benchmarks.md, "mpe_core".
 Config overrides go after --set, e.g. --set gamma=0.99 epochs=10.
 """
+
 import argparse
 
 import marl
@@ -23,8 +24,9 @@ def main():
     args = p.parse_args()
 
     env = marl.make_env("mpe", "simple_spread", num_envs=args.num_envs)
-    result = env.fit(args.algo, stop={"env_steps": int(args.env_steps)}, eval_episodes=100,
-                    **parse_cli_overrides(args.set))
+    result = env.fit(
+        args.algo, stop={"env_steps": int(args.env_steps)}, eval_episodes=100, **parse_cli_overrides(args.set)
+    )
 
     print("\nLearning curve (mean team-sum return of training episodes):")
     every = max(1, len(result.history) // 15)

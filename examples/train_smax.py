@@ -11,6 +11,7 @@ Random play wins 3m almost never; pymarl2's QMIX wins SMAC's 3m and 2s3z
 docs/algorithms/value_decomposition.md, "Measured"; 3 seeds at 200k env steps with the benchmark
 protocol: docs/benchmarks.md, "smax_short".
 """
+
 import argparse
 
 import marl
@@ -30,17 +31,27 @@ def main():
     overrides = parse_cli_overrides(args.overrides)
 
     env = marl.make_env("smax", args.map, num_envs=args.num_envs)
-    result = env.fit(args.algo, stop={"env_steps": int(args.env_steps)}, eval_episodes=200, seed=args.seed,
-                     agent=args.agent, **overrides)
+    result = env.fit(
+        args.algo,
+        stop={"env_steps": int(args.env_steps)},
+        eval_episodes=200,
+        seed=args.seed,
+        agent=args.agent,
+        **overrides,
+    )
 
     print("\nLearning curve (training episodes, exploration on):")
     every = max(1, len(result.history) // 15)
     for m in result.history[::every] + result.history[-1:]:
-        print(f"  {m['env_steps']:>9,d} env steps  win rate {m.get('win_rate_mean', float('nan')):5.2f}  "
-              f"return {m.get('episode_return_mean', float('nan')):6.2f}  ({m['env_steps_per_s']:.0f} steps/s)")
+        print(
+            f"  {m['env_steps']:>9,d} env steps  win rate {m.get('win_rate_mean', float('nan')):5.2f}  "
+            f"return {m.get('episode_return_mean', float('nan')):6.2f}  ({m['env_steps_per_s']:.0f} steps/s)"
+        )
     ev = result.eval
-    print(f"\nGreedy evaluation, 200 episodes: win rate {ev.get('win_rate_mean', float('nan')):.3f}, "
-          f"return {ev['episode_return_mean']:.2f}")
+    print(
+        f"\nGreedy evaluation, 200 episodes: win rate {ev.get('win_rate_mean', float('nan')):.3f}, "
+        f"return {ev['episode_return_mean']:.2f}"
+    )
     print(f"Training time: {result.metrics['time_s']:.0f} s for {result.metrics['env_steps']:,} env steps")
     print(f"TensorBoard:  tensorboard --logdir {result.log_dir}/tb")
     print(f"Checkpoint:   {result.checkpoint}")

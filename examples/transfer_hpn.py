@@ -9,6 +9,7 @@ HPN's weights do not depend on the number of agents or entities, so
 Fine-tuning QMIX starts epsilon at ``--ft-epsilon`` (the default schedule
 starts at 1.0 and unlearns the pretrained agents while the new mixer trains).
 """
+
 import argparse
 
 import numpy as np
@@ -54,7 +55,9 @@ def main():
 
     fam, scen, kw = scenario(args.env, args.source)
     common = {"agent": args.agent, "seed": args.seed, "eval_episodes": args.episodes, **parse_cli_overrides(args.set)}
-    src = marl.make_env(fam, scen, num_envs=args.num_envs, **kw).fit(args.algo, stop={"env_steps": int(args.env_steps)}, **common)
+    src = marl.make_env(fam, scen, num_envs=args.num_envs, **kw).fit(
+        args.algo, stop={"env_steps": int(args.env_steps)}, **common
+    )
     print(f"source {args.source}: {src.eval}  ({src.metrics['time_s']:.0f} s)  checkpoint {src.checkpoint}")
     for target in args.targets:
         fam_t, scen_t, kw_t = scenario(args.env, target)
@@ -67,7 +70,9 @@ def main():
     stop = {"env_steps": int(args.ft_steps)}
     tuned = ft_env.fit(args.algo, init_from=src.checkpoint, stop=stop, **common, **extra)
     scratch = ft_env.fit(args.algo, stop=stop, **common)
-    print(f"{args.targets[0]} after {args.ft_steps:.0f} steps: fine-tuned {tuned.eval}\n    from scratch {scratch.eval}")
+    print(
+        f"{args.targets[0]} after {args.ft_steps:.0f} steps: fine-tuned {tuned.eval}\n    from scratch {scratch.eval}"
+    )
 
 
 if __name__ == "__main__":

@@ -7,14 +7,27 @@ The names below are imported from their modules on first use (PEP 562), so that
 ``import marl`` and the light parts (the config registry and loader, ``marl list``,
 ``marl train --help``) import neither torch nor Ray.
 """
+
 from typing import Any
 
 __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _LAZY = {
-    **dict.fromkeys(["EnvInfo", "GroupInfo", "MultiAgentEnv", "Step", "check_entity_layout", "check_env",
-                     "list_envs", "make_env", "register_env"], "marl.env"),
+    **dict.fromkeys(
+        [
+            "EnvInfo",
+            "GroupInfo",
+            "MultiAgentEnv",
+            "Step",
+            "check_entity_layout",
+            "check_env",
+            "list_envs",
+            "make_env",
+            "register_env",
+        ],
+        "marl.env",
+    ),
     "MarlError": "marl.errors",
     "fit": "marl.api",  # importing marl.api installs marl.fit behind MultiAgentEnv.fit
     "load": "marl.api",
@@ -24,8 +37,22 @@ _LAZY = {
 }
 
 __all__ = [
-    "EnvInfo", "GroupInfo", "MarlError", "MultiAgentEnv", "Step", "check_entity_layout", "check_env",
-    "list_envs", "make_env", "register_env", "fit", "list_algos", "load", "Result", "PolicyMapping", "benchmark",
+    "EnvInfo",
+    "GroupInfo",
+    "MarlError",
+    "MultiAgentEnv",
+    "Step",
+    "check_entity_layout",
+    "check_env",
+    "list_envs",
+    "make_env",
+    "register_env",
+    "fit",
+    "list_algos",
+    "load",
+    "Result",
+    "PolicyMapping",
+    "benchmark",
 ]
 
 

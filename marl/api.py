@@ -6,6 +6,7 @@ policy mapping); :func:`build_trainer` starts Ray and builds the trainer with
 its env, run folder and callbacks; :func:`fit` runs the iterations, writes
 logs and checkpoints and returns a :class:`~marl.results.Result`.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,13 @@ def start_ray(num_cpus: Optional[int] = None, **init_kwargs: Any) -> bool:
     # address="local": a new Ray of this process, never a cluster a `ray start` left behind on this
     # machine (ray.init would join that one, and refuse num_cpus)
     init_kwargs.setdefault("address", "local")
-    init_loopback_ray(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                      configure_logging=False, **init_kwargs)
+    init_loopback_ray(
+        num_cpus=num_cpus or os.cpu_count() or 1,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        **init_kwargs,
+    )
     return True
 
 
@@ -84,8 +90,10 @@ def _fit_to_ray(cfg: Union[EngineConfig, Dict[str, Any]]) -> Union[EngineConfig,
     want = runners * c.num_cpus_per_env_runner + learners * c.num_cpus_per_learner
     if want > cpus:
         scale = cpus / want
-        shares = {"num_cpus_per_env_runner": c.num_cpus_per_env_runner * scale,
-                  "num_cpus_per_learner": c.num_cpus_per_learner * scale}
+        shares = {
+            "num_cpus_per_env_runner": c.num_cpus_per_env_runner * scale,
+            "num_cpus_per_learner": c.num_cpus_per_learner * scale,
+        }
         cfg = cfg.replace(**shares) if isinstance(cfg, EngineConfig) else {**cfg, **shares}
     return cfg
 
@@ -104,7 +112,9 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
     from marl.text import TextEnv  # the text-game contract (imports RLlib's env base)
 
     if not isinstance(env, (MultiAgentEnv, TextEnv)):
-        raise MarlError(f"fit() needs an env from marl.make_env (a MultiAgentEnv or a TextEnv), got {type(env).__name__}.")
+        raise MarlError(
+            f"fit() needs an env from marl.make_env (a MultiAgentEnv or a TextEnv), got {type(env).__name__}."
+        )
     cfg = load_config(algo, env.info.family, overrides)
     algo_cls = trainer_class(algo)
     algo_cls.check_env(cfg, env.info)
@@ -128,12 +138,16 @@ def _with_num_envs(env: MultiAgentEnv, num_envs: Optional[int], text: bool) -> M
     if not num_envs or num_envs == env.num_envs:
         return env
     if text:
-        raise MarlError(f"num_envs={num_envs}: a text game is one game per env; play more games per iteration "
-                        f"with games_per_iteration=N instead.")
+        raise MarlError(
+            f"num_envs={num_envs}: a text game is one game per env; play more games per iteration "
+            f"with games_per_iteration=N instead."
+        )
     if env.spec is None:
-        raise MarlError(f"num_envs={num_envs} was given, but {env!r} has {env.num_envs} copies and was built by hand "
-                        f"(not by marl.make_env(name, ...)), so marl cannot rebuild it: build it with {num_envs} "
-                        f"copies yourself, or leave num_envs out.")
+        raise MarlError(
+            f"num_envs={num_envs} was given, but {env!r} has {env.num_envs} copies and was built by hand "
+            f"(not by marl.make_env(name, ...)), so marl cannot rebuild it: build it with {num_envs} "
+            f"copies yourself, or leave num_envs out."
+        )
     return env.spec.make(num_envs=num_envs)
 
 
@@ -150,12 +164,19 @@ def _check_before_ray(cfg: EngineConfig) -> None:
     ray = sys.modules.get("ray")
     cpus = os.cpu_count() or 1
     if not (ray is not None and ray.is_initialized()) and cfg.num_env_runners > cpus:
-        raise MarlError(f"num_env_runners={cfg.num_env_runners} is more than the {cpus} CPUs of this machine; "
-                        f"use at most {cpus}.")
+        raise MarlError(
+            f"num_env_runners={cfg.num_env_runners} is more than the {cpus} CPUs of this machine; use at most {cpus}."
+        )
 
 
-def build_trainer(env: MultiAgentEnv, algo: str, *, run_dir: Optional[Path] = None,
-                  callbacks: Sequence[Callback] = (), **overrides: Any):
+def build_trainer(
+    env: MultiAgentEnv,
+    algo: str,
+    *,
+    run_dir: Optional[Path] = None,
+    callbacks: Sequence[Callback] = (),
+    **overrides: Any,
+):
     """Validate, start Ray and build the trainer without training it.
 
     Args:
@@ -240,23 +261,39 @@ def fit(
             raise
 
 
-def _fit_run(run: RunFolder, cfg, algo_cls, env, mapping, stop: Dict[str, float],
-             callbacks: Sequence[Callback]) -> Result:
+def _fit_run(
+    run: RunFolder, cfg, algo_cls, env, mapping, stop: Dict[str, float], callbacks: Sequence[Callback]
+) -> Result:
     """Build the trainer into ``run``, restore the resumed checkpoint, train, stop the trainer, evaluate."""
     trainer, env, mapping, cfg = _build(cfg, algo_cls, env, mapping, run.path, callbacks)
-    meta = {"algo": cfg.algo, "config": _yaml_safe(cfg.to_dict()), "env_spec": env.spec, "env_info": env.info,
-            "agent_to_module": dict(mapping.agent_to_module), **type(trainer).checkpoint_meta(cfg)}
+    meta = {
+        "algo": cfg.algo,
+        "config": _yaml_safe(cfg.to_dict()),
+        "env_spec": env.spec,
+        "env_info": env.info,
+        "agent_to_module": dict(mapping.agent_to_module),
+        **type(trainer).checkpoint_meta(cfg),
+    }
     try:
         if run.source is not None:
             restore(trainer, run, meta["config"])  # before the run's first file is written
         write_yaml(run.path / "config.yaml", _yaml_safe({**cfg.to_dict(), "stop": stop}))
         if cfg.progress:
-            print(f"[marl] {cfg.algo} on {env!r}; {mapping}; {run.describe()} (tensorboard --logdir {run.path / 'tb'})",
-                  flush=True)
+            print(
+                f"[marl] {cfg.algo} on {env!r}; {mapping}; {run.describe()} (tensorboard --logdir {run.path / 'tb'})",
+                flush=True,
+            )
         trainer.run_callbacks.on_fit_start(trainer)
         metrics, history, checkpoint = _train(trainer, cfg, stop, run, meta)
-        result = Result(metrics=metrics, history=history, checkpoint=checkpoint, log_dir=str(run.path),
-                        policy=trainer.make_policy(mapping), env_spec=env.spec, config=cfg)
+        result = Result(
+            metrics=metrics,
+            history=history,
+            checkpoint=checkpoint,
+            log_dir=str(run.path),
+            policy=trainer.make_policy(mapping),
+            env_spec=env.spec,
+            config=cfg,
+        )
         trainer.run_callbacks.on_fit_end(trainer, result)
     finally:
         trainer.stop()
@@ -264,13 +301,17 @@ def _fit_run(run: RunFolder, cfg, algo_cls, env, mapping, stop: Dict[str, float]
         result.eval = result.evaluate(cfg.eval_episodes, env=env)
         trainer.run_callbacks.on_evaluate(result, result.eval)
         if cfg.progress:
-            print(f"[marl] greedy evaluation over {cfg.eval_episodes} episodes: return "
-                  f"{result.eval.get('episode_return_mean', float('nan')):.2f}; checkpoint: {checkpoint}", flush=True)
+            print(
+                f"[marl] greedy evaluation over {cfg.eval_episodes} episodes: return "
+                f"{result.eval.get('episode_return_mean', float('nan')):.2f}; checkpoint: {checkpoint}",
+                flush=True,
+            )
     return result
 
 
-def _train(trainer, cfg: EngineConfig, stop: Dict[str, float], run: RunFolder,
-           meta: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Dict[str, Any]], str]:
+def _train(
+    trainer, cfg: EngineConfig, stop: Dict[str, float], run: RunFolder, meta: Dict[str, Any]
+) -> Tuple[Dict[str, Any], List[Dict[str, Any]], str]:
     """The iteration loop of :func:`fit`: train, log, checkpoint every ``checkpoint_every``
     iterations and at the end. Returns ``(last metrics, history, final checkpoint)``.
 
@@ -346,17 +387,23 @@ class _Saved:
 def _interrupted(trainer, run: RunFolder, last: Optional[Path], sig: str, aborted: bool) -> RunInterrupted:
     p = trainer.progress
     if aborted:
-        msg = (f"Training aborted by a second {sig} during iteration {p['iterations'] + 1}; nothing of that "
-               f"iteration was saved. Last checkpoint: {last or 'none'}; run folder: {run.path}.")
+        msg = (
+            f"Training aborted by a second {sig} during iteration {p['iterations'] + 1}; nothing of that "
+            f"iteration was saved. Last checkpoint: {last or 'none'}; run folder: {run.path}."
+        )
     else:
-        msg = (f"Training stopped by {sig} after iteration {p['iterations']} ({p['env_steps']} env steps); "
-               f"checkpoint saved: {last}; run folder: {run.path}.")
-    return RunInterrupted(msg, checkpoint=str(last) if last else None, run_dir=str(run.path), signal=sig,
-                          aborted=aborted)
+        msg = (
+            f"Training stopped by {sig} after iteration {p['iterations']} ({p['env_steps']} env steps); "
+            f"checkpoint saved: {last}; run folder: {run.path}."
+        )
+    return RunInterrupted(
+        msg, checkpoint=str(last) if last else None, run_dir=str(run.path), signal=sig, aborted=aborted
+    )
 
 
-def _resume_call(algo: str, stop: Dict[str, float], overrides: Dict[str, Any], checkpoint: Optional[str],
-                 with_callbacks: bool) -> str:
+def _resume_call(
+    algo: str, stop: Dict[str, float], overrides: Dict[str, Any], checkpoint: Optional[str], with_callbacks: bool
+) -> str:
     """The Python call that continues an interrupted run (with the same env object as ``env``)."""
     extra = "".join(f", {k}={v!r}" for k, v in overrides.items())
     cbs = ", callbacks=[...]" if with_callbacks else ""
@@ -372,8 +419,9 @@ def _anneal_to_stop(stop: Dict[str, float], overrides: Dict[str, Any]) -> Dict[s
     if overrides.get("lr_schedule") != "linear":
         return overrides
     if "env_steps" not in stop:
-        raise MarlError("lr_schedule='linear' decays the learning rate to 0 at the stop's env_steps; "
-                        "give stop={'env_steps': N}.")
+        raise MarlError(
+            "lr_schedule='linear' decays the learning rate to 0 at the stop's env_steps; give stop={'env_steps': N}."
+        )
     return {**overrides, "lr_anneal_steps": int(stop["env_steps"])}
 
 
@@ -389,7 +437,9 @@ def _stop_reached(stop: Dict[str, float], m: Dict[str, Any]) -> bool:
 
 
 def _yaml_safe(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: (v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else repr(v)) for k, v in cfg.items()}
+    return {
+        k: (v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else repr(v)) for k, v in cfg.items()
+    }
 
 
 def _diverged(e: Optional[BaseException], kind: type = TrainingDiverged) -> Optional[str]:

@@ -28,6 +28,7 @@ chosen by config (``reward_redistribution="legem"``) with its keys in a section 
 own (``legem={"beta": 0.2}``), is checked before Ray starts, and saves its state in
 checkpoints like a callback; reward redistribution for off-beat actions is one.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

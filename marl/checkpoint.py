@@ -13,6 +13,7 @@ into place once complete, so a crash while saving never leaves a half-written
 ``checkpoint_*``. Checkpoints are pickles: load only those from a source you trust
 (a checksum detects damage, not tampering).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -82,8 +83,9 @@ def resolve_checkpoint(path: str, verify: bool = True) -> Path:
     else:
         cands = list_checkpoints(p)
         if not cands:
-            raise MarlError(f"No marl checkpoint at '{path}' (expected '{META_FILE}' or a run folder with "
-                            "checkpoints/).")
+            raise MarlError(
+                f"No marl checkpoint at '{path}' (expected '{META_FILE}' or a run folder with checkpoints/)."
+            )
         ckpt = cands[-1]
     if verify:
         verify_checkpoint(ckpt)
@@ -115,16 +117,19 @@ def _sha256(path: Path) -> str:
 
 
 def _files(checkpoint: Path) -> List[str]:
-    return sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*")
-                  if p.is_file() and p.name != MANIFEST_FILE)
+    return sorted(
+        str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file() and p.name != MANIFEST_FILE
+    )
 
 
 def write_manifest(checkpoint: Path, iteration: int, env_steps: int) -> None:
     """Write :data:`MANIFEST_FILE`: the checkpoint's iteration, env steps and, per file
     (path relative to the folder), its size in bytes and sha256 (FIPS 180-4)."""
     checkpoint = Path(checkpoint)
-    files = {rel: {"bytes": (checkpoint / rel).stat().st_size, "sha256": _sha256(checkpoint / rel)}
-             for rel in _files(checkpoint)}
+    files = {
+        rel: {"bytes": (checkpoint / rel).stat().st_size, "sha256": _sha256(checkpoint / rel)}
+        for rel in _files(checkpoint)
+    }
     body = {"format": 1, "iteration": int(iteration), "env_steps": int(env_steps), "files": files}
     (checkpoint / MANIFEST_FILE).write_text(json.dumps(body, indent=1))
 
@@ -153,13 +158,17 @@ def verify_checkpoint(checkpoint: Path) -> None:
             raise MarlError(f"Checkpoint {checkpoint} is damaged: file '{rel}' is missing.")
         size = f.stat().st_size
         if size != want["bytes"]:
-            raise MarlError(f"Checkpoint {checkpoint} is damaged: file '{rel}' has {size} bytes, "
-                            f"{want['bytes']} were written{' (truncated)' if size < want['bytes'] else ''}.")
+            raise MarlError(
+                f"Checkpoint {checkpoint} is damaged: file '{rel}' has {size} bytes, "
+                f"{want['bytes']} were written{' (truncated)' if size < want['bytes'] else ''}."
+            )
         if _sha256(f) != want["sha256"]:
             raise MarlError(f"Checkpoint {checkpoint} is damaged: file '{rel}' does not match its sha256 checksum.")
 
 
-def save_checkpoint(trainer: Trainer, run_dir: Path, meta: Dict[str, Any], keep: int, protect: Optional[Path] = None) -> Path:
+def save_checkpoint(
+    trainer: Trainer, run_dir: Path, meta: Dict[str, Any], keep: int, protect: Optional[Path] = None
+) -> Path:
     """Write ``checkpoints/checkpoint_<iteration>`` of ``trainer`` with its :data:`META_FILE` and
     :data:`MANIFEST_FILE`, then prune (:func:`prune_checkpoints`). Returns the new path.
 

@@ -14,6 +14,7 @@
 ``marl train algo=mappo [env=mpe] [key=value ...] --help`` lists the algorithm's keys
 with the values it would train with (checked, without starting Ray).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,13 +43,15 @@ def _train(items: List[str]) -> int:
 
     if "--help" in items or "-h" in items:
         return _train_help([i for i in items if i not in ("--help", "-h")])
-    env_kwargs = parse_cli_overrides([i[len("env."):] for i in items if i.startswith("env.")])
+    env_kwargs = parse_cli_overrides([i[len("env.") :] for i in items if i.startswith("env.")])
     kv = parse_cli_overrides([i for i in items if not i.startswith("env.")])
     env_name = kv.pop("env", None)
     algo = kv.pop("algo", None)
     if not env_name or not algo:
-        raise MarlError("marl train needs env=<family>:<scenario> and algo=<name>, e.g. "
-                        "'marl train env=mpe:simple_spread algo=mappo' (marl train --help: the algorithms and keys).")
+        raise MarlError(
+            "marl train needs env=<family>:<scenario> and algo=<name>, e.g. "
+            "'marl train env=mpe:simple_spread algo=mappo' (marl train --help: the algorithms and keys)."
+        )
     env = _make_env(env_name, env_kwargs)
     stop = kv.pop("stop", None)
     resume = kv.pop("resume", None)
@@ -60,9 +63,18 @@ def _train(items: List[str]) -> int:
             again = [i for i in items if not i.startswith("resume=")] + [f"resume={e.checkpoint}"]
             print(f"resume with: marl train {shlex.join(again)}", file=sys.stderr)
         return 130
-    print(json.dumps({"env_steps": result.metrics.get("env_steps"),
-                      "episode_return_mean": result.metrics.get("episode_return_mean"),
-                      "eval": result.eval, "checkpoint": result.checkpoint, "log_dir": result.log_dir}, indent=2))
+    print(
+        json.dumps(
+            {
+                "env_steps": result.metrics.get("env_steps"),
+                "episode_return_mean": result.metrics.get("episode_return_mean"),
+                "eval": result.eval,
+                "checkpoint": result.checkpoint,
+                "log_dir": result.log_dir,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 
@@ -135,15 +147,17 @@ def _eval(items: List[str]) -> int:
     if not items:
         raise MarlError("marl eval needs a checkpoint or run folder: 'marl eval <path> [episodes=100]'.")
     path = items[0]
-    env_kwargs = parse_cli_overrides([i[len("env."):] for i in items[1:] if i.startswith("env.")])
+    env_kwargs = parse_cli_overrides([i[len("env.") :] for i in items[1:] if i.startswith("env.")])
     rest = parse_cli_overrides([i for i in items[1:] if not i.startswith("env.")])
     load_plugins()
     protocols = {k: v for k, v in rest.items() if k in _EVAL_OPTIONS}
     unknown = sorted(set(rest) - {"episodes", "env", "opponent"} - set(_EVAL_OPTIONS))
     if unknown:
         extra = "".join(f", {name}=... ({target[1]})" for name, target in sorted(_EVAL_OPTIONS.items()))
-        raise MarlError(f"marl eval: unknown option(s) {unknown}. Valid: episodes=N, env=family:scenario, "
-                        f"env.<kwarg>=value, opponent=<bot> (text games){extra}.")
+        raise MarlError(
+            f"marl eval: unknown option(s) {unknown}. Valid: episodes=N, env=family:scenario, "
+            f"env.<kwarg>=value, opponent=<bot> (text games){extra}."
+        )
     episodes = _positive_int("episodes", rest.get("episodes", 100))
     env = None
     if "env" in rest:
@@ -182,8 +196,9 @@ def _make_env(name: object, kwargs: Dict[str, object]):
         if isinstance(e, MarlError):
             raise
         given = " ".join(f"env.{k}={v!r}" for k, v in kwargs.items())
-        raise MarlError(f"Cannot build env={name} with {given or 'no env.<kwarg> values'}: "
-                        f"{type(e).__name__}: {e}") from e
+        raise MarlError(
+            f"Cannot build env={name} with {given or 'no env.<kwarg> values'}: {type(e).__name__}: {e}"
+        ) from e
 
 
 def _list(items: List[str]) -> int:
@@ -229,12 +244,15 @@ def _league(items: List[str]) -> int:
     opts = parse_cli_overrides([i for i in items if "=" in i])
     unknown = sorted(set(opts) - {"bots", "episodes", "out", "seed"})
     if unknown or not paths:
-        raise MarlError("usage: marl league <run or checkpoint>... [bots=[random]] [episodes=50] [out=DIR] [seed=0]"
-                        + (f"; unknown option(s) {unknown}" if unknown else "; no run or checkpoint folder given"))
+        raise MarlError(
+            "usage: marl league <run or checkpoint>... [bots=[random]] [episodes=50] [out=DIR] [seed=0]"
+            + (f"; unknown option(s) {unknown}" if unknown else "; no run or checkpoint folder given")
+        )
     bots = opts.get("bots", ["random"])
     bots = [bots] if isinstance(bots, str) else list(bots or [])
-    report = run_league(paths, bots, _positive_int("episodes", opts.get("episodes", 50)), opts.get("out"),
-                        int(opts.get("seed", 0)))
+    report = run_league(
+        paths, bots, _positive_int("episodes", opts.get("episodes", 50)), opts.get("out"), int(opts.get("seed", 0))
+    )
     print(Path(report["out"], "league.md").read_text())
     print(f"written to {report['out']}")
     return 0
@@ -279,7 +297,9 @@ def _commands() -> Dict[str, Callable[[List[str]], int]]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="marl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="marl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = _commands()
     parser.add_argument("command", choices=sorted(commands), help="what to do")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="key=value arguments of the command")

@@ -22,6 +22,7 @@ function here then takes them as it takes a batched env, seats being the game's 
 
 No env or algorithm is imported here: bots are registered by name (:func:`register_bot`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -169,8 +170,13 @@ class Record:
     def rates(self) -> Dict[str, float]:
         """``win_rate``, ``draw_rate``, ``loss_rate`` and ``score`` (win 1, draw 1/2), each in [0, 1]."""
         n = max(self.games, 1)
-        return {"win_rate": self.win / n, "draw_rate": self.draw / n, "loss_rate": self.loss / n,
-                "score": (self.win + 0.5 * self.draw) / n, "games": self.games}
+        return {
+            "win_rate": self.win / n,
+            "draw_rate": self.draw / n,
+            "loss_rate": self.loss / n,
+            "score": (self.win + 0.5 * self.draw) / n,
+            "games": self.games,
+        }
 
 
 def seats_of(info: EnvInfo) -> List[str]:
@@ -309,8 +315,9 @@ def cross_play(env: MultiAgentEnv, players: Mapping[str, Any], episodes: int, se
     names = list(players)
     seats = env_seats(env)
     if len(names) < 2 or len(seats) < 2:
-        raise MarlError(f"cross_play needs >= 2 players and a game with >= 2 seats (teams); got players {names} and "
-                        f"seats {seats}.")
+        raise MarlError(
+            f"cross_play needs >= 2 players and a game with >= 2 seats (teams); got players {names} and seats {seats}."
+        )
     P = len(names)
     score = np.full((P, P), 0.5)  # a player against itself scores 1/2 by symmetry: not played
     games: List[Tuple[Tuple[str, ...], Tuple[float, ...]]] = []
@@ -376,8 +383,9 @@ class CompetitiveEval(Callback):
         MarlError: a bad count or an unknown bot name (at :meth:`on_fit_start`).
     """
 
-    def __init__(self, every: int = 10, episodes: int = 100, bots: Sequence[str] = ("random",), lag: int = 2,
-                 num_envs: int = 32):
+    def __init__(
+        self, every: int = 10, episodes: int = 100, bots: Sequence[str] = ("random",), lag: int = 2, num_envs: int = 32
+    ):
         for k, v in {"every": every, "episodes": episodes, "lag": lag, "num_envs": num_envs}.items():
             if not isinstance(v, int) or v < 1:
                 raise MarlError(f"CompetitiveEval {k} must be a whole number >= 1, got {v!r}.")
@@ -393,8 +401,9 @@ class CompetitiveEval(Callback):
         for b in self.bots:
             make_bot(b, self._env.info)
         table = dict(trainer.run.agent_to_module)
-        self._mapping = PolicyMapping(self._env.info, share=lambda agent, *_: table[agent],
-                                      agent_id=trainer.cfg.agent_id)
+        self._mapping = PolicyMapping(
+            self._env.info, share=lambda agent, *_: table[agent], agent_id=trainer.cfg.agent_id
+        )
 
     def on_iteration_end(self, trainer, metrics):
         self._calls += 1
@@ -406,7 +415,7 @@ class CompetitiveEval(Callback):
             opponents["vs_past"] = self._snapshots[-self.lag]
         past = copy.copy(policy)
         past.explore = True  # the past self samples its moves: greedy against greedy replays one game
-        self._snapshots = (self._snapshots + [past])[-self.lag:]
+        self._snapshots = (self._snapshots + [past])[-self.lag :]
         out = {}
         for label, opp in opponents.items():
             for seat, rates in versus(self._env, policy, opp, self.episodes, seed=self._calls).items():

@@ -2,6 +2,7 @@
 
 Every module of marl may import this one; it imports nothing of marl.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -57,8 +58,7 @@ def closest(name: Any, choices: Sequence[Any]) -> str:
 def unknown_choice(what: str, name: Any, choices: Sequence[Any]) -> MarlError:
     """Build the error for an unknown name: it lists the valid choices and the closest."""
     return MarlError(
-        f"Unknown {what} '{name}'.{closest(name, choices)} "
-        f"Valid choices: {', '.join(sorted(map(str, choices)))}."
+        f"Unknown {what} '{name}'.{closest(name, choices)} Valid choices: {', '.join(sorted(map(str, choices)))}."
     )
 
 

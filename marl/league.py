@@ -11,6 +11,7 @@ the results go to a new folder ``out`` (default ``marl_league/<time>``), never i
     league.md      the score matrix and the ratings table
     crossplay.png  the score matrix as a heatmap
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,13 @@ def _names(ckpts: List[Path]) -> List[str]:
     return [c.name if len(runs) == 1 else f"{c.parent.parent.name}/{c.name}" for c in ckpts]
 
 
-def run_league(paths: Sequence[str], bots: Sequence[str] = ("random",), episodes: int = 50,
-               out: Optional[str] = None, seed: int = 0) -> Dict[str, Any]:
+def run_league(
+    paths: Sequence[str],
+    bots: Sequence[str] = ("random",),
+    episodes: int = 50,
+    out: Optional[str] = None,
+    seed: int = 0,
+) -> Dict[str, Any]:
     """Cross-play every checkpoint of ``paths`` and every bot in ``bots``; rate them; write the
     files of the module docstring to a new folder ``out``. Returns the ``league.json`` dict.
 
@@ -82,9 +88,15 @@ def run_league(paths: Sequence[str], bots: Sequence[str] = ("random",), episodes
     league = cross_play(env, players, episodes, seed)
     ratings(league, seed)
     env.close()
-    report = {"names": league.names, "score": league.score.tolist(), "ratings": league.ratings,
-              "episodes_per_seating": episodes, "checkpoints": [str(c) for c in ckpts], "bots": list(bots),
-              "env": repr(spec)}
+    report = {
+        "names": league.names,
+        "score": league.score.tolist(),
+        "ratings": league.ratings,
+        "episodes_per_seating": episodes,
+        "checkpoints": [str(c) for c in ckpts],
+        "bots": list(bots),
+        "env": repr(spec),
+    }
     (folder / "league.json").write_text(json.dumps(report, indent=2))
     (folder / "league.md").write_text(league_markdown(league, episodes))
     heatmap(league, folder / "crossplay.png")
@@ -104,18 +116,30 @@ def league_markdown(league: League, episodes: int) -> str:
     """The score matrix (row player's mean score against the column player; win 1, draw 1/2,
     both seatings) and the ratings table, best ``ordinal`` first."""
     short = [f"P{i}" for i in range(len(league.names))]
-    lines = [f"# Cross-play ({episodes} games per seating)", "",
-             "Row player's mean score against the column player (win 1, draw 1/2), both seats.", "",
-             "| | " + " | ".join(short) + " |", "|---" * (len(short) + 1) + "|"]
+    lines = [
+        f"# Cross-play ({episodes} games per seating)",
+        "",
+        "Row player's mean score against the column player (win 1, draw 1/2), both seats.",
+        "",
+        "| | " + " | ".join(short) + " |",
+        "|---" * (len(short) + 1) + "|",
+    ]
     for i, n in enumerate(league.names):
         lines.append(f"| {short[i]} {n} | " + " | ".join(f"{v:.2f}" for v in league.score[i]) + " |")
-    lines += ["", "# Ratings (OpenSkill Plackett-Luce; ordinal = mu - 3 sigma)", "",
-              "| player | mu | sigma | ordinal | mean score |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "# Ratings (OpenSkill Plackett-Luce; ordinal = mu - 3 sigma)",
+        "",
+        "| player | mu | sigma | ordinal | mean score |",
+        "|---|---|---|---|---|",
+    ]
     order = sorted(league.names, key=lambda n: -league.ratings[n]["ordinal"])
     for n in order:
         r, i = league.ratings[n], league.names.index(n)
         others = [league.score[i, j] for j in range(len(league.names)) if j != i]
-        lines.append(f"| {n} | {r['mu']:.2f} | {r['sigma']:.2f} | {r['ordinal']:.2f} | {sum(others) / len(others):.3f} |")
+        lines.append(
+            f"| {n} | {r['mu']:.2f} | {r['sigma']:.2f} | {r['ordinal']:.2f} | {sum(others) / len(others):.3f} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ written to a temporary file that replaces the old one (``os.replace``), and a ru
 continued in place from a checkpoint drops the CSV rows and TensorBoard points
 logged after that checkpoint's env steps, so no step appears twice.
 """
+
 from __future__ import annotations
 
 import csv
@@ -34,7 +35,7 @@ def _tag(key: str) -> str:
     if key in _TAGS:
         return _TAGS[key]
     if key.startswith("return_"):
-        return "return/" + key[len("return_"):].removesuffix("_mean")
+        return "return/" + key[len("return_") :].removesuffix("_mean")
     return "train/" + key
 
 

@@ -6,6 +6,7 @@ more than one agent a one-hot of the agent's index inside the module is
 appended to its observation so a shared network can still tell agents apart
 (Yu et al. 2022, MAPPO, "agent id" input; Rashid et al. 2018, QMIX).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

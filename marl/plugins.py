@@ -11,6 +11,7 @@ a third-party package adds its envs or algorithms the same way::
     # setup.py of my_package
     entry_points={"marl.plugins": ["my_envs = my_package.marl_plugin"]}
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """The greedy policy of a trained run and the episode loop that evaluates it (no Ray needed)."""
+
 from __future__ import annotations
 
 import numbers
@@ -31,8 +32,9 @@ class Policy:
     def reset(self) -> None:
         self._h = {}
 
-    def act(self, obs: Any, avail_actions: Optional[Dict[str, torch.Tensor]] = None,
-            done: Optional[torch.Tensor] = None) -> Dict[str, Any]:
+    def act(
+        self, obs: Any, avail_actions: Optional[Dict[str, torch.Tensor]] = None, done: Optional[torch.Tensor] = None
+    ) -> Dict[str, Any]:
         """Greedy actions (sampled if ``explore``).
 
         Args:
@@ -71,7 +73,10 @@ class Policy:
         check_single(info, obs)
         batched = {}
         for name, g in info.groups.items():
-            rows = [np.asarray(obs[a], dtype=np.float32).reshape(-1) if a in obs else np.zeros(g.obs_dim, np.float32) for a in g.agents]
+            rows = [
+                np.asarray(obs[a], dtype=np.float32).reshape(-1) if a in obs else np.zeros(g.obs_dim, np.float32)
+                for a in g.agents
+            ]
             batched[name] = torch.as_tensor(np.stack(rows))[None]
         acts = self.act(batched)
         out = {}
@@ -82,9 +87,15 @@ class Policy:
                     out[a] = int(v) if g.discrete else v.numpy()
         return out
 
-    def evaluate_episodes(self, episodes: int, env: Optional[MultiAgentEnv] = None, env_spec: Optional[EnvSpec] = None,
-                          num_envs: Optional[int] = None, opponent: Optional[str] = "random",
-                          **unused: Any) -> Dict[str, float]:
+    def evaluate_episodes(
+        self,
+        episodes: int,
+        env: Optional[MultiAgentEnv] = None,
+        env_spec: Optional[EnvSpec] = None,
+        num_envs: Optional[int] = None,
+        opponent: Optional[str] = "random",
+        **unused: Any,
+    ) -> Dict[str, float]:
         """Mean of each episode statistic (``<stat>_mean``) over ``episodes`` greedy episodes of
         ``env``, or of the scenario ``env_spec`` rebuilds with ``num_envs`` copies (default
         ``min(episodes, 32)``). On an env with two or more teams (a competitive game) the policy
@@ -147,20 +158,26 @@ def check_inputs(info: EnvInfo, obs: Any, avail_actions: Mapping[str, Any], done
         got = sorted(obs) if isinstance(obs, Mapping) else type(obs).__name__
         odd = [k for k in obs if k not in info.groups] if isinstance(obs, Mapping) else []
         hint = closest(odd[0], [*info.groups, *info.agents]) if odd else ""
-        raise MarlError(f"Policy.act takes a Step, a dict group -> observations {{{want}}}, or agent id -> "
-                        f"observation for one env (agents {info.agents}); got {got}.{hint}")
+        raise MarlError(
+            f"Policy.act takes a Step, a dict group -> observations {{{want}}}, or agent id -> "
+            f"observation for one env (agents {info.agents}); got {got}.{hint}"
+        )
     B = None
     for name, g in info.groups.items():
         shape = tuple(np.shape(obs[name]))
         if len(shape) != 3 or shape[1:] != (g.n_agents, g.obs_dim) or shape[0] != (B or shape[0]):
-            raise MarlError(f"Policy.act: observations of group '{name}' have shape {shape}; expected "
-                            f"[B, {g.n_agents}, {g.obs_dim}] ({g.n_agents} agents {g.agents}, one B for all "
-                            f"groups). All groups: {{{want}}}.")
+            raise MarlError(
+                f"Policy.act: observations of group '{name}' have shape {shape}; expected "
+                f"[B, {g.n_agents}, {g.obs_dim}] ({g.n_agents} agents {g.agents}, one B for all "
+                f"groups). All groups: {{{want}}}."
+            )
         B = shape[0]
         av = avail_actions.get(name)
         if g.discrete and av is not None and tuple(np.shape(av)) != (B, g.n_agents, g.n_actions):
-            raise MarlError(f"Policy.act: avail_actions of group '{name}' have shape {tuple(np.shape(av))}; "
-                            f"expected [B, N_g, n_actions] = {(B, g.n_agents, g.n_actions)}.")
+            raise MarlError(
+                f"Policy.act: avail_actions of group '{name}' have shape {tuple(np.shape(av))}; "
+                f"expected [B, N_g, n_actions] = {(B, g.n_agents, g.n_actions)}."
+            )
     if done is not None and tuple(np.shape(done)) != (B,):
         raise MarlError(f"Policy.act: done has shape {tuple(np.shape(done))}; expected [B] = ({B},).")
 
@@ -172,8 +189,10 @@ def check_single(info: EnvInfo, obs: Mapping[str, Any]) -> None:
             raise MarlError(f"Policy.act: unknown agent '{a}'.{closest(a, info.agents)} Agents: {info.agents}.")
         g, size = info.group_of(a), int(np.prod(np.shape(o)))
         if size != g.obs_dim:
-            raise MarlError(f"Policy.act: the observation of agent '{a}' has {size} values "
-                            f"(shape {tuple(np.shape(o))}); expected {g.obs_dim} (group '{g.name}').")
+            raise MarlError(
+                f"Policy.act: the observation of agent '{a}' has {size} values "
+                f"(shape {tuple(np.shape(o))}); expected {g.obs_dim} (group '{g.name}')."
+            )
 
 
 def check_env_fits(info: EnvInfo, env: Any) -> None:
@@ -184,12 +203,17 @@ def check_env_fits(info: EnvInfo, env: Any) -> None:
         raise MarlError(f"Policy: expected an env from marl.make_env, got {type(env).__name__}.")
     for name, g in info.groups.items():
         h = theirs.get(name)
-        if h is None or (h.n_agents, h.obs_dim) != (g.n_agents, g.obs_dim) or not spaces_equal(h.action_space, g.action_space):
+        if (
+            h is None
+            or (h.n_agents, h.obs_dim) != (g.n_agents, g.obs_dim)
+            or not spaces_equal(h.action_space, g.action_space)
+        ):
             got = "no such group" if h is None else f"{h.n_agents} agents, obs [{h.obs_dim}], actions {h.action_space}"
             raise MarlError(
                 f"This policy acts for group '{name}' with {g.n_agents} agents, obs [{g.obs_dim}], actions "
                 f"{g.action_space}; env {env.info.family}:{env.info.scenario} has {got} (groups {list(theirs)}). "
-                f"To act in another scenario load the run for it: marl.load(run, env=env) (HPN / DPN agents).")
+                f"To act in another scenario load the run for it: marl.load(run, env=env) (HPN / DPN agents)."
+            )
 
 
 def _agent_keyed(obs: Any, info: Any) -> bool:

@@ -1,4 +1,5 @@
 """Result of :func:`marl.fit`; :func:`load` reads a checkpoint back into one."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -37,13 +38,19 @@ class Result:
     config: Optional[ConfigBase] = None
     eval: Dict[str, float] = field(default_factory=dict)
 
-    def evaluate(self, episodes: int = 32, env: Optional[MultiAgentEnv] = None, num_envs: Optional[int] = None,
-                 opponent: str = "random") -> Dict[str, float]:
+    def evaluate(
+        self,
+        episodes: int = 32,
+        env: Optional[MultiAgentEnv] = None,
+        num_envs: Optional[int] = None,
+        opponent: str = "random",
+    ) -> Dict[str, float]:
         """Greedy evaluation: the mean of each episode statistic over ``episodes`` episodes of
         ``env`` (default: the trained scenario rebuilt with ``num_envs`` copies); text games play
         ``episodes`` games against the bot ``opponent``. See ``Policy.evaluate_episodes``."""
-        return self.policy.evaluate_episodes(episodes, env=env, env_spec=self.env_spec, num_envs=num_envs,
-                                             opponent=opponent)
+        return self.policy.evaluate_episodes(
+            episodes, env=env, env_spec=self.env_spec, num_envs=num_envs, opponent=opponent
+        )
 
     def __repr__(self) -> str:
         r = self.metrics.get("episode_return_mean")

@@ -19,6 +19,7 @@ a new folder records its parent and the source run is only read.
 :class:`StopOnSignal` turns the first SIGINT / SIGTERM into "finish this iteration,
 save, stop" and a second into an immediate abort.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -56,7 +57,9 @@ _NOT_NETWORK = {"algo", "log_dir", "progress", "eval_episodes"}  # config keys l
 
 # filelock >= 3.24 may fall back to a soft (file-exists) lock where flock is missing (some network
 # file systems); such a lock outlives a killed process, so marl asks for the OS lock only where it can.
-_NATIVE_ONLY: Dict[str, Any] = {"fallback_to_soft": False} if "fallback_to_soft" in signature(FileLock.__init__).parameters else {}
+_NATIVE_ONLY: Dict[str, Any] = (
+    {"fallback_to_soft": False} if "fallback_to_soft" in signature(FileLock.__init__).parameters else {}
+)
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -106,8 +109,12 @@ class ResumeSource:
     def describe(self) -> Dict[str, Any]:
         metrics = self.meta.get("metrics") or {}
         it, steps = checkpoint_key(self.checkpoint)
-        return {"run": str(self.run) if self.run else None, "checkpoint": str(self.checkpoint),
-                "iteration": int(metrics.get("iteration", it)), "env_steps": int(metrics.get("env_steps", steps))}
+        return {
+            "run": str(self.run) if self.run else None,
+            "checkpoint": str(self.checkpoint),
+            "iteration": int(metrics.get("iteration", it)),
+            "env_steps": int(metrics.get("env_steps", steps)),
+        }
 
 
 def open_resume(resume: str, algo: str, info: EnvInfo, agent_to_module: Dict[str, str]) -> ResumeSource:
@@ -125,16 +132,19 @@ def open_resume(resume: str, algo: str, info: EnvInfo, agent_to_module: Dict[str
     meta = read_meta(ckpt)
     diffs = compare_with_checkpoint(meta, algo, info, agent_to_module)
     if diffs:
-        raise MarlError(f"Cannot resume from {ckpt}: it does not match this call (checkpoint vs now):\n  - "
-                        + "\n  - ".join(diffs)
-                        + "\nResume with the algorithm, env and policy mapping (share=, agent_id=) it was trained "
-                          "with, or start a new run without resume=.")
+        raise MarlError(
+            f"Cannot resume from {ckpt}: it does not match this call (checkpoint vs now):\n  - "
+            + "\n  - ".join(diffs)
+            + "\nResume with the algorithm, env and policy mapping (share=, agent_id=) it was trained "
+            "with, or start a new run without resume=."
+        )
     parent = ckpt.parent.parent
     return ResumeSource(ckpt, meta, parent if ckpt.parent.name == "checkpoints" and is_run_folder(parent) else None)
 
 
-def compare_with_checkpoint(meta: Dict[str, Any], algo: str, info: EnvInfo,
-                            agent_to_module: Dict[str, str]) -> List[str]:
+def compare_with_checkpoint(
+    meta: Dict[str, Any], algo: str, info: EnvInfo, agent_to_module: Dict[str, str]
+) -> List[str]:
     """What differs between a checkpoint's metadata and a new call, one line each
     (``"<what>: <checkpoint's> vs <now>"``): algorithm, env family, scenario, agents,
     groups (agents, team, observation and action spaces by :func:`marl.env.spaces_equal`),
@@ -163,8 +173,11 @@ def compare_with_checkpoint(meta: Dict[str, Any], algo: str, info: EnvInfo,
         differ("state size (state_dim)", old.state_dim, info.state_dim)
     saved = meta.get("agent_to_module")
     if saved is not None:
-        moved = [f"{a}: {saved[a]!r} vs {agent_to_module[a]!r}" for a in saved
-                 if a in agent_to_module and saved[a] != agent_to_module[a]]
+        moved = [
+            f"{a}: {saved[a]!r} vs {agent_to_module[a]!r}"
+            for a in saved
+            if a in agent_to_module and saved[a] != agent_to_module[a]
+        ]
         if moved:
             diffs.append("policy mapping (agent -> module): " + ", ".join(moved))
     return diffs
@@ -190,11 +203,20 @@ class RunLock:
         except Timeout:
             raise MarlError(self._busy_message()) from None
         except OSError as e:  # e.g. ENOSYS: a file system without flock
-            raise MarlError(f"Cannot lock run folder {self.run_dir} ({e}): its file system offers no lock that is "
-                            "released when a process dies. Put log_dir on a local disk.") from e
+            raise MarlError(
+                f"Cannot lock run folder {self.run_dir} ({e}): its file system offers no lock that is "
+                "released when a process dies. Put log_dir on a local disk."
+            ) from e
         try:
-            write_json(self.holder_path, {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(),
-                                          "command": shlex.join(sys.argv) or sys.executable})
+            write_json(
+                self.holder_path,
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "started": _now(),
+                    "command": shlex.join(sys.argv) or sys.executable,
+                },
+            )
         except BaseException:
             self._lock.release()
             raise
@@ -219,16 +241,23 @@ class RunLock:
         if h is None:
             who = "another process (it wrote no holder entry)"
         else:
-            gone = ("; that pid no longer runs here, so a process it started holds the lock"
-                    if h.get("host") == socket.gethostname() and not _alive(h.get("pid")) else "")
-            who = (f"pid {h.get('pid')} on host {h.get('host')}, started {h.get('started')}, "
-                   f"command: {h.get('command')}{gone}")
+            gone = (
+                "; that pid no longer runs here, so a process it started holds the lock"
+                if h.get("host") == socket.gethostname() and not _alive(h.get("pid"))
+                else ""
+            )
+            who = (
+                f"pid {h.get('pid')} on host {h.get('host')}, started {h.get('started')}, "
+                f"command: {h.get('command')}{gone}"
+            )
         pid = h.get("pid") if h else "<pid>"
-        return (f"Run folder {self.run_dir} is being written by another marl process: {who}. One process writes "
-                f"a run folder at a time (lock {self.run_dir / LOCK_FILE}). Wait for that run to end, or stop it "
-                f"(Ctrl-C in its terminal or `kill -INT {pid}`: it saves a checkpoint first) and resume again; "
-                "to train a second run from the same checkpoint now, resume from a copy of the checkpoint "
-                "folder placed outside this run folder (it starts a new run folder).")
+        return (
+            f"Run folder {self.run_dir} is being written by another marl process: {who}. One process writes "
+            f"a run folder at a time (lock {self.run_dir / LOCK_FILE}). Wait for that run to end, or stop it "
+            f"(Ctrl-C in its terminal or `kill -INT {pid}`: it saves a checkpoint first) and resume again; "
+            "to train a second run from the same checkpoint now, resume from a copy of the checkpoint "
+            "folder placed outside this run folder (it starts a new run folder)."
+        )
 
     def __enter__(self) -> "RunLock":
         return self.acquire()
@@ -347,15 +376,23 @@ def restore(trainer: Trainer, run: RunFolder, config: Dict[str, Any]) -> None:
         trainer.restore_from_path(str(source.checkpoint))
     except Exception as e:  # noqa: BLE001 - torch / RLlib errors of every kind, reworded below
         saved = source.meta.get("config") or {}
-        changed = [f"{k}: {saved.get(k)!r} vs {config.get(k)!r}" for k in sorted(set(saved) | set(config))
-                   if k not in _NOT_NETWORK and saved.get(k) != config.get(k)]
+        changed = [
+            f"{k}: {saved.get(k)!r} vs {config.get(k)!r}"
+            for k in sorted(set(saved) | set(config))
+            if k not in _NOT_NETWORK and saved.get(k) != config.get(k)
+        ]
         first = (str(e).strip().splitlines() or [""])[0][:300]
-        hint = (f"Config keys that differ from the checkpoint's (checkpoint vs now): {'; '.join(changed)}. Keys that "
-                "shape the networks (hidden, layers, recurrent, agent, agent_id, ...) must keep the checkpoint's "
-                "values." if changed else
-                "No config key differs from the checkpoint's: it may come from another version of marl or be damaged.")
-        raise MarlError(f"Cannot resume from {source.checkpoint}: its state does not load into this run "
-                        f"({type(e).__name__}: {first}). {hint}") from e
+        hint = (
+            f"Config keys that differ from the checkpoint's (checkpoint vs now): {'; '.join(changed)}. Keys that "
+            "shape the networks (hidden, layers, recurrent, agent, agent_id, ...) must keep the checkpoint's "
+            "values."
+            if changed
+            else "No config key differs from the checkpoint's: it may come from another version of marl or be damaged."
+        )
+        raise MarlError(
+            f"Cannot resume from {source.checkpoint}: its state does not load into this run "
+            f"({type(e).__name__}: {first}). {hint}"
+        ) from e
 
 
 def _now() -> str:
@@ -396,7 +433,10 @@ class StopOnSignal:
             raise KeyboardInterrupt(f"a second {name}")
         self.received = name
         try:  # os.write, not print: a handler may run while the main thread is inside print
-            os.write(2, f"\n[marl] {name}: finishing this iteration, then saving a checkpoint "
-                        "(Ctrl-C again to abort at once)\n".encode())
+            os.write(
+                2,
+                f"\n[marl] {name}: finishing this iteration, then saving a checkpoint "
+                "(Ctrl-C again to abort at once)\n".encode(),
+            )
         except OSError:  # no stderr: the stop goes on silently
             pass

@@ -36,6 +36,7 @@ overrides it. ``format_reward`` is added to the reward of every valid reply
 Every episode reports ``invalid_rate`` (bad replies / replies to a move list:
 free-text replies are not counted) in its metrics.
 """
+
 from __future__ import annotations
 
 import abc
@@ -162,12 +163,24 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
     game_runner = "marl.algos.llm.matches:TextGameRunner"
     max_decisions = 100  # per agent and game; subclasses set the true bound
 
-    def __init__(self, scenario: str, *, invalid_action: str = "penalty", invalid_penalty: float = 0.0,
-                 retries: int = 2, format_reward: float = 0.0, history: str = "full", prompt_style: str = "natural",
-                 seed: Optional[int] = None):
+    def __init__(
+        self,
+        scenario: str,
+        *,
+        invalid_action: str = "penalty",
+        invalid_penalty: float = 0.0,
+        retries: int = 2,
+        format_reward: float = 0.0,
+        history: str = "full",
+        prompt_style: str = "natural",
+        seed: Optional[int] = None,
+    ):
         super().__init__()
-        for name, value, valid in (("invalid_action", invalid_action, INVALID_ACTIONS),
-                                   ("history", history, HISTORIES), ("prompt_style", prompt_style, PROMPT_STYLES)):
+        for name, value, valid in (
+            ("invalid_action", invalid_action, INVALID_ACTIONS),
+            ("history", history, HISTORIES),
+            ("prompt_style", prompt_style, PROMPT_STYLES),
+        ):
             if value not in valid:
                 raise unknown_choice(name, value, valid)
         if int(retries) < 0:
@@ -186,10 +199,15 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         self.observation_spaces = {a: text for a in self.players}
         self.action_spaces = {a: text for a in self.players}
         self.info = EnvInfo(
-            family=self.family, scenario=scenario, agents=list(self.players),
+            family=self.family,
+            scenario=scenario,
+            agents=list(self.players),
             # GroupInfo types a tensor env's spaces (Box observations); a text game's are gymnasium Text spaces
             groups={"players": GroupInfo("players", list(self.players), text, text)},
-            state_dim=0, episode_limit=self.max_decisions, kind=self.kind, num_envs=1,
+            state_dim=0,
+            episode_limit=self.max_decisions,
+            kind=self.kind,
+            num_envs=1,
         )
         # marl's EnvSpec (how remote runners rebuild the game) in the slot gymnasium types as its own EnvSpec
         # (hence __str__ = __repr__ below)
@@ -238,8 +256,10 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         """
         legal = self.legal_actions(agent)
         if not legal:
-            raise MarlError(f"{agent} has no legal moves to default to; a game with free-text turns must "
-                            f"override parse() to accept them.")
+            raise MarlError(
+                f"{agent} has no legal moves to default to; a game with free-text turns must "
+                f"override parse() to accept them."
+            )
         return self.rng.choice(legal)
 
     def other(self, agent: str) -> str:
@@ -304,8 +324,9 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         asked = [a for a in self.to_act() if a not in self._pending]
         missing = [a for a in asked if a not in action_dict]
         if self.done or missing:
-            raise MarlError(f"step() needs a reply from {missing or 'nobody: the game is over'}; "
-                            f"got {sorted(action_dict)}.")
+            raise MarlError(
+                f"step() needs a reply from {missing or 'nobody: the game is over'}; got {sorted(action_dict)}."
+            )
         rewards = {a: 0.0 for a in self.players}
         infos: Dict[str, Dict[str, Any]] = {}
         again: List[str] = []
@@ -362,8 +383,9 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         for a, r in self.apply(moves).items():
             rewards[a] += float(r)
 
-    def _ask(self, agents: Sequence[str], infos: Dict[str, Dict[str, Any]],
-             retry: Sequence[str] = ()) -> Dict[str, Chat]:
+    def _ask(
+        self, agents: Sequence[str], infos: Dict[str, Dict[str, Any]], retry: Sequence[str] = ()
+    ) -> Dict[str, Chat]:
         """The chats ``agents`` answer next (a retry notice for those in ``retry``); sets their ``legal_actions``."""
         out = {}
         for a in agents:
@@ -381,7 +403,7 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         """The chat ``agent`` answers: system prompt, then (``history="full"``) the game so far, then ``prompt``."""
         chat = self.chats[agent]
         head = chat[:1] if chat and chat[0]["role"] == "system" else []
-        past = chat[len(head):] if self.history == "full" else []
+        past = chat[len(head) :] if self.history == "full" else []
         return head + past + [{"role": "user", "content": prompt}]
 
     def episode_metrics(self) -> Dict[str, float]:

@@ -8,6 +8,7 @@ input layer depends on the observation size and cannot be carried over: that is
 an error naming the parameter. Learner-only parts (critics, value
 normalisers) and mixers are rebuilt for the new scenario when their shapes differ.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List

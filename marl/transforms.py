@@ -30,6 +30,7 @@ can use it. Hooks change their argument in place and return nothing.
 
 This module imports neither torch nor Ray (configs are checked before Ray starts).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -128,10 +129,10 @@ class Episode:
         self.terminated = bool(d["terminated"][slot, L - 1])
         self.modules: List[str] = list(buffer.module_shapes)
         self.rewards = {m: d[f"{m}/rewards"][slot, :L] for m in self.modules}
-        self.obs = {m: d[f"{m}/obs"][slot, :L + 1] for m in self.modules}
+        self.obs = {m: d[f"{m}/obs"][slot, : L + 1] for m in self.modules}
         self.actions = {m: d[f"{m}/actions"][slot, :L] for m in self.modules}
         self.alive = {m: d[f"{m}/alive"][slot, :L] for m in self.modules}
-        self.state = d["state"][slot, :L + 1]
+        self.state = d["state"][slot, : L + 1]
 
     def column(self, module: str, name: str, default: Any = True) -> np.ndarray:
         """``[L, N_m]`` values of the env's extra column ``name`` (off-beat ``decision``) for ``module``;
@@ -176,8 +177,9 @@ class TransformEntry:
 _TRANSFORMS: Dict[str, TransformEntry] = {}
 
 
-def register_transform(name: str, target: Union[str, type], *, config: Optional[Union[str, type]] = None,
-                       description: str = "") -> None:
+def register_transform(
+    name: str, target: Union[str, type], *, config: Optional[Union[str, type]] = None, description: str = ""
+) -> None:
     """Register a batch transform under ``name`` (registering a name again replaces it).
 
     Args:
@@ -195,9 +197,12 @@ def register_transform(name: str, target: Union[str, type], *, config: Optional[
     if name == NONE:
         raise MarlError(f"register_transform: '{NONE}' means no transform; choose another name.")
     if not (isinstance(target, str) and ":" in target) and not (
-            isinstance(target, type) and issubclass(target, BatchTransform)):
-        raise MarlError(f"register_transform('{name}'): target must be a 'module:Class' string or a "
-                        f"marl.transforms.BatchTransform subclass, got {target!r}.")
+        isinstance(target, type) and issubclass(target, BatchTransform)
+    ):
+        raise MarlError(
+            f"register_transform('{name}'): target must be a 'module:Class' string or a "
+            f"marl.transforms.BatchTransform subclass, got {target!r}."
+        )
     _TRANSFORMS[name] = TransformEntry(name, target, config, description)
     if config is not None:
         register_section(name, config, key=SELECT_KEY, value=name)
@@ -244,9 +249,11 @@ def check_transforms(cfg: Any, info: Any, trainer_cls: Any) -> None:
     for name in selected(cfg):
         cls: Any = transform_class(name)
         if not set(cls.hooks()) & set(hooks):
-            raise MarlError(f"{SELECT_KEY}='{name}' transforms data at {', '.join(cls.hooks()) or 'no hook'}; "
-                            f"{cfg.algo} calls {', '.join(hooks) or 'no transform hook'}. Algorithms that can "
-                            f"use it: {', '.join(_algos_calling(cls.hooks())) or 'none'}.")
+            raise MarlError(
+                f"{SELECT_KEY}='{name}' transforms data at {', '.join(cls.hooks()) or 'no hook'}; "
+                f"{cfg.algo} calls {', '.join(hooks) or 'no transform hook'}. Algorithms that can "
+                f"use it: {', '.join(_algos_calling(cls.hooks())) or 'none'}."
+            )
         cls.check(cfg, info, hooks)
 
 

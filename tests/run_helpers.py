@@ -1,4 +1,5 @@
 """Helpers of the run-folder tests: file snapshots, checkpoints without Ray, Ray processes of a temp dir."""
+
 from __future__ import annotations
 
 import hashlib
@@ -66,8 +67,9 @@ def ray_processes(tmp_root: str) -> List[str]:
             continue
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = next((line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                          if line.startswith("State:")), "")
+            state = next(
+                (line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State:")), ""
+            )
         except OSError:
             continue
         if tmp_root in cmd and "zombie" not in state:
@@ -93,7 +95,7 @@ def _hex_address(text: str) -> str:
     import socket
 
     raw = bytes.fromhex(text)
-    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
     return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
 
 

@@ -1,5 +1,6 @@
 """The agent-network protocol (algos/networks/base.py) for every registered network, the
 registry, and the MAPPO GRU actor's move from an nn.GRUCell loop to the shared nn.GRU unroll."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -14,10 +15,18 @@ from marl.errors import MarlError
 from test_entity_nets import N_NORMAL, layout, obs_dim, random_obs
 
 N_ID, N_ACT = 3, N_NORMAL + 3  # agent one-hot size; actions of the test layout (6 normal + 3 enemies)
-VARIANTS = {"hpn": [{}, {"hpn_heads": 2}], "dpn": [{"dpn_hard": True}],
-            "asn": [{}, {"asn_entity_modules": "separate"}, {"asn_entity_modules": "unit_type", "asn_env_input": "non_target"}]}
-CASES = [(family, name, recurrent, kw) for family in FAMILIES for name in agent_networks(family)
-         for recurrent in (True, False) for kw in VARIANTS.get(name, [{}])]
+VARIANTS = {
+    "hpn": [{}, {"hpn_heads": 2}],
+    "dpn": [{"dpn_hard": True}],
+    "asn": [{}, {"asn_entity_modules": "separate"}, {"asn_entity_modules": "unit_type", "asn_env_input": "non_target"}],
+}
+CASES = [
+    (family, name, recurrent, kw)
+    for family in FAMILIES
+    for name in agent_networks(family)
+    for recurrent in (True, False)
+    for kw in VARIANTS.get(name, [{}])
+]
 
 
 def last_dim(family):
@@ -26,10 +35,23 @@ def last_dim(family):
 
 def model_config(family, name, recurrent, **kw):
     """One model_config that every built-in network reads what it needs from."""
-    return {"agent": name, "obs_dim": obs_dim() + N_ID, "hidden": 16, "layers": 2, "activation": "relu",
-            "layer_norm": True, "policy_gain": 0.01, "recurrent": recurrent, "entity_layout": layout(),
-            "group_obs_dim": obs_dim(), "id_dim": N_ID, "last_action_dim": last_dim(family),
-            "hpn_hyper_dim": 8, "asn_hidden": 8, **kw}
+    return {
+        "agent": name,
+        "obs_dim": obs_dim() + N_ID,
+        "hidden": 16,
+        "layers": 2,
+        "activation": "relu",
+        "layer_norm": True,
+        "policy_gain": 0.01,
+        "recurrent": recurrent,
+        "entity_layout": layout(),
+        "group_obs_dim": obs_dim(),
+        "id_dim": N_ID,
+        "last_action_dim": last_dim(family),
+        "hpn_hyper_dim": 8,
+        "asn_hidden": 8,
+        **kw,
+    }
 
 
 def inputs(family, *lead, seed=0):
@@ -151,11 +173,26 @@ def test_gru_actor_equals_the_old_gru_cell_actor_from_the_same_seed(activation, 
 def ppo_module(recurrent, seed, inference_only=False):
     from marl.algos.ppo import PPOModule
 
-    cfg = dict(obs_dim=10, critic_dim=6, n_actions=4, discrete=True, hidden=16, layers=2, activation="relu",
-               layer_norm=True, recurrent=recurrent, policy_gain=0.01, log_std_init=-0.5)
+    cfg = dict(
+        obs_dim=10,
+        critic_dim=6,
+        n_actions=4,
+        discrete=True,
+        hidden=16,
+        layers=2,
+        activation="relu",
+        layer_norm=True,
+        recurrent=recurrent,
+        policy_gain=0.01,
+        log_std_init=-0.5,
+    )
     torch.manual_seed(seed)
-    return PPOModule(observation_space=gym.spaces.Box(-np.inf, np.inf, (10,), np.float32),
-                     action_space=gym.spaces.Discrete(4), inference_only=inference_only, model_config=cfg)
+    return PPOModule(
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (10,), np.float32),
+        action_space=gym.spaces.Discrete(4),
+        inference_only=inference_only,
+        model_config=cfg,
+    )
 
 
 @pytest.mark.parametrize("recurrent", [True, False])
@@ -163,7 +200,9 @@ def test_ppo_checkpoints_from_before_the_protocol_still_load(recurrent):
     """Old PPOModule state dicts (``trunk.*``/``head.*``, GRUCell ``cell.*``) load into the new module."""
     torch.manual_seed(3)
     old_actor = OldActor(recurrent)
-    learner_only = {k: v for k, v in ppo_module(recurrent, 4).state_dict().items() if k.startswith(("critic.", "value_norm."))}
+    learner_only = {
+        k: v for k, v in ppo_module(recurrent, 4).state_dict().items() if k.startswith(("critic.", "value_norm."))
+    }
     old_state = {**old_actor.state_dict(), **learner_only}
     if recurrent:
         assert "trunk.cell.weight_ih" in old_state
@@ -185,7 +224,9 @@ def test_ppo_checkpoints_from_before_the_protocol_still_load(recurrent):
 # ------------------------------------------------------------------ registry
 def test_unknown_agent_lists_the_choices_of_the_family():
     cfg = model_config("ppo", "hpm", True)
-    with pytest.raises(MarlError, match="Unknown agent 'hpm'. Did you mean 'hpn'\\? Valid choices: mlp, hpn, dpn, asn."):
+    with pytest.raises(
+        MarlError, match="Unknown agent 'hpm'. Did you mean 'hpn'\\? Valid choices: mlp, hpn, dpn, asn."
+    ):
         build_agent_net("hpm", cfg, N_ACT, "ppo")
     with pytest.raises(MarlError, match="Valid choices: hpn, dpn, asn."):  # mlp differs by family: none given
         build_agent_net("mlp", cfg, N_ACT)
@@ -230,11 +271,17 @@ def test_a_registered_network_plugs_into_both_algorithm_families(monkeypatch):
     assert "probe" in agent_networks() and "probe" in agent_networks("ppo")
 
     base = {"obs_dim": 6, "n_actions": 3, "hidden": 8, "agent": "probe", "probe_width": 2}
-    ppo = PPOModule(observation_space=None, action_space=None, inference_only=False,
-                    model_config={**base, "critic_dim": 4, "discrete": True, "layers": 1})
+    ppo = PPOModule(
+        observation_space=None,
+        action_space=None,
+        inference_only=False,
+        model_config={**base, "critic_dim": 4, "discrete": True, "layers": 1},
+    )
     a, _, h = ppo.act(torch.randn(2, 3, 6), None, ppo.initial_state((2, 3)))
     assert a.shape == (2, 3) and h.shape == (2, 3, 2) and ppo.recurrent
-    q = QAgentModule(observation_space=None, action_space=None, inference_only=True, model_config={**base, "last_action": True})
+    q = QAgentModule(
+        observation_space=None, action_space=None, inference_only=True, model_config={**base, "last_action": True}
+    )
     a, _, h = q.act(torch.randn(2, 3, 6), None, q.initial_state((2, 3)))
     assert a.shape == (2, 3) and h.shape == (2, 3, 2 + 3)  # the probe's state, then the last action
     assert seen == [1, 2, 2]
@@ -245,8 +292,12 @@ def test_registered_entity_network_and_its_check_run_before_ray(monkeypatch):
 
     monkeypatch.setattr(registry, "_NETWORKS", dict(registry._NETWORKS))
     calls = []
-    register_agent_network("entity_probe", lambda inputs, c: Probe(inputs.obs_dim, inputs.n_actions), entity=True,
-                           check=lambda cfg, info: calls.append(info.scenario))
+    register_agent_network(
+        "entity_probe",
+        lambda inputs, c: Probe(inputs.obs_dim, inputs.n_actions),
+        entity=True,
+        check=lambda cfg, info: calls.append(info.scenario),
+    )
     info = marl.make_env("mpe", "simple_tag", num_envs=1).info  # no entity layout
     with pytest.raises(MarlError, match="agent='entity_probe' needs an entity layout"):
         check_agent({"agent": "entity_probe"}, info)

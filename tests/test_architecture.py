@@ -7,6 +7,7 @@ Layers, lowest first: ``marl`` core; the plugins ``marl.envs``, ``marl.algos``
 and ``marl.benchmarks``, which import core and never each other (the
 benchmarks drive core's public API only).
 """
+
 from __future__ import annotations
 
 import ast
@@ -61,7 +62,9 @@ def imports_of(module: str) -> Set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative import
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             names = [base] + [f"{base}.{a.name}" for a in node.names]
         else:
             continue
@@ -131,8 +134,13 @@ def test_core_never_imports_a_plugin():
 
 
 def test_plugins_import_core_not_each_other():
-    bad = [(m, t) for m in MODULES if m.startswith(PLUGINS) for t in sorted(GRAPH[m])
-           if _plugin_of(t) not in ("marl", _plugin_of(m))]
+    bad = [
+        (m, t)
+        for m in MODULES
+        if m.startswith(PLUGINS)
+        for t in sorted(GRAPH[m])
+        if _plugin_of(t) not in ("marl", _plugin_of(m))
+    ]
     assert bad == [], "a plugin importing another plugin"
 
 
@@ -158,7 +166,11 @@ def _functions(tree: ast.AST) -> Iterator[Tuple[str, int, int]]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             doc = 0
             first = node.body[0] if node.body else None
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 doc = first.end_lineno - first.lineno + 1
             yield node.name, node.lineno, node.end_lineno - node.lineno + 1 - doc
 
@@ -208,6 +220,12 @@ def test_docs_architecture_names_every_core_module():
 def test_every_source_folder_is_a_regular_package():
     """setup.py's find_packages skips folders without __init__.py: a non-editable install
     (pip install ., a wheel) would then miss their modules, as it once missed marl.engine."""
-    missing = sorted({str(p.parent.relative_to(REPO)) for top in ("marl", "envs", "algos", "benchmarks", "configs")
-                      for p in (REPO / top).rglob("*.py") if not (p.parent / "__init__.py").exists()})
+    missing = sorted(
+        {
+            str(p.parent.relative_to(REPO))
+            for top in ("marl", "envs", "algos", "benchmarks", "configs")
+            for p in (REPO / top).rglob("*.py")
+            if not (p.parent / "__init__.py").exists()
+        }
+    )
     assert missing == []

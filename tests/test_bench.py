@@ -3,6 +3,7 @@ and the text report is formatted from them.
 
 No timing thresholds: only that the figures are there, positive and consistent.
 """
+
 import json
 import math
 
@@ -30,8 +31,25 @@ def _check_side(side, iterations, steps_per_iter):
 def test_throughput_json_and_report(ray_session, tmp_path, capsys):
     B, T = 4, 25
     path = tmp_path / "out" / "throughput.json"
-    assert main(["throughput", "--iters", "2", "--num-envs", str(B), "--rollout-length", str(T), "--epochs", "2",
-                 "--skip-vmas", "--json", str(path)]) == 0
+    assert (
+        main(
+            [
+                "throughput",
+                "--iters",
+                "2",
+                "--num-envs",
+                str(B),
+                "--rollout-length",
+                str(T),
+                "--epochs",
+                "2",
+                "--skip-vmas",
+                "--json",
+                str(path),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     data = json.loads(path.read_text())
     assert data["benchmark"] == "throughput"
@@ -56,18 +74,25 @@ def test_throughput_json_and_report(ray_session, tmp_path, capsys):
 
 
 def _result(sides, mode="interleaved"):
-    return ThroughputResult(sides=sides, settings=ThroughputSettings(mode=mode), load_start=(1.0, 0.5, 0.25),
-                            load_end=(1.5, 0.75, 0.3), total_s=42.0, cpus=2)
+    return ThroughputResult(
+        sides=sides,
+        settings=ThroughputSettings(mode=mode),
+        load_start=(1.0, 0.5, 0.25),
+        load_end=(1.5, 0.75, 0.3),
+        total_s=42.0,
+        cpus=2,
+    )
 
 
 def test_report_and_json_from_the_dataclasses():
     sides = {
-        "ours": SideResult("ours", env_steps=7200, wall_s=2.0, iterations=9, sample_s=0.12, learn_s=0.09,
-                           cpu_s=2.1, settings={"B": 32}),
-        "rllib": SideResult("rllib", env_steps=7200, wall_s=6.0, iterations=9, sample_s=0.5, learn_s=0.15,
-                            cpu_s=6.2),
-        "vmas": SideResult("vmas", env_steps=115200, wall_s=4.0, iterations=9, sample_s=0.2, learn_s=0.2,
-                           settings={"B": 512}),  # cpu_s unknown -> nan
+        "ours": SideResult(
+            "ours", env_steps=7200, wall_s=2.0, iterations=9, sample_s=0.12, learn_s=0.09, cpu_s=2.1, settings={"B": 32}
+        ),
+        "rllib": SideResult("rllib", env_steps=7200, wall_s=6.0, iterations=9, sample_s=0.5, learn_s=0.15, cpu_s=6.2),
+        "vmas": SideResult(
+            "vmas", env_steps=115200, wall_s=4.0, iterations=9, sample_s=0.2, learn_s=0.2, settings={"B": 512}
+        ),  # cpu_s unknown -> nan
     }
     r = _result(sides)
     assert r.sides["ours"].steps_per_s == pytest.approx(3600.0)

@@ -3,6 +3,7 @@
 BenchMARL is not a dependency (it pins its own torchrl): the test that drives the real child runs
 only where ``MARL_BENCHMARL_PYTHON`` names BenchMARL's interpreter (docs/engine.md, "Throughput").
 """
+
 import json
 import os
 import sys
@@ -34,6 +35,7 @@ def test_child_without_benchmarl_fails_with_its_stderr_and_the_setup_hint():
     # this interpreter has no BenchMARL: the child dies at import, the error carries its traceback
     try:
         import benchmarl  # noqa: F401
+
         pytest.skip("BenchMARL is installed in this environment")
     except ImportError:
         pass
@@ -42,9 +44,10 @@ def test_child_without_benchmarl_fails_with_its_stderr_and_the_setup_hint():
 
 
 def test_vs_benchmarl_ratio_and_json():
-    res = speed.VsBenchmarlResult(sides={"marl": _side("marl", 40_000, 1.0, learn=0.2),
-                                         "benchmarl": _side("benchmarl", 10_000, 1.0, learn=0.3)},
-                                  settings={"B": 512})
+    res = speed.VsBenchmarlResult(
+        sides={"marl": _side("marl", 40_000, 1.0, learn=0.2), "benchmarl": _side("benchmarl", 10_000, 1.0, learn=0.3)},
+        settings={"B": 512},
+    )
     assert res.ratio == pytest.approx(4.0)
     assert res.learn_ratio == pytest.approx(1.5)
     data = json.loads(json.dumps(res.to_dict()))
@@ -84,9 +87,13 @@ class _Hpn:
 
 
 def test_speed_goal_table_reads_each_section():
-    res = speed.SpeedResult(sections={"mpe_rllib": _Ratio(3.2), "vmas_benchmarl": _Ratio(1.1), "smax_qmix": _Qmix(),
-                                      "hpn": _Hpn()},
-                            skipped={"mpe_backends": "not asked"}, load_start=(0, 0, 0), load_end=(0, 0, 0), total_s=1)
+    res = speed.SpeedResult(
+        sections={"mpe_rllib": _Ratio(3.2), "vmas_benchmarl": _Ratio(1.1), "smax_qmix": _Qmix(), "hpn": _Hpn()},
+        skipped={"mpe_backends": "not asked"},
+        load_start=(0, 0, 0),
+        load_end=(0, 0, 0),
+        total_s=1,
+    )
     goals = {g["section"]: g for g in res.goals()}
     assert goals["mpe_rllib"]["met"] and not goals["vmas_benchmarl"]["met"]
     assert goals["smax_qmix"]["value"] == pytest.approx(2_500) and not goals["smax_qmix"]["met"]
@@ -117,8 +124,9 @@ def test_cli_vs_benchmarl_without_python_is_a_clear_error(monkeypatch, capsys):
 
 @pytest.mark.skipif(not os.environ.get("MARL_BENCHMARL_PYTHON"), reason="BenchMARL's python not given")
 def test_real_benchmarl_child_runs_timed_iterations():
-    anchor = BenchmarlAnchor(os.environ["MARL_BENCHMARL_PYTHON"], num_envs=16, rollout_length=10, epochs=1,
-                             minibatches=1, max_steps=20)
+    anchor = BenchmarlAnchor(
+        os.environ["MARL_BENCHMARL_PYTHON"], num_envs=16, rollout_length=10, epochs=1, minibatches=1, max_steps=20
+    )
     try:
         its = [anchor.train_one() for _ in range(3)]
     finally:

@@ -5,6 +5,7 @@ results-format check, and marl-eval reading the same JSON.
 Statistics: Agarwal et al. 2021 (arXiv:2108.13264); protocol and normalisation: Gorsane et al.
 2022 (arXiv:2209.10485). Bootstraps use reps=200 to keep the file fast.
 """
+
 from __future__ import annotations
 
 import copy
@@ -63,17 +64,50 @@ def make_results(seeds: int = 3) -> Dict[str, Any]:
 
 REFERENCES = [
     # no published CI: flagged when the value is outside our IQM CI (ours: -20, -18, -16 + 8 at the last step)
-    {"env": "mpe", "task": "simple_spread", "algo": "mappo", "metric": "return", "value": -50.0, "ci": None,
-     "source": "Paper A 2020", "budget": "10M env steps", "note": "longer episodes"},
+    {
+        "env": "mpe",
+        "task": "simple_spread",
+        "algo": "mappo",
+        "metric": "return",
+        "value": -50.0,
+        "ci": None,
+        "source": "Paper A 2020",
+        "budget": "10M env steps",
+        "note": "longer episodes",
+    },
     # a published CI that contains our IQM: not flagged
-    {"env": "mpe", "task": "simple_spread", "algo": "qmix", "metric": "return", "value": -18.0, "ci": [-30.0, 0.0],
-     "source": "Paper B 2021", "budget": "2M env steps"},
+    {
+        "env": "mpe",
+        "task": "simple_spread",
+        "algo": "qmix",
+        "metric": "return",
+        "value": -18.0,
+        "ci": [-30.0, 0.0],
+        "source": "Paper B 2021",
+        "budget": "2M env steps",
+    },
     # a published CI [0.9, 1.0] that excludes our win rate IQM: flagged
-    {"env": "smax", "task": "3m", "algo": "qmix", "metric": "win_rate", "value": 0.95, "ci": [0.9, 1.0],
-     "source": "Paper C 2023", "budget": "10M env steps"},
+    {
+        "env": "smax",
+        "task": "3m",
+        "algo": "qmix",
+        "metric": "win_rate",
+        "value": 0.95,
+        "ci": [0.9, 1.0],
+        "source": "Paper C 2023",
+        "budget": "10M env steps",
+    },
     # a reference on a metric other than the table's (SMAX tables show win rates)
-    {"env": "smax", "task": "3m", "algo": "mappo", "metric": "return", "value": 100.0, "ci": None,
-     "source": "Paper D 2022", "budget": "1M env steps"},
+    {
+        "env": "smax",
+        "task": "3m",
+        "algo": "mappo",
+        "metric": "return",
+        "value": 100.0,
+        "ci": None,
+        "source": "Paper D 2022",
+        "budget": "1M env steps",
+    },
 ]
 
 
@@ -81,9 +115,16 @@ def write_folder(out: Path, data: Dict[str, Any], references: List[Dict[str, Any
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(data))
     (out / "suite.yaml").write_text(yaml.safe_dump({"name": "synthetic", "references": list(references)}))
-    (out / "provenance.json").write_text(json.dumps({"marl_version": "0.0.test", "git_commit": "abc123",
-                                                     "hardware": {"cpu": "test cpu", "gpus": []},
-                                                     "wall_clock_s": 7200.0}))
+    (out / "provenance.json").write_text(
+        json.dumps(
+            {
+                "marl_version": "0.0.test",
+                "git_commit": "abc123",
+                "hardware": {"cpu": "test cpu", "gpus": []},
+                "wall_clock_s": 7200.0,
+            }
+        )
+    )
     return out
 
 
@@ -149,9 +190,11 @@ def test_task_statistics_and_reproducible_cis():
 
 
 def test_min_max_normalisation_by_hand():
-    tasks = {"t1": {"a": np.array([0.0, 10.0]), "b": np.array([5.0])},
-             "t2": {"a": np.array([-4.0, -2.0]), "b": np.array([-1.0, -3.0])},
-             "flat": {"a": np.array([2.0]), "b": np.array([2.0])}}
+    tasks = {
+        "t1": {"a": np.array([0.0, 10.0]), "b": np.array([5.0])},
+        "t2": {"a": np.array([-4.0, -2.0]), "b": np.array([-1.0, -3.0])},
+        "flat": {"a": np.array([2.0]), "b": np.array([2.0])},
+    }
     norm, bounds = stats.min_max_normalise(tasks)
     # t1: min 0, max 10 -> a: 0, 1; b: 0.5.  t2: min -4, max -1 -> a: 0, 2/3; b: 1, 1/3
     assert bounds["t1"] == (0.0, 10.0) and bounds["t2"] == (-4.0, -1.0)
@@ -177,9 +220,9 @@ def test_probability_of_improvement_by_hand():
 
 def test_reference_rule():
     ours = {"iqm": 0.5, "iqm_ci": [0.4, 0.6], "runs": 5}
-    assert stats.reference_check({"value": 0.9, "ci": [0.8, 1.0]}, ours)["flag"] is True    # our IQM outside theirs
+    assert stats.reference_check({"value": 0.9, "ci": [0.8, 1.0]}, ours)["flag"] is True  # our IQM outside theirs
     assert stats.reference_check({"value": 0.9, "ci": [0.45, 1.0]}, ours)["flag"] is False
-    assert stats.reference_check({"value": 0.55, "ci": None}, ours)["flag"] is False        # value inside our CI
+    assert stats.reference_check({"value": 0.55, "ci": None}, ours)["flag"] is False  # value inside our CI
     assert stats.reference_check({"value": 0.7, "ci": None}, ours)["flag"] is True
     assert stats.reference_check({"value": 0.7, "ci": None}, None)["flag"] is None
 
@@ -225,8 +268,8 @@ def test_report_json_numbers_match_a_hand_computation(report_dir):
 def test_reference_flags_in_report(report_dir):
     report = json.loads((report_dir / "report.json").read_text())
     mpe = report["envs"]["mpe"]["tasks"]["simple_spread"]["algos"]
-    assert mpe["mappo"]["references"][0]["flag"] is True       # -50 outside our CI
-    assert mpe["qmix"]["references"][0]["flag"] is False       # our IQM inside [-30, 0]
+    assert mpe["mappo"]["references"][0]["flag"] is True  # -50 outside our CI
+    assert mpe["qmix"]["references"][0]["flag"] is False  # our IQM inside [-30, 0]
     assert report["envs"]["smax"]["tasks"]["3m"]["algos"]["qmix"]["references"][0]["flag"] is True
     other = report["envs"]["smax"]["references"]
     assert [(r["algo"], r["metric"], r["flag"]) for r in other] == [("mappo", "return", True)]
@@ -315,19 +358,22 @@ def _broken(kind: str) -> Dict[str, Any]:
     return data
 
 
-@pytest.mark.parametrize("kind, path, words", [
-    ("upper case algo", "mpe/simple_spread/MAPPO", "lower case"),
-    ("comma", "mpe/simple_spread/mappo,rnn", "commas"),
-    ("gap", "mpe/simple_spread/mappo/seed_0", "missing step_1."),
-    ("decreasing", "mpe/simple_spread/mappo/seed_0/step_2", "step_count 10 is smaller"),
-    ("float step_count", "mpe/simple_spread/mappo/seed_0/step_1", "step_count must be an integer"),
-    ("negative time", "mpe/simple_spread/mappo/seed_0/step_1", "elapsed_time must be a number >= 0"),
-    ("unequal lengths", "mpe/simple_spread/mappo/seed_0/step_1", "differ in length"),
-    ("absolute names", "mpe/simple_spread/mappo/seed_0/absolute_metrics", "differ from step_0's"),
-    ("not numbers", "mpe/simple_spread/mappo/seed_0/step_1", "list of finite numbers"),
-    ("run key", "mpe/simple_spread/mappo/run_0", "seed_<k>"),
-    ("no return", "mpe/simple_spread/mappo/seed_0/step_1", "has no 'return'"),
-])
+@pytest.mark.parametrize(
+    "kind, path, words",
+    [
+        ("upper case algo", "mpe/simple_spread/MAPPO", "lower case"),
+        ("comma", "mpe/simple_spread/mappo,rnn", "commas"),
+        ("gap", "mpe/simple_spread/mappo/seed_0", "missing step_1."),
+        ("decreasing", "mpe/simple_spread/mappo/seed_0/step_2", "step_count 10 is smaller"),
+        ("float step_count", "mpe/simple_spread/mappo/seed_0/step_1", "step_count must be an integer"),
+        ("negative time", "mpe/simple_spread/mappo/seed_0/step_1", "elapsed_time must be a number >= 0"),
+        ("unequal lengths", "mpe/simple_spread/mappo/seed_0/step_1", "differ in length"),
+        ("absolute names", "mpe/simple_spread/mappo/seed_0/absolute_metrics", "differ from step_0's"),
+        ("not numbers", "mpe/simple_spread/mappo/seed_0/step_1", "list of finite numbers"),
+        ("run key", "mpe/simple_spread/mappo/run_0", "seed_<k>"),
+        ("no return", "mpe/simple_spread/mappo/seed_0/step_1", "has no 'return'"),
+    ],
+)
 def test_validate_rejects_malformed_results(kind, path, words):
     with pytest.raises(MarlError) as err:
         validate_marl_eval(_broken(kind))
@@ -344,7 +390,9 @@ def test_validate_rejects_other_shapes():
 
 
 # ------------------------------------------------------------------ marl-eval reads the same JSON
-@pytest.mark.parametrize("env, metrics", [("mpe", {"mean_norm_return"}), ("smax", {"mean_norm_return", "mean_win_rate"})])
+@pytest.mark.parametrize(
+    "env, metrics", [("mpe", {"mean_norm_return"}), ("smax", {"mean_norm_return", "mean_win_rate"})]
+)
 def test_marl_eval_reads_the_results(env, metrics):
     utils = pytest.importorskip("marl_eval.utils.data_processing_utils")
     raw = json.loads(json.dumps(make_results()))  # exactly what results.json holds
@@ -354,7 +402,7 @@ def test_marl_eval_reads_the_results(env, metrics):
     assert set(matrices) == metrics
     for metric in metrics:
         for algo in ALGOS:
-            assert matrices[metric][algo].shape == (3, 2)            # runs x tasks
+            assert matrices[metric][algo].shape == (3, 2)  # runs x tasks
             assert curves[metric][algo].shape == (3, 2, len(STEPS))  # runs x tasks x evaluations
 
 
@@ -368,19 +416,27 @@ def test_time_to_target_by_hand():
 
     # seed_0 reaches -40 at its third evaluation (mean -39), seed_1 at its second (mean -40 exactly: >=),
     # seed_2 never (its best mean is -41); the evaluations are listed out of order on purpose
-    data = {"mpe": {"simple_spread": {"mappo": {
-        "seed_0": _series([(20_000, 30.0, [-45, -43]), (0, 0.0, [-80]), (40_000, 61.5, [-38, -40])]),
-        "seed_1": _series([(0, 0.0, [-79]), (20_000, 28.0, [-40, -40]), (40_000, 55.0, [-30])]),
-        "seed_2": _series([(0, 0.0, [-81]), (20_000, 29.0, [-41, -41])]),
-    }, "qmix": {"seed_0": _series([(0, 0.0, [-60]), (20_000, 40.0, [-39])])}}}}
+    data = {
+        "mpe": {
+            "simple_spread": {
+                "mappo": {
+                    "seed_0": _series([(20_000, 30.0, [-45, -43]), (0, 0.0, [-80]), (40_000, 61.5, [-38, -40])]),
+                    "seed_1": _series([(0, 0.0, [-79]), (20_000, 28.0, [-40, -40]), (40_000, 55.0, [-30])]),
+                    "seed_2": _series([(0, 0.0, [-81]), (20_000, 29.0, [-41, -41])]),
+                },
+                "qmix": {"seed_0": _series([(0, 0.0, [-60]), (20_000, 40.0, [-39])])},
+            }
+        }
+    }
     assert first_reach(data["mpe"]["simple_spread"]["mappo"]["seed_0"], "return", -40) == (40_000, 61.5)
     rows = time_to_target(data, [{"env": "mpe", "task": "simple_spread", "metric": "return", "value": -40}])
     mappo = next(r for r in rows if r["algo"] == "mappo")
     assert (mappo["runs"], mappo["reached"]) == (3, 2)
     assert mappo["median_steps"] == 30_000 and mappo["median_seconds"] == pytest.approx((61.5 + 28.0) / 2)
     assert mappo["per_seed"]["seed_2"] is None
-    only_qmix = time_to_target(data, [{"env": "mpe", "task": "simple_spread", "algo": "qmix", "metric": "return",
-                                       "value": -40}])
+    only_qmix = time_to_target(
+        data, [{"env": "mpe", "task": "simple_spread", "algo": "qmix", "metric": "return", "value": -40}]
+    )
     assert [r["algo"] for r in only_qmix] == ["qmix"] and only_qmix[0]["median_steps"] == 20_000
     text = "\n".join(target_lines(rows))
     assert "| mpe | simple_spread | mappo | return >= -40 | 2/3 | 30,000 | 45 |" in text and "not reached" in text

@@ -1,5 +1,6 @@
 """The benchmark runner: a suite end to end, relaunch skips finished runs, failures are recorded,
 output folders are protected, and an interrupted suite (SIGINT) resumes to the same results."""
+
 import json
 import os
 import signal
@@ -19,8 +20,12 @@ from marl.checkpoint import list_checkpoints
 from marl.errors import MarlError
 
 TINY = {
-    "name": "tiny", "seeds": 2, "budget": {"env_steps": 1024}, "evaluation": {"interval": 512, "episodes": 4},
-    "checkpoint_every": 2, "envs": {"matrix": {"tasks": ["two_step"], "kwargs": {"num_envs": 16}}},
+    "name": "tiny",
+    "seeds": 2,
+    "budget": {"env_steps": 1024},
+    "evaluation": {"interval": 512, "episodes": 4},
+    "checkpoint_every": 2,
+    "envs": {"matrix": {"tasks": ["two_step"], "kwargs": {"num_envs": 16}}},
     "algos": {"mappo": {"rollout_length": 8}},
 }
 
@@ -28,8 +33,10 @@ TINY = {
 def _records(out):
     # a fixed depth (<env>/<task>/<algo>/seed_<k>): a recursive walk would enter checkpoint folders
     # that a running run prunes while the walk is under way
-    return {p.parent.relative_to(out / "runs").as_posix(): json.loads(p.read_text())
-            for p in sorted((out / "runs").glob("*/*/*/*/record.json"))}
+    return {
+        p.parent.relative_to(out / "runs").as_posix(): json.loads(p.read_text())
+        for p in sorted((out / "runs").glob("*/*/*/*/record.json"))
+    }
 
 
 def _without_clock(data):
@@ -96,8 +103,11 @@ def test_output_folders_are_checked_before_anything_runs(ray_session, tmp_path):
     with pytest.raises(MarlError, match="matrix/two_step/mappo/seed_0.*other settings"):
         marl.benchmark(parse_suite(changed), str(out), progress=False)
     with pytest.raises(MarlError, match="simple_spread"):  # env kwargs are checked by building the env
-        marl.benchmark(parse_suite({**TINY, "envs": {"mpe": {"tasks": ["simple_spread"], "kwargs": {"M": 3}}}}),
-                       str(tmp_path / "c"), progress=False)
+        marl.benchmark(
+            parse_suite({**TINY, "envs": {"mpe": {"tasks": ["simple_spread"], "kwargs": {"M": 3}}}}),
+            str(tmp_path / "c"),
+            progress=False,
+        )
     assert not (tmp_path / "c").exists()
 
 
@@ -110,7 +120,8 @@ def _halfway(out, env_steps):
         records = _records(out)
         running = [out / "runs" / k for k, r in records.items() if r["status"] == "running"]
         return any(r["status"] == "done" for r in records.values()) and any(
-            _has_checkpoint(slot) and runner.partial_steps(slot) <= env_steps // 2 for slot in running)
+            _has_checkpoint(slot) and runner.partial_steps(slot) <= env_steps // 2 for slot in running
+        )
     except (OSError, ValueError):  # a folder pruned or a file replaced while we looked: look again
         return False
 
@@ -128,15 +139,35 @@ def _has_checkpoint(slot):
 
 
 def _launch(suite_file, out):
-    return subprocess.Popen([sys.executable, "-m", "marl.cli", "benchmark", "run", str(suite_file), "--out", str(out),
-                             "--quiet", "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "marl.cli",
+            "benchmark",
+            "run",
+            str(suite_file),
+            "--out",
+            str(out),
+            "--quiet",
+            "--no-report",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 @pytest.mark.slow
 def test_sigint_halfway_then_relaunch_gives_the_uninterrupted_results(tmp_path):
-    suite = {**TINY, "seeds": 2, "budget": {"env_steps": 20000}, "evaluation": {"interval": 5000, "episodes": 4},
-             "envs": {"mpe": {"tasks": ["simple_spread"], "kwargs": {"num_envs": 16}}},
-             "algos": {"mappo": {"epochs": 2}, "ippo": {"epochs": 2}}}
+    suite = {
+        **TINY,
+        "seeds": 2,
+        "budget": {"env_steps": 20000},
+        "evaluation": {"interval": 5000, "episodes": 4},
+        "envs": {"mpe": {"tasks": ["simple_spread"], "kwargs": {"num_envs": 16}}},
+        "algos": {"mappo": {"epochs": 2}, "ippo": {"epochs": 2}},
+    }
     path = tmp_path / "suite.yaml"
     path.write_text(yaml.safe_dump(suite))
     out = tmp_path / "interrupted"
@@ -179,8 +210,13 @@ def test_sigint_halfway_then_relaunch_gives_the_uninterrupted_results(tmp_path):
     assert once.returncode == 0, text
     got = _without_clock(json.loads((out / "results.json").read_text()))
     want = _without_clock(json.loads((clean / "results.json").read_text()))
-    differ = [f"{t}/{a}/{k}" for t in want["mpe"] for a in want["mpe"][t] for k in want["mpe"][t][a]
-              if got["mpe"].get(t, {}).get(a, {}).get(k) != want["mpe"][t][a][k]]
+    differ = [
+        f"{t}/{a}/{k}"
+        for t in want["mpe"]
+        for a in want["mpe"][t]
+        for k in want["mpe"][t][a]
+        if got["mpe"].get(t, {}).get(a, {}).get(k) != want["mpe"][t][a][k]
+    ]
     assert got == want, (differ, _records(out))
 
 
@@ -191,8 +227,15 @@ def test_evaluating_does_not_change_the_training_run(ray_session, tmp_path):
 
     def train(callbacks):
         env = marl.make_env("mpe", "simple_spread", num_envs=8)
-        res = env.fit("mappo", stop={"iterations": 4}, log_dir=str(tmp_path), progress=False, eval_episodes=0,
-                      epochs=2, callbacks=callbacks)
+        res = env.fit(
+            "mappo",
+            stop={"iterations": 4},
+            log_dir=str(tmp_path),
+            progress=False,
+            eval_episodes=0,
+            epochs=2,
+            callbacks=callbacks,
+        )
         return [p.detach().clone() for m in res.policy.modules.values() for p in m.parameters()]
 
     protocol = EvaluationProtocol(interval=100, episodes=4)
@@ -203,8 +246,14 @@ def test_evaluating_does_not_change_the_training_run(ray_session, tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_worker_is_recorded_failed_and_the_relaunch_resumes_it(tmp_path):
-    suite = {**TINY, "seeds": 1, "budget": {"env_steps": 20000}, "evaluation": {"interval": 5000, "episodes": 4},
-             "envs": {"mpe": {"tasks": ["simple_spread"], "kwargs": {"num_envs": 16}}}, "algos": {"mappo": {"epochs": 2}}}
+    suite = {
+        **TINY,
+        "seeds": 1,
+        "budget": {"env_steps": 20000},
+        "evaluation": {"interval": 5000, "episodes": 4},
+        "envs": {"mpe": {"tasks": ["simple_spread"], "kwargs": {"num_envs": 16}}},
+        "algos": {"mappo": {"epochs": 2}},
+    }
     path = tmp_path / "suite.yaml"
     path.write_text(yaml.safe_dump(suite))
     out = tmp_path / "b"

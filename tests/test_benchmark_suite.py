@@ -1,4 +1,5 @@
 """Benchmark suites: bundled suites load, bad suites fail before anything runs with the closest name."""
+
 import pytest
 import yaml
 
@@ -6,8 +7,12 @@ from marl.benchmarks.suite import bundled_suites, load_suite, parse_suite
 from marl.errors import MarlError
 
 BASE = {
-    "name": "t", "seeds": 2, "budget": {"env_steps": 100}, "evaluation": {"interval": 50, "episodes": 4},
-    "envs": {"matrix": {"tasks": ["two_step"]}}, "algos": {"qmix": {}},
+    "name": "t",
+    "seeds": 2,
+    "budget": {"env_steps": 100},
+    "evaluation": {"interval": 50, "episodes": 4},
+    "envs": {"matrix": {"tasks": ["two_step"]}},
+    "algos": {"qmix": {}},
 }
 
 
@@ -21,7 +26,8 @@ def test_bundled_suites_load_and_expand():
     assert {"smoke", "mpe", "smax", "vmas", "matrix"} <= set(bundled_suites())
     mpe = load_suite("mpe")
     assert {"simple_spread", "simple_speaker_listener", "simple_reference", "simple_adversary"} == set(
-        mpe.envs["mpe"]["tasks"])
+        mpe.envs["mpe"]["tasks"]
+    )
     assert set(mpe.algos) == {"mappo", "ippo", "qmix", "vdn"}
     assert len(mpe.runs()) == 4 * 4 * 5 and mpe.env_steps == 1_000_000
     smax = load_suite("smax")
@@ -32,9 +38,12 @@ def test_bundled_suites_load_and_expand():
 
 
 def test_runs_carry_seed_env_overrides_and_keys():
-    raw = _with(envs={"matrix": {"tasks": ["two_step", "penalty"], "kwargs": {"num_envs": 8},
-                                 "overrides": {"qmix": {"lr": 0.01}}}},
-                algos={"qmix": {"lr": 0.001, "td_lambda": 0.0}, "vdn": {}})
+    raw = _with(
+        envs={
+            "matrix": {"tasks": ["two_step", "penalty"], "kwargs": {"num_envs": 8}, "overrides": {"qmix": {"lr": 0.01}}}
+        },
+        algos={"qmix": {"lr": 0.001, "td_lambda": 0.0}, "vdn": {}},
+    )
     runs = parse_suite(raw).runs()
     assert len(runs) == 2 * 2 * 2
     r = runs[0]
@@ -45,28 +54,39 @@ def test_runs_carry_seed_env_overrides_and_keys():
     assert parse_suite(raw).with_seeds([5, 7]).seeds == [5, 7]
 
 
-@pytest.mark.parametrize("changes, words", [
-    ({"budjet": {"env_steps": 1}}, ["budjet", "'budget'"]),
-    ({"envs": {"mpee": {"tasks": ["simple_spread"]}}}, ["mpee", "'mpe'"]),
-    ({"envs": {"mpe": {"tasks": ["simple_sprad"]}}}, ["simple_sprad", "'simple_spread'"]),
-    ({"envs": {"matrix": {"task": ["two_step"]}}}, ["task", "'tasks'"]),
-    ({"algos": {"qmixx": {}}}, ["qmixx", "'qmix'"]),
-    ({"algos": {"qmix": {"lrr": 0.1}}}, ["lrr", "'lr'"]),
-    ({"algos": {"qmix": {"gamma": 2.0}}}, ["gamma", "2.0"]),
-    ({"envs": {"matrix": {"tasks": ["two_step"], "overrides": {"vdn": {}}}}}, ["vdn", "qmix"]),
-    ({"algos": {"qmix": {"seed": 3}}}, ["'seed'", "the suite's seeds"]),
-    ({"algos": {"qmix": {"checkpoint_every": 3}}}, ["'checkpoint_every'", "runner"]),
-    ({"seeds": 0}, ["seeds", "0"]),
-    ({"seeds": [1, 1]}, ["repeat"]),
-    ({"budget": {"env_steps": -5}}, ["budget.env_steps", "-5"]),
-    ({"evaluation": {"interval": 0, "episodes": 4}}, ["evaluation.interval"]),
-    ({"evaluation": {"interval": 10, "episods": 4}}, ["episods", "'episodes'"]),
-    ({"name": "My,Suite"}, ["My,Suite", "commas"]),
-    ({"references": [{"env": "matrix", "task": "two_step", "algo": "qmix", "metric": "retrun", "value": 1,
-                      "source": "x"}]}, ["retrun", "'return'"]),
-    ({"references": [{"env": "matrix", "task": "two_step", "algo": "qmix", "metric": "return", "value": 1}]},
-     ["source"]),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"budjet": {"env_steps": 1}}, ["budjet", "'budget'"]),
+        ({"envs": {"mpee": {"tasks": ["simple_spread"]}}}, ["mpee", "'mpe'"]),
+        ({"envs": {"mpe": {"tasks": ["simple_sprad"]}}}, ["simple_sprad", "'simple_spread'"]),
+        ({"envs": {"matrix": {"task": ["two_step"]}}}, ["task", "'tasks'"]),
+        ({"algos": {"qmixx": {}}}, ["qmixx", "'qmix'"]),
+        ({"algos": {"qmix": {"lrr": 0.1}}}, ["lrr", "'lr'"]),
+        ({"algos": {"qmix": {"gamma": 2.0}}}, ["gamma", "2.0"]),
+        ({"envs": {"matrix": {"tasks": ["two_step"], "overrides": {"vdn": {}}}}}, ["vdn", "qmix"]),
+        ({"algos": {"qmix": {"seed": 3}}}, ["'seed'", "the suite's seeds"]),
+        ({"algos": {"qmix": {"checkpoint_every": 3}}}, ["'checkpoint_every'", "runner"]),
+        ({"seeds": 0}, ["seeds", "0"]),
+        ({"seeds": [1, 1]}, ["repeat"]),
+        ({"budget": {"env_steps": -5}}, ["budget.env_steps", "-5"]),
+        ({"evaluation": {"interval": 0, "episodes": 4}}, ["evaluation.interval"]),
+        ({"evaluation": {"interval": 10, "episods": 4}}, ["episods", "'episodes'"]),
+        ({"name": "My,Suite"}, ["My,Suite", "commas"]),
+        (
+            {
+                "references": [
+                    {"env": "matrix", "task": "two_step", "algo": "qmix", "metric": "retrun", "value": 1, "source": "x"}
+                ]
+            },
+            ["retrun", "'return'"],
+        ),
+        (
+            {"references": [{"env": "matrix", "task": "two_step", "algo": "qmix", "metric": "return", "value": 1}]},
+            ["source"],
+        ),
+    ],
+)
 def test_bad_suites_name_the_bad_value_and_the_closest_choice(changes, words):
     with pytest.raises(MarlError) as e:
         parse_suite(_with(**changes))
@@ -102,19 +122,31 @@ def test_command_line_lists_suites_and_refuses_a_bad_one_with_exit_2(capsys):
     assert "marl benchmark run" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("target, words", [
-    ({"env": "mpe", "task": "simple_sprad", "metric": "return", "value": -40}, "not a task of this suite.*simple_spread"),
-    ({"env": "mpe", "task": "simple_spread", "algo": "mapo", "metric": "return", "value": -40}, "mapo.*mappo"),
-    ({"env": "mpe", "task": "simple_spread", "metric": "reward", "value": -40}, "reward.*return"),
-    ({"env": "mpe", "task": "simple_spread", "metric": "return", "value": "high"}, "must be a number"),
-    ({"env": "mpe", "task": "simple_spread", "metric": "return"}, r"lacks \['value'\]"),
-    ({"env": "mpe", "task": "simple_spread", "metric": "return", "value": -40, "seeds": 3}, "seeds"),
-])
+@pytest.mark.parametrize(
+    "target, words",
+    [
+        (
+            {"env": "mpe", "task": "simple_sprad", "metric": "return", "value": -40},
+            "not a task of this suite.*simple_spread",
+        ),
+        ({"env": "mpe", "task": "simple_spread", "algo": "mapo", "metric": "return", "value": -40}, "mapo.*mappo"),
+        ({"env": "mpe", "task": "simple_spread", "metric": "reward", "value": -40}, "reward.*return"),
+        ({"env": "mpe", "task": "simple_spread", "metric": "return", "value": "high"}, "must be a number"),
+        ({"env": "mpe", "task": "simple_spread", "metric": "return"}, r"lacks \['value'\]"),
+        ({"env": "mpe", "task": "simple_spread", "metric": "return", "value": -40, "seeds": 3}, "seeds"),
+    ],
+)
 def test_bad_targets_are_named(target, words):
     from marl.benchmarks.suite import parse_suite
 
-    raw = {"name": "t", "budget": {"env_steps": 1000}, "evaluation": {"interval": 500},
-           "envs": {"mpe": {"tasks": ["simple_spread"]}}, "algos": {"mappo": {}}, "targets": [target]}
+    raw = {
+        "name": "t",
+        "budget": {"env_steps": 1000},
+        "evaluation": {"interval": 500},
+        "envs": {"mpe": {"tasks": ["simple_spread"]}},
+        "algos": {"mappo": {}},
+        "targets": [target],
+    }
     with pytest.raises(MarlError, match=words):
         parse_suite(raw)
     raw["targets"] = [{"env": "mpe", "task": "simple_spread", "metric": "return", "value": -40}]

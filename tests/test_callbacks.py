@@ -1,4 +1,5 @@
 """Run callbacks: the hooks fire in order, their metrics are logged, their state rides in checkpoints."""
+
 import pytest
 
 import marl
@@ -52,10 +53,19 @@ class Recorder(Callback):
 
 def test_hooks_run_in_order_and_metrics_are_logged(ray_session, run_dir):
     rec = Recorder()
-    res = MatchEnv(num_envs=4).fit("mappo", stop={"iterations": 2}, log_dir=run_dir, callbacks=[rec],
-                                   checkpoint_every=0, **QUICK)
-    assert rec.calls == ["fit_start", "rollout", "iteration_end", "rollout", "iteration_end",
-                         "checkpoint_save", "fit_end", "evaluate"]
+    res = MatchEnv(num_envs=4).fit(
+        "mappo", stop={"iterations": 2}, log_dir=run_dir, callbacks=[rec], checkpoint_every=0, **QUICK
+    )
+    assert rec.calls == [
+        "fit_start",
+        "rollout",
+        "iteration_end",
+        "rollout",
+        "iteration_end",
+        "checkpoint_save",
+        "fit_end",
+        "evaluate",
+    ]
     assert [h["rollouts_seen"] for h in res.history] == [1.0, 2.0]
 
 

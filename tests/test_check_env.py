@@ -2,6 +2,7 @@
 
 No simulator, no Ray: the whole file runs in about a second.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -25,8 +26,16 @@ class Toy(MultiAgentEnv):
             "c": GroupInfo("c", ["c_0"], box(3), box(2)),
         }
         cols = {"flag": ExtraColumn(torch.bool, False, "a test column")} if extra else {}
-        self.info = EnvInfo("toy", "check", ["a_0", "a_1", "c_0"], groups, state_dim=11, episode_limit=limit,
-                            num_envs=B, extra_columns=cols)
+        self.info = EnvInfo(
+            "toy",
+            "check",
+            ["a_0", "a_1", "c_0"],
+            groups,
+            state_dim=11,
+            episode_limit=limit,
+            num_envs=B,
+            extra_columns=cols,
+        )
         self.bug, self.extra, self.limit = bug, extra, limit
         self.t = torch.zeros(B, dtype=torch.long)
 
@@ -39,8 +48,12 @@ class Toy(MultiAgentEnv):
         return Observation(obs, state, avail, alive)
 
     def _step(self, reward, terminated, truncated) -> Step:
-        s = Step(*self._observation(), reward={"a": reward.expand(B, 2).clone(), "c": reward.expand(B, 1).clone()},
-                 terminated=terminated, truncated=truncated)
+        s = Step(
+            *self._observation(),
+            reward={"a": reward.expand(B, 2).clone(), "c": reward.expand(B, 1).clone()},
+            terminated=terminated,
+            truncated=truncated,
+        )
         if self.extra:
             s.extras = {"flag": {"a": torch.zeros(B, 2, dtype=torch.bool), "c": torch.zeros(B, 1, dtype=torch.bool)}}
         return s
@@ -96,55 +109,129 @@ def final_obs_off_in_row_0(s):
 
 
 BROKEN = [
-    ("obs shape", at("step", put("obs", "a", lambda s: s.obs["a"][..., :3])),
-     r"step 1: group 'a': obs has shape \(4, 2, 3\), expected \(4, 2, 4\)"),
-    ("obs dtype", at("reset", put("obs", "a", lambda s: s.obs["a"].double())),
-     r"reset: group 'a': obs has dtype torch.float64, expected torch.float32"),
-    ("obs nan", at("step", put("obs", "c", lambda s: s.obs["c"].index_fill(0, torch.tensor([2]), float("nan")))),
-     r"group 'c': obs holds a NaN or infinite value in row 2"),
-    ("obs missing group", at("step", set_("obs", lambda s: {"a": s.obs["a"]})),
-     r"step 1: obs must be a dict over the groups \['a', 'c'\] \(in this order\), got \['a'\]"),
-    ("obs group order", at("reset", set_("obs", lambda s: {"c": s.obs["c"], "a": s.obs["a"]})),
-     r"reset: obs must be a dict over the groups \['a', 'c'\]"),
-    ("state shape", at("step", set_("state", lambda s: s.state[:, :10])),
-     r"step 1: state has shape \(4, 10\), expected \(4, 11\)"),
-    ("state not a tensor", at("reset", set_("state", lambda s: s.state.numpy())),
-     r"reset: state must be a torch tensor of shape \(4, 11\), got ndarray"),
-    ("avail dtype", at("step", put("avail_actions", "a", lambda s: s.avail_actions["a"].float())),
-     r"group 'a': avail_actions has dtype torch.float32, expected torch.bool"),
-    ("no legal action", at("step", put("avail_actions", "a", lambda s: s.avail_actions["a"].index_fill(0, torch.tensor([1]), False))),
-     r"step 1: group 'a': avail_actions: row 1, agent a_0 has no legal action"),
-    ("continuous avail", at("reset", put("avail_actions", "c", lambda s: torch.ones(B, 1, 2, dtype=torch.bool))),
-     r"group 'c': avail_actions must be None for a continuous group"),
-    ("alive dtype", at("step", put("alive", "a", lambda s: s.alive["a"].long())),
-     r"group 'a': alive has dtype torch.int64, expected torch.bool"),
-    ("reward shape", at("step", put("reward", "c", lambda s: s.reward["c"][:, 0])),
-     r"group 'c': reward has shape \(4,\), expected \(4, 1\)"),
-    ("reward after reset", at("reset", put("reward", "a", lambda s: torch.ones(B, 2))),
-     r"reset: group 'a': reward after reset must be 0"),
-    ("flag dtype", at("step", set_("terminated", lambda s: s.terminated.long())),
-     r"step 1: terminated has dtype torch.int64, expected torch.bool"),
-    ("flag shape", at("step", set_("truncated", lambda s: s.truncated[:, None])),
-     r"step 1: truncated has shape \(4, 1\), expected \(4,\)"),
-    ("both flags", at("step", set_("terminated", lambda s: s.truncated.clone())),
-     r"step 3: row 0 is both terminated and truncated; a time limit is a truncation, never a termination"),
-    ("done after reset", at("reset", set_("truncated", lambda s: torch.ones(B, dtype=torch.bool))),
-     r"reset: row 0 is terminated or truncated after reset"),
-    ("final obs missing", at("step", lambda s: setattr(s, "final_obs", None) if row_ended(s) else None),
-     r"step 3: row 0 ended but final_obs / final_state is None"),
-    ("final obs differs", at("step", final_obs_off_in_row_0),
-     r"step 1: group 'a': final_obs differs from obs in row 0, which did not end"),
-    ("final state differs", at("step", set_("final_state", lambda s: s.state + 1)),
-     r"step 1: final_state differs from state in row 0, which did not end"),
-    ("final avail differs", at("step", put("final_avail_actions", "a",
-                                           lambda s: s.avail_actions["a"].index_fill(2, torch.tensor([0]), False))),
-     r"step 1: group 'a': final_avail_actions differs from avail_actions in row 0, which did not end"),
-    ("final avail shape", at("step", put("final_avail_actions", "a", lambda s: s.avail_actions["a"][..., :2])),
-     r"group 'a': final_avail_actions has shape \(4, 2, 2\), expected \(4, 2, 3\)"),
-    ("episode metrics shape", at("step", set_("info", lambda s: {"episode_metrics": {"score": torch.zeros(B, 1)}})),
-     r"step 1: info\['episode_metrics'\]\['score'\] has shape \(4, 1\), expected \(4,\)"),
-    ("undeclared extra", at("step", set_("extras", lambda s: {"decision": {"a": torch.zeros(B, 2, dtype=torch.bool)}})),
-     r"step 1: extras must hold exactly the columns declared in info.extra_columns \[\], got \['decision'\]"),
+    (
+        "obs shape",
+        at("step", put("obs", "a", lambda s: s.obs["a"][..., :3])),
+        r"step 1: group 'a': obs has shape \(4, 2, 3\), expected \(4, 2, 4\)",
+    ),
+    (
+        "obs dtype",
+        at("reset", put("obs", "a", lambda s: s.obs["a"].double())),
+        r"reset: group 'a': obs has dtype torch.float64, expected torch.float32",
+    ),
+    (
+        "obs nan",
+        at("step", put("obs", "c", lambda s: s.obs["c"].index_fill(0, torch.tensor([2]), float("nan")))),
+        r"group 'c': obs holds a NaN or infinite value in row 2",
+    ),
+    (
+        "obs missing group",
+        at("step", set_("obs", lambda s: {"a": s.obs["a"]})),
+        r"step 1: obs must be a dict over the groups \['a', 'c'\] \(in this order\), got \['a'\]",
+    ),
+    (
+        "obs group order",
+        at("reset", set_("obs", lambda s: {"c": s.obs["c"], "a": s.obs["a"]})),
+        r"reset: obs must be a dict over the groups \['a', 'c'\]",
+    ),
+    (
+        "state shape",
+        at("step", set_("state", lambda s: s.state[:, :10])),
+        r"step 1: state has shape \(4, 10\), expected \(4, 11\)",
+    ),
+    (
+        "state not a tensor",
+        at("reset", set_("state", lambda s: s.state.numpy())),
+        r"reset: state must be a torch tensor of shape \(4, 11\), got ndarray",
+    ),
+    (
+        "avail dtype",
+        at("step", put("avail_actions", "a", lambda s: s.avail_actions["a"].float())),
+        r"group 'a': avail_actions has dtype torch.float32, expected torch.bool",
+    ),
+    (
+        "no legal action",
+        at("step", put("avail_actions", "a", lambda s: s.avail_actions["a"].index_fill(0, torch.tensor([1]), False))),
+        r"step 1: group 'a': avail_actions: row 1, agent a_0 has no legal action",
+    ),
+    (
+        "continuous avail",
+        at("reset", put("avail_actions", "c", lambda s: torch.ones(B, 1, 2, dtype=torch.bool))),
+        r"group 'c': avail_actions must be None for a continuous group",
+    ),
+    (
+        "alive dtype",
+        at("step", put("alive", "a", lambda s: s.alive["a"].long())),
+        r"group 'a': alive has dtype torch.int64, expected torch.bool",
+    ),
+    (
+        "reward shape",
+        at("step", put("reward", "c", lambda s: s.reward["c"][:, 0])),
+        r"group 'c': reward has shape \(4,\), expected \(4, 1\)",
+    ),
+    (
+        "reward after reset",
+        at("reset", put("reward", "a", lambda s: torch.ones(B, 2))),
+        r"reset: group 'a': reward after reset must be 0",
+    ),
+    (
+        "flag dtype",
+        at("step", set_("terminated", lambda s: s.terminated.long())),
+        r"step 1: terminated has dtype torch.int64, expected torch.bool",
+    ),
+    (
+        "flag shape",
+        at("step", set_("truncated", lambda s: s.truncated[:, None])),
+        r"step 1: truncated has shape \(4, 1\), expected \(4,\)",
+    ),
+    (
+        "both flags",
+        at("step", set_("terminated", lambda s: s.truncated.clone())),
+        r"step 3: row 0 is both terminated and truncated; a time limit is a truncation, never a termination",
+    ),
+    (
+        "done after reset",
+        at("reset", set_("truncated", lambda s: torch.ones(B, dtype=torch.bool))),
+        r"reset: row 0 is terminated or truncated after reset",
+    ),
+    (
+        "final obs missing",
+        at("step", lambda s: setattr(s, "final_obs", None) if row_ended(s) else None),
+        r"step 3: row 0 ended but final_obs / final_state is None",
+    ),
+    (
+        "final obs differs",
+        at("step", final_obs_off_in_row_0),
+        r"step 1: group 'a': final_obs differs from obs in row 0, which did not end",
+    ),
+    (
+        "final state differs",
+        at("step", set_("final_state", lambda s: s.state + 1)),
+        r"step 1: final_state differs from state in row 0, which did not end",
+    ),
+    (
+        "final avail differs",
+        at(
+            "step",
+            put("final_avail_actions", "a", lambda s: s.avail_actions["a"].index_fill(2, torch.tensor([0]), False)),
+        ),
+        r"step 1: group 'a': final_avail_actions differs from avail_actions in row 0, which did not end",
+    ),
+    (
+        "final avail shape",
+        at("step", put("final_avail_actions", "a", lambda s: s.avail_actions["a"][..., :2])),
+        r"group 'a': final_avail_actions has shape \(4, 2, 2\), expected \(4, 2, 3\)",
+    ),
+    (
+        "episode metrics shape",
+        at("step", set_("info", lambda s: {"episode_metrics": {"score": torch.zeros(B, 1)}})),
+        r"step 1: info\['episode_metrics'\]\['score'\] has shape \(4, 1\), expected \(4,\)",
+    ),
+    (
+        "undeclared extra",
+        at("step", set_("extras", lambda s: {"decision": {"a": torch.zeros(B, 2, dtype=torch.bool)}})),
+        r"step 1: extras must hold exactly the columns declared in info.extra_columns \[\], got \['decision'\]",
+    ),
 ]
 
 
@@ -163,13 +250,22 @@ def test_a_correct_env_passes_and_is_left_reset_and_stepped():
 @pytest.mark.parametrize(
     "bug, message",
     [
-        (at("step", lambda s: setattr(s, "extras", {})), r"extras must hold exactly the columns .*\['flag'\], got \[\]"),
-        (at("step", lambda s: s.extras.__setitem__("flag", {"a": s.extras["flag"]["a"]})),
-         r"step 1: extras\['flag'\] must be a dict over the groups \['a', 'c'\]"),
-        (at("step", lambda s: s.extras["flag"].__setitem__("a", torch.zeros(B, 2))),
-         r"step 1: extras\['flag'\] of group 'a' has dtype torch.float32, expected torch.bool"),
-        (at("reset", lambda s: s.extras["flag"].__setitem__("c", torch.zeros(B, 2, dtype=torch.bool))),
-         r"reset: extras\['flag'\] of group 'c' has shape \(4, 2\), expected \(4, 1\)"),
+        (
+            at("step", lambda s: setattr(s, "extras", {})),
+            r"extras must hold exactly the columns .*\['flag'\], got \[\]",
+        ),
+        (
+            at("step", lambda s: s.extras.__setitem__("flag", {"a": s.extras["flag"]["a"]})),
+            r"step 1: extras\['flag'\] must be a dict over the groups \['a', 'c'\]",
+        ),
+        (
+            at("step", lambda s: s.extras["flag"].__setitem__("a", torch.zeros(B, 2))),
+            r"step 1: extras\['flag'\] of group 'a' has dtype torch.float32, expected torch.bool",
+        ),
+        (
+            at("reset", lambda s: s.extras["flag"].__setitem__("c", torch.zeros(B, 2, dtype=torch.bool))),
+            r"reset: extras\['flag'\] of group 'c' has shape \(4, 2\), expected \(4, 1\)",
+        ),
     ],
 )
 def test_declared_extra_columns_are_checked(bug, message):
@@ -180,8 +276,11 @@ def test_declared_extra_columns_are_checked(bug, message):
 def test_episode_longer_than_the_limit():
     env = Toy(limit=5)
     env.info.episode_limit = 4  # declares 4, runs 5
-    with pytest.raises(MarlError, match=r"step 5: the episode in row 0 has run 5 steps without ending; expected it "
-                                        r"to end by info.episode_limit = 4"):
+    with pytest.raises(
+        MarlError,
+        match=r"step 5: the episode in row 0 has run 5 steps without ending; expected it "
+        r"to end by info.episode_limit = 4",
+    ):
         marl.check_env(env, steps=6)
 
 

@@ -12,6 +12,7 @@ as ``"shared/policy_loss"`` is not a citation). Two checks:
   config file of an official implementation) are cited through the paper instead
   (``docs/references.md``).
 """
+
 from __future__ import annotations
 
 import ast
@@ -31,7 +32,10 @@ FORBIDDEN = [
     (re.compile(r"\breference,? \(?§"), "a section of the private notes (reference §...)"),
     (re.compile(r"\b(?:algorithms|rllib_engine|anchors|llm_selfplay)\.md,? \(?§"), "a section of a private note"),
     (re.compile(r"DESIGN\.md"), "the private design document (DESIGN.md)"),
-    (re.compile(r"(?<![\w.-])shared/[\w.-]+(?:/|\.(?:md|py|ya?ml|sh|txt|json)\b)"), "the shared notes folder (shared/...)"),
+    (
+        re.compile(r"(?<![\w.-])shared/[\w.-]+(?:/|\.(?:md|py|ya?ml|sh|txt|json)\b)"),
+        "the shared notes folder (shared/...)",
+    ),
 ]
 # a section sign must follow a paper citation on its line ("Hao et al. 2022, arXiv 2203.05285, §5.4"):
 # a bare "§1.5" is a section of some unnamed document
@@ -41,7 +45,14 @@ PAPER = re.compile(r"et al\.?,? (?:\(?\d{4})|arXiv")
 PATH = re.compile(r"(?<![\w/.*<>-])((?:\.\.?/)?(?:[\w-]+/)*[\w-]+\.(?:py|sh|ya?ml|md))(?![\w*<>/-])")
 # files marl writes at run time (not in the repository, but real names a reader meets),
 # and placeholders of examples
-RUN_OUTPUTS = {"config.yaml", "crash_eval.md", "docs/x.md", "report.md", "league.md", "my_suite.yaml"}  # files runs and users write
+RUN_OUTPUTS = {
+    "config.yaml",
+    "crash_eval.md",
+    "docs/x.md",
+    "report.md",
+    "league.md",
+    "my_suite.yaml",
+}  # files runs and users write
 
 
 def _sources() -> Iterator[Path]:
@@ -55,8 +66,11 @@ def _sources() -> Iterator[Path]:
 
 def _python_texts(path: Path) -> List[Tuple[int, str]]:
     source = path.read_text()
-    out = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
-           if tok.type == tokenize.COMMENT]
+    out = [
+        (tok.start[0], tok.string)
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    ]
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             doc = ast.get_docstring(node, clean=False)
@@ -106,9 +120,9 @@ def test_the_scan_reads_comments_docstrings_yaml_comments_and_pages():
     """The extraction finds what the checks rely on (guards against a scan that reads nothing)."""
     sample = REPO / "algos" / "value_decomp.py"
     joined = "\n".join(t for _, t in texts(sample))
-    assert "arXiv 1803.11485" in joined                      # module docstring
-    assert "pymarl: RMSprop" in joined                       # a trailing comment
-    assert "self.hp" not in joined                           # code lines are not read
+    assert "arXiv 1803.11485" in joined  # module docstring
+    assert "pymarl: RMSprop" in joined  # a trailing comment
+    assert "self.hp" not in joined  # code lines are not read
     yaml_text = "\n".join(t for _, t in texts(REPO / "configs" / "algos" / "qmix.yaml"))
     assert "arXiv 2102.03479" in yaml_text and "mixer: qmix" not in yaml_text
     assert len(list(_sources())) > 100
@@ -116,8 +130,13 @@ def test_the_scan_reads_comments_docstrings_yaml_comments_and_pages():
 
 def test_forbidden_patterns_catch_private_notes():
     """The patterns fire on the citations this test exists to keep out (and not on metric keys)."""
-    bad = ["``reference/algorithms.md`` §1", "(reference §5.3)", "DESIGN.md §2", "algorithms.md §6.6",
-           "/work/shared/reference/x.md"]
+    bad = [
+        "``reference/algorithms.md`` §1",
+        "(reference §5.3)",
+        "DESIGN.md §2",
+        "algorithms.md §6.6",
+        "/work/shared/reference/x.md",
+    ]
     for text in bad:
         assert any(rx.search(text) for rx, _ in FORBIDDEN), text
     for text in ["res.metrics['shared/policy_loss']", "the reference policy", "train/shared/value_loss"]:
@@ -142,6 +161,8 @@ def test_no_citation_points_outside_the_repository():
                     problems.append(f"{rel}:{line}: a section (§) of no named paper: {text.strip()}")
             for cited in PATH.findall(text):
                 if not path_exists(cited, path):
-                    problems.append(f"{rel}:{line}: cites {cited!r}, which is not a file of this repository "
-                                    f"(cite the paper, see docs/references.md): {text.strip()}")
+                    problems.append(
+                        f"{rel}:{line}: cites {cited!r}, which is not a file of this repository "
+                        f"(cite the paper, see docs/references.md): {text.strip()}"
+                    )
     assert not problems, "\n".join(problems)

@@ -1,5 +1,6 @@
 """Command line and packaging: `marl list|train|eval|bench`, and `pip install .` / `-e .` both import
 marl.envs, marl.algos and marl.benchmarks."""
+
 import importlib.metadata
 import json
 import os
@@ -24,8 +25,19 @@ def test_list(capsys):
 
 
 def test_train_then_eval(ray_session, run_dir, capsys, monkeypatch):
-    code = main(["train", "env=mpe:simple_spread", "algo=ippo", "env.num_envs=4", "stop.iterations=1",
-                 f"log_dir={run_dir}", "progress=false", "eval_episodes=0", "epochs=1"])
+    code = main(
+        [
+            "train",
+            "env=mpe:simple_spread",
+            "algo=ippo",
+            "env.num_envs=4",
+            "stop.iterations=1",
+            f"log_dir={run_dir}",
+            "progress=false",
+            "eval_episodes=0",
+            "epochs=1",
+        ]
+    )
     assert code == 0
     summary = capsys.readouterr().out
     assert '"checkpoint"' in summary and '"env_steps": 100' in summary
@@ -68,20 +80,37 @@ def test_editable_install_maps_envs_and_algos_to_repo_folders():
 
 def test_regular_install_imports_envs_and_algos(tmp_path):
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(REPO)], check=True, capture_output=True)
-    code = ("import marl, marl.envs, marl.algos, marl.algos.ppo, marl.configs, pathlib;"
-            "import marl.benchmarks.cli, marl.benchmarks.throughput, marl.benchmarks.smax, marl.benchmarks.agents;"
-            "from marl.config import list_algos;"
-            f"assert pathlib.Path(marl.envs.__file__).is_relative_to({str(target)!r}), marl.envs.__file__;"
-            f"assert pathlib.Path(marl.benchmarks.__file__).is_relative_to({str(target)!r}), marl.benchmarks.__file__;"
-            "assert 'mappo' in list_algos();"
-            "assert not (pathlib.Path(marl.__file__).parent.parent / 'envs').exists();"  # no top-level envs package
-            "assert not (pathlib.Path(marl.__file__).parent.parent / 'benchmarks').exists()")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    code = (
+        "import marl, marl.envs, marl.algos, marl.algos.ppo, marl.configs, pathlib;"
+        "import marl.benchmarks.cli, marl.benchmarks.throughput, marl.benchmarks.smax, marl.benchmarks.agents;"
+        "from marl.config import list_algos;"
+        f"assert pathlib.Path(marl.envs.__file__).is_relative_to({str(target)!r}), marl.envs.__file__;"
+        f"assert pathlib.Path(marl.benchmarks.__file__).is_relative_to({str(target)!r}), marl.benchmarks.__file__;"
+        "assert 'mappo' in list_algos();"
+        "assert not (pathlib.Path(marl.__file__).parent.parent / 'envs').exists();"  # no top-level envs package
+        "assert not (pathlib.Path(marl.__file__).parent.parent / 'benchmarks').exists()"
+    )
     env = {**os.environ, "PYTHONPATH": str(target)}
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     # `marl bench` is found through the installed entry point and runs from the installed package
-    r = subprocess.run([sys.executable, "-m", "marl.cli", "bench", "--help"], cwd=tmp_path, env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "marl.cli", "bench", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert r.returncode == 0 and "usage: marl bench" in r.stdout, r.stderr

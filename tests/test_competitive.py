@@ -1,5 +1,6 @@
 """Competitive play: AEC turn mode, games between policies and bots, cross-play, ratings,
 self-play co-players, the league command, and an IPPO self-play learning check."""
+
 import json
 import math
 from functools import lru_cache
@@ -26,7 +27,7 @@ def _random_play(board: str, turn: str):
     empty = [i for i, c in enumerate(board) if c == "."]
     if not empty:
         return (0.0, 0.0, 1.0)
-    nxt = [_random_play(board[:i] + turn + board[i + 1:], "O" if turn == "X" else "X") for i in empty]
+    nxt = [_random_play(board[:i] + turn + board[i + 1 :], "O" if turn == "X" else "X") for i in empty]
     return tuple(sum(v[k] for v in nxt) / len(nxt) for k in range(3))
 
 
@@ -130,8 +131,9 @@ def test_opponent_mix_is_checked_before_training():
     with pytest.raises(MarlError, match="need a competitive env with two or more teams"):
         check_opponents({"random": 1.0}, coop)
     with pytest.raises(MarlError, match="Unknown opponent"):
-        marl.make_env("pettingzoo", "tictactoe_v3", num_envs=2).fit("ippo", opponents={"bogus": 1.0},
-                                                                     stop={"iterations": 1})
+        marl.make_env("pettingzoo", "tictactoe_v3", num_envs=2).fit(
+            "ippo", opponents={"bogus": 1.0}, stop={"iterations": 1}
+        )
 
 
 def test_co_players_take_one_seat_per_copy_and_are_not_trained():
@@ -159,10 +161,23 @@ def test_co_players_take_one_seat_per_copy_and_are_not_trained():
 def test_ippo_self_play_beats_random_in_both_seats(tmp_path):
     torch.manual_seed(0)
     env = marl.make_env("pettingzoo", "tictactoe_v3", num_envs=64)
-    res = env.fit("ippo", share="all", stop={"env_steps": 60_000}, log_dir=str(tmp_path), eval_episodes=0,
-                  opponents={"self": 0.5, "random": 0.25, "pool": 0.25}, pool_every=5, seed=0, progress=False)
-    rates = versus(marl.make_env("pettingzoo", "tictactoe_v3", num_envs=32), res.policy,
-                   make_bot("random", env.info, seed=11), episodes=300)
+    res = env.fit(
+        "ippo",
+        share="all",
+        stop={"env_steps": 60_000},
+        log_dir=str(tmp_path),
+        eval_episodes=0,
+        opponents={"self": 0.5, "random": 0.25, "pool": 0.25},
+        pool_every=5,
+        seed=0,
+        progress=False,
+    )
+    rates = versus(
+        marl.make_env("pettingzoo", "tictactoe_v3", num_envs=32),
+        res.policy,
+        make_bot("random", env.info, seed=11),
+        episodes=300,
+    )
     # random play wins 58.5% as player_1 and 28.8% as player_2 (exact enumeration above)
     assert rates["player_1"]["win_rate"] > 0.80, rates
     assert rates["player_2"]["win_rate"] > 0.45, rates
@@ -172,8 +187,16 @@ def test_league_command_writes_matrix_ratings_and_heatmap(tmp_path):
     from marl.league import run_league
 
     env = marl.make_env("pettingzoo", "tictactoe_v3", num_envs=8)
-    res = env.fit("ippo", share="all", stop={"iterations": 4}, log_dir=str(tmp_path / "runs"), checkpoint_every=2,
-                  keep_checkpoints=0, eval_episodes=0, progress=False)
+    res = env.fit(
+        "ippo",
+        share="all",
+        stop={"iterations": 4},
+        log_dir=str(tmp_path / "runs"),
+        checkpoint_every=2,
+        keep_checkpoints=0,
+        eval_episodes=0,
+        progress=False,
+    )
     run = res.log_dir
     out = tmp_path / "league"
     report = run_league([run], bots=["random"], episodes=8, out=str(out))
@@ -200,9 +223,21 @@ def test_text_games_join_versus_eval_and_league(tmp_path):
 
     tok = word_tokenizer(["me", "opp", "_"] + [f"c{i}" for i in range(9)])
     env = marl.make_env("openspiel", "tic_tac_toe", prompt_style="compact", history="last")
-    res = env.fit("mars", stop={"iterations": 2}, model=tiny_config(len(tok), n_positions=64), tokenizer=tok,
-                  constrain_actions=True, max_new_tokens=2, games_per_iteration=16, eval_every=0, checkpoint_every=1,
-                  keep_checkpoints=0, log_dir=str(tmp_path / "runs"), progress=False, seed=0)
+    res = env.fit(
+        "mars",
+        stop={"iterations": 2},
+        model=tiny_config(len(tok), n_positions=64),
+        tokenizer=tok,
+        constrain_actions=True,
+        max_new_tokens=2,
+        games_per_iteration=16,
+        eval_every=0,
+        checkpoint_every=1,
+        keep_checkpoints=0,
+        log_dir=str(tmp_path / "runs"),
+        progress=False,
+        seed=0,
+    )
     assert env_seats(env) == ["player_0", "player_1"]
     bot = bot_for(env, "random")
     # random vs random through the text game: X wins 58.5%, O 28.8% (exact; sd of 400 games ~0.025)
@@ -214,7 +249,9 @@ def test_text_games_join_versus_eval_and_league(tmp_path):
     for r in rates.values():
         assert r["games"] == 20 and math.isclose(r["win_rate"] + r["draw_rate"] + r["loss_rate"], 1.0)
     ev = marl.load(res.log_dir).evaluate(episodes=10)
-    assert {f"vs_random/player_{i}/{k}" for i in (0, 1) for k in ("win_rate", "draw_rate", "loss_rate", "score")} <= set(ev)
+    assert {
+        f"vs_random/player_{i}/{k}" for i in (0, 1) for k in ("win_rate", "draw_rate", "loss_rate", "score")
+    } <= set(ev)
     report = run_league([res.log_dir], bots=["random"], episodes=6, out=str(tmp_path / "league"))
     assert report["names"] == ["checkpoint_000001", "checkpoint_000002", "bot:random"]
     score = np.array(report["score"])

@@ -1,5 +1,6 @@
 """Typed configuration: types, ranges, family ownership of keys, YAML inheritance, the algorithm
 registry and the generated docs/configuration.md (no Ray started)."""
+
 import dataclasses
 import pickle
 import subprocess
@@ -11,8 +12,20 @@ from pathlib import Path
 import pytest
 
 from marl.config import (
-    ConfigBase, EngineConfig, algo_chain, algo_defaults, builtin_algos, config_class, config_dir, field_specs, key,
-    list_algos, load_config, read_yaml, register_algo, restore_config,
+    ConfigBase,
+    EngineConfig,
+    algo_chain,
+    algo_defaults,
+    builtin_algos,
+    config_class,
+    config_dir,
+    field_specs,
+    key,
+    list_algos,
+    load_config,
+    read_yaml,
+    register_algo,
+    restore_config,
 )
 from marl.config import registry
 from marl.errors import MarlError
@@ -61,20 +74,23 @@ def test_share_takes_a_mode_or_a_callable():
 
 
 # ------------------------------------------------------------------ ranges and choices
-@pytest.mark.parametrize("algo, key_, bad, valid, range_", [
-    ("mappo", "gamma", 0.0, 1.0, r"in \(0, 1\]"),
-    ("mappo", "gamma", 1.5, 0.5, r"in \(0, 1\]"),
-    ("mappo", "lr", 0.0, 1e-4, "> 0"),
-    ("mappo", "clip", 0.0, 0.1, "> 0"),
-    ("mappo", "max_grad_norm", -1.0, 0.5, "> 0"),
-    ("mappo", "hpn_heads", 0, 2, ">= 1"),
-    ("mappo", "eval_episodes", -1, 0, ">= 0"),
-    ("mappo", "torch_threads", 0, 2, ">= 1"),
-    ("qmix", "target_update_interval", 0, 1, ">= 1"),
-    ("qmix", "td_lambda", 1.5, 1.0, r"in \[0, 1\]"),
-    ("reinforce", "dual_clip", 0.5, 0.0, r"0 \(off\) or > 1"),
-    ("reinforce", "adam_beta2", 1.0, 0.99, r"in \[0, 1\)"),
-])
+@pytest.mark.parametrize(
+    "algo, key_, bad, valid, range_",
+    [
+        ("mappo", "gamma", 0.0, 1.0, r"in \(0, 1\]"),
+        ("mappo", "gamma", 1.5, 0.5, r"in \(0, 1\]"),
+        ("mappo", "lr", 0.0, 1e-4, "> 0"),
+        ("mappo", "clip", 0.0, 0.1, "> 0"),
+        ("mappo", "max_grad_norm", -1.0, 0.5, "> 0"),
+        ("mappo", "hpn_heads", 0, 2, ">= 1"),
+        ("mappo", "eval_episodes", -1, 0, ">= 0"),
+        ("mappo", "torch_threads", 0, 2, ">= 1"),
+        ("qmix", "target_update_interval", 0, 1, ">= 1"),
+        ("qmix", "td_lambda", 1.5, 1.0, r"in \[0, 1\]"),
+        ("reinforce", "dual_clip", 0.5, 0.0, r"0 \(off\) or > 1"),
+        ("reinforce", "adam_beta2", 1.0, 0.99, r"in \[0, 1\)"),
+    ],
+)
 def test_ranges_name_key_value_and_range(algo, key_, bad, valid, range_):
     family = {"mappo": "mpe", "qmix": "mpe", "reinforce": "ipd"}[algo]
     with pytest.raises(MarlError, match=rf"'{key_}' must be {range_}, got {bad!r}"):
@@ -102,13 +118,21 @@ def test_bad_yaml_value_names_its_file():
 
 
 # ------------------------------------------------------------------ family ownership
-@pytest.mark.parametrize("algo, family, key_, owner", [
-    ("mappo", "mpe", "mixer", r"'mixer' is a value decomposition key \(iql, qmix, vdn\); mappo does not use it"),
-    ("reinforce", "ipd", "hpn_heads", r"'hpn_heads' is an agent network key \(ippo, iql, mappo, qmix, vdn\)"),
-    ("qmix", "mpe", "lora_r", r"'lora_r' is an LLM self-play key \(advantage_alignment, grpo, mars, reinforce, spiral\)"),
-    ("reinforce", "ipd", "hidden", r"'hidden' is a PPO key \(ippo, mappo\) and a value decomposition key"),
-    ("iql", "mpe", "critic", r"'critic' is a PPO key \(ippo, mappo\); iql does not use it"),
-])
+@pytest.mark.parametrize(
+    "algo, family, key_, owner",
+    [
+        ("mappo", "mpe", "mixer", r"'mixer' is a value decomposition key \(iql, qmix, vdn\); mappo does not use it"),
+        ("reinforce", "ipd", "hpn_heads", r"'hpn_heads' is an agent network key \(ippo, iql, mappo, qmix, vdn\)"),
+        (
+            "qmix",
+            "mpe",
+            "lora_r",
+            r"'lora_r' is an LLM self-play key \(advantage_alignment, grpo, mars, reinforce, spiral\)",
+        ),
+        ("reinforce", "ipd", "hidden", r"'hidden' is a PPO key \(ippo, mappo\) and a value decomposition key"),
+        ("iql", "mpe", "critic", r"'critic' is a PPO key \(ippo, mappo\); iql does not use it"),
+    ],
+)
 def test_a_key_of_another_family_names_that_family(algo, family, key_, owner):
     with pytest.raises(MarlError, match=rf"Unknown config key '{key_}' for algorithm '{algo}'. {owner}"):
         load_config(algo, family, {key_: 1})
@@ -199,8 +223,11 @@ def test_config_is_frozen_mapping_picklable_and_replace_checks():
 def test_a_saved_config_is_restored_typed_with_new_keys_from_yaml_and_old_keys_dropped():
     """A checkpoint's meta["config"] (a plain dict) of an older version: values the schema
     accepts are kept, keys added since and values saved as text take the YAML values."""
-    saved = {**mappo(lr=1e-3, epochs=4, critic="state").to_dict(), "share": "<function <lambda> at 0x7f>",
-             "retired_key": 1}
+    saved = {
+        **mappo(lr=1e-3, epochs=4, critic="state").to_dict(),
+        "share": "<function <lambda> at 0x7f>",
+        "retired_key": 1,
+    }
     del saved["huber_delta"]
     cfg = restore_config("mappo", saved)
     assert type(cfg).__name__ == "PPOConfig" and cfg.lr == 1e-3 and cfg.epochs == 4 and cfg.critic == "state"
@@ -245,10 +272,12 @@ class NoSchema:
 
 
 def test_listing_algorithms_imports_neither_ray_nor_algorithm_modules():
-    code = ("import sys; from marl.config import list_algos; names = list_algos(); "
-            "assert {'mappo', 'ippo', 'qmix', 'vdn', 'iql', 'mars'} <= set(names), names; "
-            "bad = [m for m in ('ray', 'marl.algos.ppo', 'marl.algos.value_decomp', 'marl.algos.llm.selfplay') "
-            "if m in sys.modules]; assert not bad, bad")
+    code = (
+        "import sys; from marl.config import list_algos; names = list_algos(); "
+        "assert {'mappo', 'ippo', 'qmix', 'vdn', 'iql', 'mars'} <= set(names), names; "
+        "bad = [m for m in ('ray', 'marl.algos.ppo', 'marl.algos.value_decomp', 'marl.algos.llm.selfplay') "
+        "if m in sys.modules]; assert not bad, bad"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 

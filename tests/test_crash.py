@@ -1,4 +1,5 @@
 """Crash wrapper and coach (properties of docs/envs.md, "Crash-prone envs"). Fast, no Ray."""
+
 import math
 from pathlib import Path
 
@@ -195,8 +196,14 @@ def test_set_rate_applies_to_new_episodes():
 
 
 def test_make_env_round_trip():
-    env = make_env("mpe", "simple_spread", num_envs=3, max_cycles=10, seed=4,
-                   crash={"rate": 0.25, "max_crashed": 1, "crash_time": ("hazard", 0.2), "behaviour": "random"})
+    env = make_env(
+        "mpe",
+        "simple_spread",
+        num_envs=3,
+        max_cycles=10,
+        seed=4,
+        crash={"rate": 0.25, "max_crashed": 1, "crash_time": ("hazard", 0.2), "behaviour": "random"},
+    )
     again = env.spec.make()
     assert isinstance(again, CrashWrapper) and again.spec == env.spec
     assert again.options() == env.options() and env.options()["seed"] == 4
@@ -306,8 +313,9 @@ def test_trainer_applies_the_adaptive_coach(ray_session, run_dir):
     """fit() builds the env's coach, feeds it each iteration's episodes, sets the runners' crash rate and logs it."""
     import marl
 
-    env = marl.make_env("mpe", "simple_spread", N=4, num_envs=16,
-                        crash={"strategy": "adaptive", "coach": {"K": 16, "p_ref": -1000.0}})
+    env = marl.make_env(
+        "mpe", "simple_spread", N=4, num_envs=16, crash={"strategy": "adaptive", "coach": {"K": 16, "p_ref": -1000.0}}
+    )
     res = env.fit("mappo", stop={"iterations": 4}, progress=False, log_dir=run_dir, eval_episodes=0)
     rates = [h["coach_rate"] for h in res.history]
     assert rates == sorted(rates) and rates[-1] > 0  # every window beats the (low) reference: p rises

@@ -1,4 +1,5 @@
 """Engine integration: fit, checkpoints, resume, remote env runners, DDP learners, errors (Ray)."""
+
 import csv
 import os
 import shutil
@@ -55,7 +56,8 @@ def test_two_ddp_learners_keep_identical_parameters(ray_session):
     try:
         trainer.train()
         sums = trainer.learner_group.foreach_learner(
-            lambda l: float(sum(p.detach().double().sum() for p in l.module["shared"].parameters())))
+            lambda l: float(sum(p.detach().double().sum() for p in l.module["shared"].parameters()))
+        )
         sums = [s.get() if hasattr(s, "get") else s for s in sums]
         assert len(sums) == 2 and sums[0] == pytest.approx(sums[1], rel=1e-9)
     finally:
@@ -63,12 +65,17 @@ def test_two_ddp_learners_keep_identical_parameters(ray_session):
 
 
 def test_heterogeneous_envs_train_with_auto_mapping(ray_session, run_dir):
-    adv = marl.make_env("mpe", "simple_adversary", num_envs=4).fit("mappo", stop={"iterations": 1}, log_dir=run_dir, **QUICK)
+    adv = marl.make_env("mpe", "simple_adversary", num_envs=4).fit(
+        "mappo", stop={"iterations": 1}, log_dir=run_dir, **QUICK
+    )
     assert {"adversary", "agent"} <= {k.split("/")[0] for k in adv.metrics if "/" in k}
-    sl = marl.make_env("mpe", "simple_speaker_listener", num_envs=4).fit("ippo", stop={"iterations": 1}, log_dir=run_dir, **QUICK)
+    sl = marl.make_env("mpe", "simple_speaker_listener", num_envs=4).fit(
+        "ippo", stop={"iterations": 1}, log_dir=run_dir, **QUICK
+    )
     assert {"speaker", "listener"} <= {k.split("/")[0] for k in sl.metrics if "/" in k}
-    ind = spread(B=4).fit("mappo", stop={"iterations": 1}, log_dir=run_dir, share="individual",
-                          **{**QUICK, "num_minibatches": 2})
+    ind = spread(B=4).fit(
+        "mappo", stop={"iterations": 1}, log_dir=run_dir, share="individual", **{**QUICK, "num_minibatches": 2}
+    )
     assert {"agent_0", "agent_1", "agent_2"} <= {k.split("/")[0] for k in ind.metrics if "/" in k}
 
 
@@ -83,7 +90,9 @@ def test_nan_loss_stops_run_names_loss_and_keeps_checkpoint(ray_session, run_dir
     env = NaNAfterEnv(after=35, num_envs=4)  # 10 steps per iteration: iterations 1-3 are clean
     # non_finite="off": the env runner lets the NaN rewards through (its default is to stop at the env:
     # tests/test_non_finite.py), so they reach the loss, whose own check is tested here
-    with pytest.raises(TrainingDiverged, match=r"(policy|value)_loss of module 'shared'.*last good checkpoint: (\S+)") as e:
+    with pytest.raises(
+        TrainingDiverged, match=r"(policy|value)_loss of module 'shared'.*last good checkpoint: (\S+)"
+    ) as e:
         env.fit("mappo", stop={"iterations": 10}, log_dir=run_dir, checkpoint_every=1, non_finite="off", **QUICK)
     ckpt = str(e.value).split("last good checkpoint: ")[1].split(";")[0]
     assert os.path.isdir(ckpt) and marl.load(ckpt).policy is not None
@@ -138,15 +147,19 @@ def _trained_weights(compiled: bool, **kw):
     try:
         trainer.train()
         out = trainer.learner_group.foreach_learner(
-            lambda l: (hasattr(l._loss_terms, "_torchdynamo_orig_callable"),
-                       {k: v.detach().clone() for k, v in l.module["shared"].state_dict().items()}))
+            lambda l: (
+                hasattr(l._loss_terms, "_torchdynamo_orig_callable"),
+                {k: v.detach().clone() for k, v in l.module["shared"].state_dict().items()},
+            )
+        )
         return [r.get() if hasattr(r, "get") else r for r in out][0]
     finally:
         trainer.stop()
 
 
-@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
-                    reason="inductor on CPU needs a C++ compiler")
+@pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor on CPU needs a C++ compiler"
+)
 @pytest.mark.parametrize("kw", [{}, {"recurrent": True}], ids=["team_critic", "gru_state_critic"])
 def test_torch_compile_learner_trains_the_eager_weights(ray_session, kw):
     """``torch_compile=True`` compiles the learner's forward and loss (inductor) and takes the same gradient

@@ -9,6 +9,7 @@ arXiv:1907.11461) on the same parameters: one generated weight matrix per entity
 every entity computed, a GRU cell stepped by hand. Outputs, states and every
 parameter's gradient must agree, with padded / zero entities and recurrent unrolls.
 """
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -56,10 +57,10 @@ def hpn_ref(net, x, h0=None, starts=None):
     inp = net.inputs
     e = F.linear(x[..., inp.own_idx], net.own.weight, net.own.bias)
     if net.agent_embedding is not None:
-        e = e + net.agent_embedding.weight[x[..., inp.obs_dim:inp.obs_dim + inp.id_dim].argmax(-1)]
+        e = e + net.agent_embedding.weight[x[..., inp.obs_dim : inp.obs_dim + inp.id_dim].argmax(-1)]
     if net.last_action is not None:
-        last = x[..., inp.obs_dim + inp.id_dim:]
-        summary = [last[..., :inp.n_normal]] + [last[..., f:f + m].sum(-1, keepdim=True) for _, f, m in inp.targets]
+        last = x[..., inp.obs_dim + inp.id_dim :]
+        summary = [last[..., : inp.n_normal]] + [last[..., f : f + m].sum(-1, keepdim=True) for _, f, m in inp.targets]
         e = e + F.linear(torch.cat(summary, -1), net.last_action.weight)
     pooled, codes = 0, {}
     for t in inp.types:
@@ -92,10 +93,10 @@ def asn_ref(net, x, h0=None, starts=None):
     entity's previous state. ``x [M, L, D]`` -> outputs, states ``[M, L, S]``."""
     inp, A = net.inputs, net.hidden
     M, L, _ = x.shape
-    (t_name, _, m), = inp.targets
+    ((t_name, _, m),) = inp.targets
     idx = getattr(inp, f"idx_{t_name}")
     h_env = torch.zeros(M, A) if h0 is None else h0[:, :A]
-    h_ent = [torch.zeros(M, A) if h0 is None else h0[:, A * (1 + j):A * (2 + j)] for j in range(m)]
+    h_ent = [torch.zeros(M, A) if h0 is None else h0[:, A * (1 + j) : A * (2 + j)] for j in range(m)]
     outs, states = [], []
     for t in range(L):
         keep = torch.ones(M, 1) if starts is None else (~starts[:, t]).unsqueeze(-1).float()
@@ -121,7 +122,7 @@ def entity_step(net, t_name, j, xj, h):
         return stream_ref(mods[j], xj, h)
     a, b = net.inputs.unit_types[t_name]
     kind = xj[:, a:b].argmax(-1)
-    return torch.stack([stream_ref(mods[int(kind[r])], xj[r:r + 1], h[r:r + 1])[0] for r in range(len(xj))])
+    return torch.stack([stream_ref(mods[int(kind[r])], xj[r : r + 1], h[r : r + 1])[0] for r in range(len(xj))])
 
 
 # ------------------------------------------------------------------ data
@@ -140,10 +141,10 @@ def inputs(M=6, L=5, last=True, seed=0, fixed_types=False):
     step = (lambda t: slice(None)) if fixed_types else (lambda t: min(t, L - 1))  # noqa: E731
     x[0, step(1), OWN:enemy] = 0  # no ally in sight
     x[1, :, enemy:] = 0  # no enemy in sight, whole sequence
-    x[2, step(2), OWN + D_ALLY:enemy] = 0  # one dead ally
-    x[3, step(0), enemy + D_ENEMY:enemy + 2 * D_ENEMY] = 0  # one dead enemy
+    x[2, step(2), OWN + D_ALLY : enemy] = 0  # one dead ally
+    x[3, step(0), enemy + D_ENEMY : enemy + 2 * D_ENEMY] = 0  # one dead enemy
     if not fixed_types:
-        x[4, max(L - 2, 0):] = 0  # padding
+        x[4, max(L - 2, 0) :] = 0  # padding
     x[5] = 0  # a padded sequence
     parts = [x, F.one_hot(torch.arange(M * L).view(M, L) % N_ID, N_ID).float()]
     if last:
@@ -201,10 +202,10 @@ def test_hpn_acting_step_and_edge_batches(kind, kw):
     net = make(kind, id_dim=N_ID, last=True, **kw)
     check_equal(net, hpn_ref, inputs(L=1, seed=2), torch.randn(6, 64))
     full = inputs(M=6, L=3, seed=3)
-    full[..., :obs_dim()] = random_obs(6, 3)  # every entity present
+    full[..., : obs_dim()] = random_obs(6, 3)  # every entity present
     check_equal(net, hpn_ref, full)
     empty = inputs(L=3, seed=4)
-    empty[..., :obs_dim()] = 0
+    empty[..., : obs_dim()] = 0
     check_equal(net, hpn_ref, empty, torch.randn(6, 64))
 
 
@@ -228,8 +229,13 @@ def test_hpn_entity_views_equal_the_gather():
 
 
 # ------------------------------------------------------------------ ASN
-ASN_CASES = [{}, {"asn_env_input": "non_target"}, {"asn_entity_modules": "separate"},
-             {"asn_entity_modules": "unit_type"}, {"asn_entity_modules": "unit_type", "asn_env_input": "non_target"}]
+ASN_CASES = [
+    {},
+    {"asn_env_input": "non_target"},
+    {"asn_entity_modules": "separate"},
+    {"asn_entity_modules": "unit_type"},
+    {"asn_entity_modules": "unit_type", "asn_env_input": "non_target"},
+]
 
 
 @pytest.mark.parametrize("kw", ASN_CASES)
@@ -264,13 +270,15 @@ def test_hpn_skips_features_zero_in_every_entity(kind, kw):
     s = OWN + 2 * D_ALLY
     for j in range(3):  # every present enemy of type 0; absent ones stay all zero
         bits = slice(s + j * D_ENEMY + 3, s + j * D_ENEMY + 5)
-        x[..., bits] = F.one_hot(torch.zeros_like(x[..., 0], dtype=torch.long), 2) * (x[..., bits].sum(-1, keepdim=True) > 0)
-    x[..., OWN + 1:OWN + 2 * D_ALLY:D_ALLY] = 0.0  # feature 1 of both allies
+        x[..., bits] = F.one_hot(torch.zeros_like(x[..., 0], dtype=torch.long), 2) * (
+            x[..., bits].sum(-1, keepdim=True) > 0
+        )
+    x[..., OWN + 1 : OWN + 2 * D_ALLY : D_ALLY] = 0.0  # feature 1 of both allies
     _, ents, _, _ = net.inputs.split(x)
     assert live_features(ents["enemy"]).tolist() == [f for f in range(D_ENEMY) if f != 4]
     assert live_features(ents["ally"]).tolist() == [0, 2]
     check_equal(net, hpn_ref, x, torch.randn(6, 64), resets(6, 4))
-    x[0, 0, s + 3:s + 5] = torch.tensor([0.0, 1.0])  # one enemy of type 1: its slot is live again
+    x[0, 0, s + 3 : s + 5] = torch.tensor([0.0, 1.0])  # one enemy of type 1: its slot is live again
     assert live_features(net.inputs.split(x)[1]["enemy"]) is None
     check_equal(net, hpn_ref, x)
 

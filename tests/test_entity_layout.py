@@ -2,6 +2,7 @@
 
 No Ray, tiny batches: the whole file runs in a few seconds.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -55,8 +56,9 @@ def test_simple_spread_layout_matches_the_world(N, fast):
         for i, agent in enumerate(world.agents):
             want_own = np.concatenate([agent.state.p_vel, agent.state.p_pos])
             want_land = np.stack([lm.state.p_pos - agent.state.p_pos for lm in world.landmarks])
-            want_other = np.stack([np.concatenate([o.state.p_pos - agent.state.p_pos, o.state.c])
-                                   for o in world.agents if o is not agent])
+            want_other = np.stack(
+                [np.concatenate([o.state.p_pos - agent.state.p_pos, o.state.c]) for o in world.agents if o is not agent]
+            )
             np.testing.assert_allclose(own[b, i].numpy(), want_own, atol=1e-6)
             np.testing.assert_allclose(landmarks[b, i].numpy(), want_land, atol=1e-6)
             np.testing.assert_allclose(others[b, i].numpy(), want_other, atol=1e-6)
@@ -83,8 +85,12 @@ def info():
     box = gym.spaces.Box(-1.0, 1.0, (D,), np.float32)
     groups = {
         "ally": GroupInfo("ally", ["ally_0", "ally_1"], box, gym.spaces.Discrete(A)),
-        "drone": GroupInfo("drone", ["drone_0"], gym.spaces.Box(-1.0, 1.0, (6,), np.float32),
-                           gym.spaces.Box(-1.0, 1.0, (2,), np.float32)),
+        "drone": GroupInfo(
+            "drone",
+            ["drone_0"],
+            gym.spaces.Box(-1.0, 1.0, (6,), np.float32),
+            gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        ),
     }
     return EnvInfo("toy", "t", ["ally_0", "ally_1", "drone_0"], groups, state_dim=D, episode_limit=5)
 
@@ -121,7 +127,11 @@ def test_valid_layout_is_normalised(info):
     del lay["n_normal_actions"]
     assert check_entity_layout({"ally": lay}, info)["ally"]["n_normal_actions"] == 6
     assert check_entity_layout({"ally": {"own": [(0, 2)]}}, info)["ally"] == {
-        "own": [(0, 2)], "entities": {}, "n_normal_actions": A, "action_targets": {}}
+        "own": [(0, 2)],
+        "entities": {},
+        "n_normal_actions": A,
+        "action_targets": {},
+    }
 
 
 def with_(path, value):
@@ -137,42 +147,69 @@ def with_(path, value):
     return {"ally": lay}
 
 
-@pytest.mark.parametrize("layout, match", [
-    ({"allies": {}}, r"Unknown entity_layout group 'allies'\. Did you mean 'ally'\?.*Valid choices: ally, drone"),
-    ([("own", 0)], "must be a dict of group name"),
-    ({"ally": {"entitties": {}}}, r"unknown key 'entitties'\. Did you mean 'entities'\?"),
-    # ranges inside the observation
-    (with_(("own",), [(18, 22)]), r"own range \(18, 22\) must lie inside the observation, features 0\.\.19"),
-    (with_(("own",), [(3, 1)]), r"own range \(3, 1\) must lie inside"),
-    (with_(("entities", "enemy", "start"), 14), r"entity 'enemy': features 14\.\.21 .* must lie inside .*0\.\.19"),
-    (with_(("entities", "ally", "fields"), [(12, 2), (19, 1)]), r"entity 'ally': features 19\.\.20"),
-    # one place per feature
-    (with_(("own",), [(0, 5)]), r"features 4\.\.4 are used by both own range \(0, 5\) and entity 'enemy' \(4\.\.11\)"),
-    (with_(("entities", "ally", "fields"), [(12, 2), (13, 1)]), r"features 13\.\.14 are used by both entity 'ally' \(12\.\.15\) and entity 'ally' \(13\.\.14\)"),
-    # entity specs
-    (with_(("entities", "enemy", "count"), -1), r"entity 'enemy': count must be >= 0, got -1"),
-    (with_(("entities", "enemy", "count"), 2.0), r"entity 'enemy': count must be an int, got 2\.0"),
-    (with_(("entities", "enemy", "count"), ...), r"entity 'enemy' needs 'count'"),
-    (with_(("entities", "enemy", "dim"), 0), r"entity 'enemy': dim must be >= 1, got 0"),
-    (with_(("entities", "enemy", "fields"), [(4, 4)]), r"entity 'enemy' needs either 'start' and 'dim' or 'fields'"),
-    (with_(("entities", "enemy", "dim"), ...), r"entity 'enemy' needs either 'start' and 'dim' or 'fields'"),
-    (with_(("entities", "ally", "fields"), []), r"entity 'ally': fields must list at least one"),
-    # unit_type inside one entity's features
-    (with_(("entities", "enemy", "unit_type"), (3, 5)), r"unit_type \(3, 5\) must lie inside one entity's 4 features"),
-    (with_(("entities", "ally", "unit_type"), (2, 2)), r"unit_type \(2, 2\) must lie inside one entity's 3 features"),
-    (with_(("entities", "enemy", "unit_type"), 3), r"unit_type must be a pair of ints, got 3"),
-    # actions: normal + targeted tile 0..A-1
-    (with_(("n_normal_actions",), 5), r"actions 5\.\.5 are neither normal nor targeted"),
-    (with_(("n_normal_actions",), 7), r"action_targets\['enemy'\] \(6, 2\) overlaps the actions before it"),
-    (with_(("n_normal_actions",), 4), r"actions 4\.\.5 are neither normal nor targeted"),
-    (with_(("n_normal_actions",), -1), r"n_normal_actions must be >= 0, got -1"),
-    (with_(("action_targets",), {"enemy": (6, 3)}), r"targets 3 entities, but entity 'enemy' has count 2"),
-    (with_(("action_targets",), {"enemy": (5, 2)}), r"overlaps the actions before it"),
-    (with_(("action_targets",), {"tank": (6, 2)}), r"action_targets names 'tank', which is not an entity type of the group\. Valid entity types: enemy, ally"),
-    (with_(("action_targets",), {"ally": (6, 2), "enemy": (6, 2)}), r"overlaps the actions before it"),
-    ({"ally": {"own": [(0, 2)], "n_normal_actions": 7}}, r"must cover the group's 8 actions 0\.\.7 exactly once; they cover actions 0\.\.6"),
-    ({"drone": {"own": [(0, 2)], "n_normal_actions": 2}}, r"'n_normal_actions' is only for discrete actions; group 'drone' has continuous"),
-])
+@pytest.mark.parametrize(
+    "layout, match",
+    [
+        ({"allies": {}}, r"Unknown entity_layout group 'allies'\. Did you mean 'ally'\?.*Valid choices: ally, drone"),
+        ([("own", 0)], "must be a dict of group name"),
+        ({"ally": {"entitties": {}}}, r"unknown key 'entitties'\. Did you mean 'entities'\?"),
+        # ranges inside the observation
+        (with_(("own",), [(18, 22)]), r"own range \(18, 22\) must lie inside the observation, features 0\.\.19"),
+        (with_(("own",), [(3, 1)]), r"own range \(3, 1\) must lie inside"),
+        (with_(("entities", "enemy", "start"), 14), r"entity 'enemy': features 14\.\.21 .* must lie inside .*0\.\.19"),
+        (with_(("entities", "ally", "fields"), [(12, 2), (19, 1)]), r"entity 'ally': features 19\.\.20"),
+        # one place per feature
+        (
+            with_(("own",), [(0, 5)]),
+            r"features 4\.\.4 are used by both own range \(0, 5\) and entity 'enemy' \(4\.\.11\)",
+        ),
+        (
+            with_(("entities", "ally", "fields"), [(12, 2), (13, 1)]),
+            r"features 13\.\.14 are used by both entity 'ally' \(12\.\.15\) and entity 'ally' \(13\.\.14\)",
+        ),
+        # entity specs
+        (with_(("entities", "enemy", "count"), -1), r"entity 'enemy': count must be >= 0, got -1"),
+        (with_(("entities", "enemy", "count"), 2.0), r"entity 'enemy': count must be an int, got 2\.0"),
+        (with_(("entities", "enemy", "count"), ...), r"entity 'enemy' needs 'count'"),
+        (with_(("entities", "enemy", "dim"), 0), r"entity 'enemy': dim must be >= 1, got 0"),
+        (
+            with_(("entities", "enemy", "fields"), [(4, 4)]),
+            r"entity 'enemy' needs either 'start' and 'dim' or 'fields'",
+        ),
+        (with_(("entities", "enemy", "dim"), ...), r"entity 'enemy' needs either 'start' and 'dim' or 'fields'"),
+        (with_(("entities", "ally", "fields"), []), r"entity 'ally': fields must list at least one"),
+        # unit_type inside one entity's features
+        (
+            with_(("entities", "enemy", "unit_type"), (3, 5)),
+            r"unit_type \(3, 5\) must lie inside one entity's 4 features",
+        ),
+        (
+            with_(("entities", "ally", "unit_type"), (2, 2)),
+            r"unit_type \(2, 2\) must lie inside one entity's 3 features",
+        ),
+        (with_(("entities", "enemy", "unit_type"), 3), r"unit_type must be a pair of ints, got 3"),
+        # actions: normal + targeted tile 0..A-1
+        (with_(("n_normal_actions",), 5), r"actions 5\.\.5 are neither normal nor targeted"),
+        (with_(("n_normal_actions",), 7), r"action_targets\['enemy'\] \(6, 2\) overlaps the actions before it"),
+        (with_(("n_normal_actions",), 4), r"actions 4\.\.5 are neither normal nor targeted"),
+        (with_(("n_normal_actions",), -1), r"n_normal_actions must be >= 0, got -1"),
+        (with_(("action_targets",), {"enemy": (6, 3)}), r"targets 3 entities, but entity 'enemy' has count 2"),
+        (with_(("action_targets",), {"enemy": (5, 2)}), r"overlaps the actions before it"),
+        (
+            with_(("action_targets",), {"tank": (6, 2)}),
+            r"action_targets names 'tank', which is not an entity type of the group\. Valid entity types: enemy, ally",
+        ),
+        (with_(("action_targets",), {"ally": (6, 2), "enemy": (6, 2)}), r"overlaps the actions before it"),
+        (
+            {"ally": {"own": [(0, 2)], "n_normal_actions": 7}},
+            r"must cover the group's 8 actions 0\.\.7 exactly once; they cover actions 0\.\.6",
+        ),
+        (
+            {"drone": {"own": [(0, 2)], "n_normal_actions": 2}},
+            r"'n_normal_actions' is only for discrete actions; group 'drone' has continuous",
+        ),
+    ],
+)
 def test_check_entity_layout_errors(info, layout, match):
     with pytest.raises(MarlError, match=match):
         check_entity_layout(layout, info)

@@ -1,5 +1,6 @@
 """HPN / DPN / ASN agent networks: the properties of docs/algorithms/entity_networks.md ("Tests"),
 their use inside QMIX and MAPPO modules, and transfer across entity counts."""
+
 import math
 
 import pytest
@@ -32,8 +33,13 @@ def obs_dim(m_ally=2, m_enemy=3):
 
 
 def make(kind, m_ally=2, m_enemy=3, id_dim=0, last=False, **kw):
-    cfg = {"entity_layout": layout(m_ally, m_enemy), "group_obs_dim": obs_dim(m_ally, m_enemy), "id_dim": id_dim,
-           "last_action_dim": (N_NORMAL + m_enemy) if last else 0, **kw}
+    cfg = {
+        "entity_layout": layout(m_ally, m_enemy),
+        "group_obs_dim": obs_dim(m_ally, m_enemy),
+        "id_dim": id_dim,
+        "last_action_dim": (N_NORMAL + m_enemy) if last else 0,
+        **kw,
+    }
     torch.manual_seed(0)
     return build_agent_net(kind, cfg, N_NORMAL + m_enemy)
 
@@ -43,7 +49,7 @@ def random_obs(*lead, m_ally=2, m_enemy=3):
     s = OWN + m_ally * D_ALLY
     types = torch.randint(0, 2, (*lead, m_enemy))  # a valid unit-type one-hot in each enemy block
     for j in range(m_enemy):
-        x[..., s + j * D_ENEMY + 3:s + j * D_ENEMY + 5] = torch.nn.functional.one_hot(types[..., j], 2).float()
+        x[..., s + j * D_ENEMY + 3 : s + j * D_ENEMY + 5] = torch.nn.functional.one_hot(types[..., j], 2).float()
     return x
 
 
@@ -94,7 +100,7 @@ def test_hpn_zero_padded_entities_change_nothing_and_any_count_runs(kind, kw):
     q, h = net.step(x, torch.zeros(5, 64))
     qb, hb = big.step(padded, torch.zeros(5, 64))
     assert qb.shape == (5, N_NORMAL + 5)
-    assert torch.allclose(q, qb[:, :N_NORMAL + 3], atol=1e-5)
+    assert torch.allclose(q, qb[:, : N_NORMAL + 3], atol=1e-5)
     assert torch.allclose(h, hb, atol=1e-5)
     one = make(kind, m_ally=0, m_enemy=1, **kw)
     one.load_state_dict(net.state_dict())
@@ -149,7 +155,10 @@ def test_hpn_agent_id_embedding_sized_for_transfer():
 
 def test_hpn_sequence_equals_step_by_step():
     net = make("hpn", last=True)
-    x = torch.cat([random_obs(4, 5), torch.nn.functional.one_hot(torch.randint(0, N_NORMAL + 3, (4, 5)), N_NORMAL + 3).float()], -1)
+    x = torch.cat(
+        [random_obs(4, 5), torch.nn.functional.one_hot(torch.randint(0, N_NORMAL + 3, (4, 5)), N_NORMAL + 3).float()],
+        -1,
+    )
     seq = net.sequence(x)
     h = None
     for t in range(5):
@@ -157,17 +166,26 @@ def test_hpn_sequence_equals_step_by_step():
         assert torch.allclose(seq[:, t], q, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind,kw", HPN_KINDS + [("hpn", {"recurrent": False}), ("asn", {}),
-                                     ("asn", {"asn_entity_modules": "separate", "asn_env_input": "non_target"}),
-                                     ("asn", {"recurrent": False})])
+@pytest.mark.parametrize(
+    "kind,kw",
+    HPN_KINDS
+    + [
+        ("hpn", {"recurrent": False}),
+        ("asn", {}),
+        ("asn", {"asn_entity_modules": "separate", "asn_env_input": "non_target"}),
+        ("asn", {"recurrent": False}),
+    ],
+)
 def test_entity_net_packed_episodes_equal_the_unroll_on_used_steps(kind, kw):
     """HPN/DPN/ASN skip padding (value decomposition's packed path): on the used steps of episodes of
     different lengths the packed pass equals the padded unroll, and padding (NaN here) never leaks."""
     net = make(kind, last=True, **kw)
     assert net.skips_padding
-    x = torch.cat([random_obs(5, 7), torch.nn.functional.one_hot(torch.randint(0, N_NORMAL + 3, (5, 7)),
-                                                                 N_NORMAL + 3).float()], -1)
-    x[1, :, OWN:OWN + D_ALLY] = 0  # an ally slot empty all episode: rows without that entity
+    x = torch.cat(
+        [random_obs(5, 7), torch.nn.functional.one_hot(torch.randint(0, N_NORMAL + 3, (5, 7)), N_NORMAL + 3).float()],
+        -1,
+    )
+    x[1, :, OWN : OWN + D_ALLY] = 0  # an ally slot empty all episode: rows without that entity
     lengths = torch.tensor([7, 1, 4, 7, 3])
     used = torch.arange(7) < lengths.unsqueeze(-1)
     fast = net.sequence(torch.where(used.unsqueeze(-1), x, float("nan")), lengths)
@@ -195,7 +213,7 @@ def test_asn_targeted_value_does_not_depend_on_other_targets_features():
     for j in range(3):
         (g,) = torch.autograd.grad(q[:, N_NORMAL + j].sum(), x, retain_graph=True)
         for k in range(3):
-            block = g[:, s + k * D_ENEMY:s + (k + 1) * D_ENEMY]
+            block = g[:, s + k * D_ENEMY : s + (k + 1) * D_ENEMY]
             assert (block.abs().sum() > 0) == (k == j)
 
 
@@ -216,7 +234,9 @@ def test_asn_entity_stream_is_permutation_equivariant(modules):
 def test_asn_module_sharing_modes():
     count = lambda net: sum(p.numel() for p in net.entity.parameters())  # noqa: E731
     assert count(make("asn", m_enemy=3)) == count(make("asn", m_enemy=7))  # shared: independent of m
-    assert count(make("asn", m_enemy=6, asn_entity_modules="separate")) == 2 * count(make("asn", m_enemy=3, asn_entity_modules="separate"))
+    assert count(make("asn", m_enemy=6, asn_entity_modules="separate")) == 2 * count(
+        make("asn", m_enemy=3, asn_entity_modules="separate")
+    )
     assert len(make("asn", asn_entity_modules="unit_type").entity["enemy"]) == 2
     assert not make("asn", asn_entity_modules="unit_type").skips_padding  # types may change inside an episode
     seq_net = make("asn", asn_entity_modules="separate")
@@ -256,8 +276,17 @@ def test_check_agent_before_ray():
 
 # ------------------------------------------------------------------ inside QMIX and MAPPO modules
 def module_cfg(agent, **kw):
-    return {"obs_dim": obs_dim() + 3, "n_actions": N_NORMAL + 3, "hidden": 16, "recurrent": True, "agent": agent,
-            "entity_layout": layout(), "group_obs_dim": obs_dim(), "id_dim": 3, **kw}
+    return {
+        "obs_dim": obs_dim() + 3,
+        "n_actions": N_NORMAL + 3,
+        "hidden": 16,
+        "recurrent": True,
+        "agent": agent,
+        "entity_layout": layout(),
+        "group_obs_dim": obs_dim(),
+        "id_dim": 3,
+        **kw,
+    }
 
 
 @pytest.mark.parametrize("agent", ["hpn", "dpn", "asn"])
@@ -265,8 +294,12 @@ def test_q_module_acting_equals_training_unroll(agent):
     from marl.algos.value_decomp import QAgentModule
 
     torch.manual_seed(0)
-    module = QAgentModule(observation_space=None, action_space=None, inference_only=False,
-                          model_config=module_cfg(agent, last_action=True))
+    module = QAgentModule(
+        observation_space=None,
+        action_space=None,
+        inference_only=False,
+        model_config=module_cfg(agent, last_action=True),
+    )
     E, T, N = 2, 5, 3
     obs = torch.cat([random_obs(E, T + 1, N), torch.eye(N).expand(E, T + 1, N, N)], -1)
     h, acts = module.initial_state((E, N)), []
@@ -324,8 +357,15 @@ def test_hpn_mappo_on_spread_runs_at_other_team_sizes(tmp_path, capsys):
     import marl
 
     env3 = marl.make_env("mpe", "simple_spread", N=3, num_envs=8)
-    res = env3.fit("mappo", agent="hpn", stop={"iterations": 2}, rollout_length=25, epochs=2,
-                   eval_episodes=0, log_dir=str(tmp_path))
+    res = env3.fit(
+        "mappo",
+        agent="hpn",
+        stop={"iterations": 2},
+        rollout_length=25,
+        epochs=2,
+        eval_episodes=0,
+        log_dir=str(tmp_path),
+    )
     for n in (4, 5):
         env = marl.make_env("mpe", "simple_spread", N=n, num_envs=4)
         stats = marl.load(res.checkpoint, env=env).evaluate(episodes=4, env=env)
@@ -348,5 +388,5 @@ def test_hpn_ally_targeted_actions_follow_the_allies():
     pa, pe = torch.tensor([1, 0]), torch.tensor([2, 0, 1])
     qp, _ = net.step(permute(x, pa, pe), None)
     assert torch.allclose(qp[:, :N_NORMAL], q[:, :N_NORMAL], atol=1e-5)
-    assert torch.allclose(qp[:, N_NORMAL:N_NORMAL + 3], q[:, N_NORMAL:N_NORMAL + 3][:, pe], atol=1e-5)
-    assert torch.allclose(qp[:, N_NORMAL + 3:], q[:, N_NORMAL + 3:][:, pa], atol=1e-5)
+    assert torch.allclose(qp[:, N_NORMAL : N_NORMAL + 3], q[:, N_NORMAL : N_NORMAL + 3][:, pe], atol=1e-5)
+    assert torch.allclose(qp[:, N_NORMAL + 3 :], q[:, N_NORMAL + 3 :][:, pa], atol=1e-5)

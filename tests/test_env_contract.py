@@ -2,6 +2,7 @@
 columns, the fit entry, and the import rules of the env layer. No Ray, no simulator but the matrix and
 grid games: about two seconds.
 """
+
 import ast
 import pathlib
 import subprocess
@@ -15,8 +16,18 @@ from toy_envs import MatchEnv
 
 import marl
 from marl.env import (
-    EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Observation, Step, Wrapper, make_env, register_env,
-    register_wrapper, registry, set_fit_entry,
+    EnvInfo,
+    GroupInfo,
+    MarlError,
+    MultiAgentEnv,
+    Observation,
+    Step,
+    Wrapper,
+    make_env,
+    register_env,
+    register_wrapper,
+    registry,
+    set_fit_entry,
 )
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -29,31 +40,43 @@ class Counter(MultiAgentEnv):
 
     def __init__(self):
         box = lambda n: gym.spaces.Box(-1.0, 1.0, (n,), np.float32)  # noqa: E731
-        groups = {"a": GroupInfo("a", ["a_0", "a_1"], box(1), gym.spaces.Discrete(3)),
-                  "c": GroupInfo("c", ["c_0"], box(1), box(2))}
-        self.info = EnvInfo("toy", "counter", ["a_0", "a_1", "c_0"], groups, state_dim=3, episode_limit=B,
-                            num_envs=B)
+        groups = {
+            "a": GroupInfo("a", ["a_0", "a_1"], box(1), gym.spaces.Discrete(3)),
+            "c": GroupInfo("c", ["c_0"], box(1), box(2)),
+        }
+        self.info = EnvInfo("toy", "counter", ["a_0", "a_1", "c_0"], groups, state_dim=3, episode_limit=B, num_envs=B)
         self.t = torch.zeros(B)
         self.sent, self.resets = [], []
 
     def _observation(self):
         x = self.t[:, None, None]
-        return Observation({"a": x.expand(B, 2, 1).clone(), "c": x.clone()}, self.t[:, None].expand(B, 3).clone(),
-                           {"a": torch.ones(B, 2, 3, dtype=torch.bool), "c": None},
-                           {"a": torch.ones(B, 2, dtype=torch.bool), "c": torch.ones(B, 1, dtype=torch.bool)})
+        return Observation(
+            {"a": x.expand(B, 2, 1).clone(), "c": x.clone()},
+            self.t[:, None].expand(B, 3).clone(),
+            {"a": torch.ones(B, 2, 3, dtype=torch.bool), "c": None},
+            {"a": torch.ones(B, 2, dtype=torch.bool), "c": torch.ones(B, 1, dtype=torch.bool)},
+        )
 
     def reset(self, seed=None):
         self.t.zero_()
         z = torch.zeros(B, dtype=torch.bool)
-        return Step(*self._observation(), reward={"a": torch.zeros(B, 2), "c": torch.zeros(B, 1)},
-                    terminated=z, truncated=z.clone())
+        return Step(
+            *self._observation(),
+            reward={"a": torch.zeros(B, 2), "c": torch.zeros(B, 1)},
+            terminated=z,
+            truncated=z.clone(),
+        )
 
     def step_env(self, actions):
         self.sent.append(actions)
         self.t += 1
         ended = self.t >= torch.arange(1, B + 1)
-        return Step(*self._observation(), reward={"a": torch.ones(B, 2), "c": torch.ones(B, 1)},
-                    terminated=ended, truncated=torch.zeros(B, dtype=torch.bool))
+        return Step(
+            *self._observation(),
+            reward={"a": torch.ones(B, 2), "c": torch.ones(B, 1)},
+            terminated=ended,
+            truncated=torch.zeros(B, dtype=torch.bool),
+        )
 
     def reset_rows(self, rows):
         self.resets.append(rows.clone())
@@ -213,8 +236,11 @@ def test_objects_go_to_the_families_that_accept_them(monkeypatch):
     register_env("toyfam", "toy_envs:MatchEnv", "test family", from_object="test_env_contract:toy_from_object")
     env = make_env(Marker(), num_envs=3)
     assert isinstance(env, MatchEnv) and env.num_envs == 3 and env.spec is None
-    with pytest.raises(MarlError, match=r"Cannot build an env from int 42: .*constructor or module .*\(.*"
-                                        r"pettingzoo, toyfam\)"):
+    with pytest.raises(
+        MarlError,
+        match=r"Cannot build an env from int 42: .*constructor or module .*\(.*"
+        r"pettingzoo, toyfam\)",
+    ):
         make_env(42)
 
 
@@ -235,8 +261,10 @@ def test_fit_goes_through_the_installed_entry(monkeypatch):
 
 
 def test_marl_fit_is_installed_without_ray():
-    code = ("import sys, marl, marl.env.contract as c; fit = marl.fit; "
-            "assert c._fit_entry is fit, c._fit_entry; assert 'ray' not in sys.modules")
+    code = (
+        "import sys, marl, marl.env.contract as c; fit = marl.fit; "
+        "assert c._fit_entry is fit, c._fit_entry; assert 'ray' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -2,6 +2,7 @@
 
 No Ray. Small batches and short episodes keep the whole file fast on 2 CPU cores.
 """
+
 import importlib
 import subprocess
 import sys
@@ -20,9 +21,18 @@ from marl.envs.mpe import MPEEnv
 from marl.envs.pettingzoo import PettingZooEnv
 
 MPE_SCENARIOS = [
-    "simple", "simple_adversary", "simple_crypto", "simple_push", "simple_reference",
-    "simple_speaker_listener", "simple_spread", "simple_tag", "simple_world_comm",
-    "simple_line", "simple_formation", "collect_treasure",
+    "simple",
+    "simple_adversary",
+    "simple_crypto",
+    "simple_push",
+    "simple_reference",
+    "simple_speaker_listener",
+    "simple_spread",
+    "simple_tag",
+    "simple_world_comm",
+    "simple_line",
+    "simple_formation",
+    "collect_treasure",
 ]
 
 

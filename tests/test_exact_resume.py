@@ -1,5 +1,6 @@
 """Exact resume (issue 15): N iterations in one fit == N/2 + fit(resume=...) for N/2, weight for weight;
 env state round trips (step after restore == step of the original); the replay buffer's exact state."""
+
 import pickle
 from pathlib import Path
 
@@ -38,10 +39,20 @@ def _equal(a, b, where="") -> None:
 
 
 def _step_fields(s):
-    return {"obs": s.obs, "state": s.state, "avail": s.avail_actions, "alive": s.alive, "reward": s.reward,
-            "terminated": s.terminated, "truncated": s.truncated, "final_obs": s.final_obs,
-            "final_state": s.final_state, "final_avail": s.final_avail_actions, "extras": s.extras,
-            "metrics": s.info.get("episode_metrics", {})}
+    return {
+        "obs": s.obs,
+        "state": s.state,
+        "avail": s.avail_actions,
+        "alive": s.alive,
+        "reward": s.reward,
+        "terminated": s.terminated,
+        "truncated": s.truncated,
+        "final_obs": s.final_obs,
+        "final_state": s.final_state,
+        "final_avail": s.final_avail_actions,
+        "extras": s.extras,
+        "metrics": s.info.get("episode_metrics", {}),
+    }
 
 
 def _actions(env, step, gen):
@@ -74,21 +85,37 @@ def _check_round_trip(make, warmup=7, after=12):
 # --------------------------------------------------------------------------- env round trips
 
 
-@pytest.mark.parametrize("make", [
-    lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=5),
-    lambda: marl.make_env("mpe", "simple_reference", num_envs=2, max_cycles=4),
-    lambda: marl.make_env("mpe", "collect_treasure", num_envs=2, max_cycles=4),
-    lambda: marl.make_env("mpe", "simple_tag", num_envs=2, max_cycles=6, continuous_actions=True),
-    lambda: marl.make_env("matrix", "two_step", num_envs=4),
-    lambda: marl.make_env("stag_hunter", num_envs=4, episode_limit=5, hare_move_prob=0.3),
-    lambda: marl.make_env("quarry", num_envs=4, episode_limit=6),
-    lambda: marl.make_env("afforestation", num_envs=4, episode_limit=6, grow_steps=2),
-    lambda: marl.make_env("stag_hunter", num_envs=4, episode_limit=6, offbeat={"catch": 3}),
-    lambda: marl.make_env("stag_hunter", num_envs=4, episode_limit=6, crash={"rate": 0.5, "behaviour": "random"}),
-    lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=5, crash=0.5),
-    lambda: MatchEnv(num_envs=4, T=3),
-], ids=["mpe_spread", "mpe_reference", "mpe_treasure", "mpe_tag_continuous", "matrix", "stag_hunter", "quarry",
-        "afforestation", "offbeat", "crash_random", "crash_mpe", "toy_match"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=5),
+        lambda: marl.make_env("mpe", "simple_reference", num_envs=2, max_cycles=4),
+        lambda: marl.make_env("mpe", "collect_treasure", num_envs=2, max_cycles=4),
+        lambda: marl.make_env("mpe", "simple_tag", num_envs=2, max_cycles=6, continuous_actions=True),
+        lambda: marl.make_env("matrix", "two_step", num_envs=4),
+        lambda: marl.make_env("stag_hunter", num_envs=4, episode_limit=5, hare_move_prob=0.3),
+        lambda: marl.make_env("quarry", num_envs=4, episode_limit=6),
+        lambda: marl.make_env("afforestation", num_envs=4, episode_limit=6, grow_steps=2),
+        lambda: marl.make_env("stag_hunter", num_envs=4, episode_limit=6, offbeat={"catch": 3}),
+        lambda: marl.make_env("stag_hunter", num_envs=4, episode_limit=6, crash={"rate": 0.5, "behaviour": "random"}),
+        lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=5, crash=0.5),
+        lambda: MatchEnv(num_envs=4, T=3),
+    ],
+    ids=[
+        "mpe_spread",
+        "mpe_reference",
+        "mpe_treasure",
+        "mpe_tag_continuous",
+        "matrix",
+        "stag_hunter",
+        "quarry",
+        "afforestation",
+        "offbeat",
+        "crash_random",
+        "crash_mpe",
+        "toy_match",
+    ],
+)
 def test_env_state_round_trip(make):
     _check_round_trip(make)
 
@@ -107,8 +134,9 @@ def test_offbeat_records_survive_a_restore():
 def test_smax_state_round_trip():
     pytest.importorskip("jaxmarl")
     # the options of tests/test_smax.py's 3m env: XLA compiles once per process for both
-    _check_round_trip(lambda: marl.make_env("smax", "3m", num_envs=8, seed=0, max_steps=14, enemy_shoots=False),
-                      warmup=10, after=8)
+    _check_round_trip(
+        lambda: marl.make_env("smax", "3m", num_envs=8, seed=0, max_steps=14, enemy_shoots=False), warmup=10, after=8
+    )
 
 
 def test_envs_that_cannot_save_say_so():
@@ -145,12 +173,22 @@ def _rollout(k, T=2):
     done = torch.stack([g % 3 == 2, g % 2 == 1], 1)
     obs = (torch.arange(T + 1, dtype=torch.float32) + T * k).view(-1, 1, 1, 1).expand(T + 1, 2, 2, 1).clone()
     return {
-        "starts": starts, "terminated": done, "truncated": torch.zeros(T, 2, dtype=torch.bool),
-        "state": obs[:, :, 0].clone(), "final_state": obs[1:, :, 0].clone(),
-        "modules": {"m": {"obs": obs, "final_obs": obs[1:].clone(), "actions": torch.zeros(T, 2, 2, dtype=torch.long),
-                          "rewards": torch.full((T, 2, 2), float(k)), "alive": torch.ones(T, 2, 2, dtype=torch.bool),
-                          "avail": torch.ones(T, 2, 2, 3, dtype=torch.bool),
-                          "final_avail": torch.ones(T, 2, 2, 3, dtype=torch.bool)}},
+        "starts": starts,
+        "terminated": done,
+        "truncated": torch.zeros(T, 2, dtype=torch.bool),
+        "state": obs[:, :, 0].clone(),
+        "final_state": obs[1:, :, 0].clone(),
+        "modules": {
+            "m": {
+                "obs": obs,
+                "final_obs": obs[1:].clone(),
+                "actions": torch.zeros(T, 2, 2, dtype=torch.long),
+                "rewards": torch.full((T, 2, 2), float(k)),
+                "alive": torch.ones(T, 2, 2, dtype=torch.bool),
+                "avail": torch.ones(T, 2, 2, 3, dtype=torch.bool),
+                "final_avail": torch.ones(T, 2, 2, 3, dtype=torch.bool),
+            }
+        },
     }
 
 
@@ -182,7 +220,7 @@ def test_buffer_of_another_size_takes_the_newest_committed_episodes():
     small = _buf(capacity=5)
     small.set_state(buf.get_state())
     assert len(small) == min(5, len(buf)) and not (small._slot >= 0).any()
-    newest = np.sort(buf.data["m/rewards"][buf.committed, 0, 0])[-len(small):]
+    newest = np.sort(buf.data["m/rewards"][buf.committed, 0, 0])[-len(small) :]
     np.testing.assert_array_equal(np.sort(small.data["m/rewards"][small.committed, 0, 0]), newest)
 
 
@@ -207,32 +245,65 @@ def _one_go_vs_resumed(make_env, algo, n, run_dir, **cfg):
         _equal(whole.policy.modules[m].state_dict(), rest.policy.modules[m].state_dict(), f"policy {m}")
     assert any(not torch.equal(a[m][k], mid[m][k]) for m in mids for k in a[m]), "training changed nothing"
     timing = ("time_s", "env_steps_per_s", "sample_time_s", "learn_time_s")
-    for x, y in zip(whole.history[n // 2:], rest.history, strict=True):  # returns, losses, counts
+    for x, y in zip(whole.history[n // 2 :], rest.history, strict=True):  # returns, losses, counts
         _equal({k: v for k, v in x.items() if k not in timing}, {k: v for k, v in y.items() if k not in timing})
 
 
 def test_mappo_resume_is_exact(ray_session, run_dir):
-    _one_go_vs_resumed(lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=7), "mappo", 4, run_dir,
-                       rollout_length=5, epochs=2, num_minibatches=2)
+    _one_go_vs_resumed(
+        lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=7),
+        "mappo",
+        4,
+        run_dir,
+        rollout_length=5,
+        epochs=2,
+        num_minibatches=2,
+    )
 
 
 def test_recurrent_mappo_on_a_crash_prone_env_resumes_exactly(ray_session, run_dir):
-    _one_go_vs_resumed(lambda: marl.make_env("stag_hunter", num_envs=3, episode_limit=7, crash=0.3),
-                       "mappo", 4, run_dir, rollout_length=5, epochs=2, num_minibatches=2, recurrent=True,
-                       chunk_length=5)
+    _one_go_vs_resumed(
+        lambda: marl.make_env("stag_hunter", num_envs=3, episode_limit=7, crash=0.3),
+        "mappo",
+        4,
+        run_dir,
+        rollout_length=5,
+        epochs=2,
+        num_minibatches=2,
+        recurrent=True,
+        chunk_length=5,
+    )
 
 
 @pytest.mark.slow
 def test_mappo_resume_with_two_remote_env_runners_is_exact(ray_session, run_dir):
     # each remote runner saves its env, sampler and process generator states (about 70 s on 2 cores)
-    _one_go_vs_resumed(lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=7), "mappo", 4, run_dir,
-                       rollout_length=5, epochs=2, num_minibatches=2, num_env_runners=2)
+    _one_go_vs_resumed(
+        lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=7),
+        "mappo",
+        4,
+        run_dir,
+        rollout_length=5,
+        epochs=2,
+        num_minibatches=2,
+        num_env_runners=2,
+    )
 
 
 def test_qmix_resume_is_exact(ray_session, run_dir):
     # 5-step episodes, 3-step rollouts: the checkpoint holds open replay slots mid-episode
-    _one_go_vs_resumed(lambda: MatchEnv(num_envs=4, T=5), "qmix", 6, run_dir, rollout_length=3, batch_size=4,
-                       episodes_per_update=2, buffer_size=24, target_update_interval=6, epsilon_anneal_steps=60)
+    _one_go_vs_resumed(
+        lambda: MatchEnv(num_envs=4, T=5),
+        "qmix",
+        6,
+        run_dir,
+        rollout_length=3,
+        batch_size=4,
+        episodes_per_update=2,
+        buffer_size=24,
+        target_update_interval=6,
+        epsilon_anneal_steps=60,
+    )
 
 
 def test_env_without_state_restarts_its_episodes_and_says_so(ray_session, run_dir, capsys):
@@ -257,9 +328,20 @@ def test_llm_self_play_resume_is_exact(ray_session, run_dir, algo):
 
     def fit(n, log_dir, resume=None):
         env = marl.make_env("ipd", rounds=4, prompt_style="compact", history="last")
-        return env.fit(algo, stop={"iterations": n}, resume=resume, log_dir=log_dir, **QUICK,
-                       model=tiny_config(len(tok), n_positions=64), tokenizer=tok, constrain_actions=True,
-                       max_new_tokens=2, games_per_iteration=8, lr=1e-3, opponents={"self": 1.0, "always_defect": 1.0})
+        return env.fit(
+            algo,
+            stop={"iterations": n},
+            resume=resume,
+            log_dir=log_dir,
+            **QUICK,
+            model=tiny_config(len(tok), n_positions=64),
+            tokenizer=tok,
+            constrain_actions=True,
+            max_new_tokens=2,
+            games_per_iteration=8,
+            lr=1e-3,
+            opponents={"self": 1.0, "always_defect": 1.0},
+        )
 
     whole = fit(4, str(Path(run_dir) / "whole"))
     rest = fit(4, run_dir, resume=fit(2, str(Path(run_dir) / "split")).checkpoint)

@@ -1,6 +1,7 @@
 """Fault tolerance of remote env runners (docs/engine.md, "Fault tolerance"): a killed runner is
 restored and training goes on for PPO, value decomposition and LLM self-play; with none left and
 none restartable the run stops with a clear error and keeps its checkpoint (Ray)."""
+
 import os
 import re
 import time
@@ -53,7 +54,9 @@ def _wait_alive(handle, timeout_s: float = 120.0) -> None:
 
 
 def _runner_weights(trainer, runner: int, mid: str):
-    return dict(trainer.runner_faults.foreach(lambda r: {k: v.clone() for k, v in r.module[mid].state_dict().items()}))[runner]
+    return dict(trainer.runner_faults.foreach(lambda r: {k: v.clone() for k, v in r.module[mid].state_dict().items()}))[
+        runner
+    ]
 
 
 def _learner_weights(trainer, mid: str):
@@ -117,10 +120,14 @@ def test_mappo_runner_killed_is_restored_and_training_continues(ray_session, cap
         # Ray answers the first call after the restart either from the new process (marl sees the new
         # pid) or with ActorUnavailableError ("The actor was restarted"), depending on timing
         out = capsys.readouterr().out
-        assert re.search(r"\[marl\] env runner 2 lost \((its process was restarted by Ray \(pid"
-                         r"|ActorUnavailableError: .*actor was restarted)", out), out
+        assert re.search(
+            r"\[marl\] env runner 2 lost \((its process was restarted by Ray \(pid"
+            r"|ActorUnavailableError: .*actor was restarted)",
+            out,
+        ), out
         _wait_restored(trainer, 2)
         assert trainer.train()["marl"]["env_steps"] - silent["env_steps"] == 2 * TB
+
         # an error raised inside a runner is the env's error, not a lost runner (and arrives at once)
         def broken_step(actions):  # local: pickled by value into the runners
             raise MarlError("broken env")
@@ -135,8 +142,9 @@ def test_mappo_runner_killed_is_restored_and_training_continues(ray_session, cap
 
 
 def test_qmix_runner_killed_is_restored_and_buffer_keeps_filling(ray_session, capsys):
-    trainer, *_ = build_trainer(spread(), "qmix", rollout_length=10, batch_size=4, learning_starts_episodes=4,
-                                buffer_size=64, **QUICK)
+    trainer, *_ = build_trainer(
+        spread(), "qmix", rollout_length=10, batch_size=4, learning_starts_episodes=4, buffer_size=64, **QUICK
+    )
     try:
         before, degraded, after = _kill_and_recover(trainer, capsys)
         assert before["env_steps"] == 80 and degraded["env_steps"] == 120 and after["env_steps"] == 200
@@ -153,7 +161,9 @@ def test_qmix_runner_killed_is_restored_and_buffer_keeps_filling(ray_session, ca
 def test_llm_runner_killed_fewer_games_then_restored(ray_session, capsys):
     from test_llm import _ipd_tiny
 
-    env, tok, kw = _ipd_tiny(games_per_iteration=2, eval_every=1, eval_games=2, eval_opponents=["always_defect"], lr=1e-3)
+    env, tok, kw = _ipd_tiny(
+        games_per_iteration=2, eval_every=1, eval_games=2, eval_opponents=["always_defect"], lr=1e-3
+    )
     trainer, *_ = build_trainer(env, "reinforce", **{**kw, **QUICK})
     try:
         before, degraded, after = _kill_and_recover(trainer, capsys)
@@ -179,10 +189,22 @@ class KillAll(Callback):
 
 def test_all_runners_lost_stops_with_clear_error_and_keeps_checkpoint(ray_session, run_dir, capsys):
     env = spread()
-    with pytest.raises(EnvRunnersLost, match=r"all 2 env runners are lost and none can be restarted.*"
-                                             r"last checkpoint: (\S+);") as e:
-        env.fit("mappo", stop={"iterations": 5}, log_dir=run_dir, checkpoint_every=1, env_runner_restarts=0,
-                callbacks=[KillAll(at=2)], rollout_length=5, epochs=1, **QUICK)
+    with pytest.raises(
+        EnvRunnersLost,
+        match=r"all 2 env runners are lost and none can be restarted.*"
+        r"last checkpoint: (\S+);",
+    ) as e:
+        env.fit(
+            "mappo",
+            stop={"iterations": 5},
+            log_dir=run_dir,
+            checkpoint_every=1,
+            env_runner_restarts=0,
+            callbacks=[KillAll(at=2)],
+            rollout_length=5,
+            epochs=1,
+            **QUICK,
+        )
     ckpt = str(e.value).split("last checkpoint: ")[1].split(";")[0]
     assert os.path.basename(ckpt) == "checkpoint_000002"  # saved after the kill, at the end of iteration 2
     assert os.path.isdir(ckpt) and marl.load(ckpt).policy is not None

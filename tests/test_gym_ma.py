@@ -1,5 +1,6 @@
 """The Gymnasium multi-agent adapter (make_env("gymnasium", ...)): LBF and RWARE through the env
 contract, equality with the env stepped directly, and the adapter's rules on a toy env."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -15,8 +16,15 @@ rware = pytest.importorskip("rware")
 LBF = "lbforaging:Foraging-8x8-2p-2f-v3"
 
 
-@pytest.mark.parametrize("name, limit", [(LBF, 10), ("lbforaging:Foraging-2s-8x8-3p-2f-coop-v3", 10),
-                                         ("rware:rware-tiny-2ag-v2", 25), ("rware:rware-tiny-4ag-v2", 25)])
+@pytest.mark.parametrize(
+    "name, limit",
+    [
+        (LBF, 10),
+        ("lbforaging:Foraging-2s-8x8-3p-2f-coop-v3", 10),
+        ("rware:rware-tiny-2ag-v2", 25),
+        ("rware:rware-tiny-4ag-v2", 25),
+    ],
+)
 def test_contract(name, limit):
     env = marl.make_env("gymnasium", name, num_envs=3, time_limit=limit)
     assert env.info.family == "gymnasium" and env.info.kind == "cooperative" and env.info.episode_limit == limit
@@ -111,8 +119,9 @@ def test_scalar_reward_and_bool_end_and_no_masks():
 def test_names_and_errors():
     with pytest.raises(MarlError, match="needs '<module>:<env id>'"):
         marl.make_env("gymnasium")
-    with pytest.raises(MarlError, match="Unknown Gymnasium env id 'Foraging-8x8-2p-2f-v9'.*Did you mean "
-                                        "'Foraging-8x8-2p-2f-v3'"):
+    with pytest.raises(
+        MarlError, match="Unknown Gymnasium env id 'Foraging-8x8-2p-2f-v9'.*Did you mean 'Foraging-8x8-2p-2f-v3'"
+    ):
         marl.make_env("gymnasium", "lbforaging:Foraging-8x8-2p-2f-v9")
     with pytest.raises(MarlError, match="Cannot import module 'lbforagin'"):
         marl.make_env("gymnasium", "lbforagin:Foraging-8x8-2p-2f-v3")

@@ -1,6 +1,7 @@
 """What the light paths import: loading and checking a config, ``marl list`` and ``marl train --help``
 import neither torch nor Ray (each algorithm names its schema in a module without them), and the
 one ``"module:attribute"`` loader behind the registries."""
+
 import subprocess
 import sys
 import textwrap
@@ -8,7 +9,13 @@ import textwrap
 import pytest
 
 from marl.config import (
-    ConfigValueError, algo_defaults, config_class, config_dir, list_algos, load_config, register_algo,
+    ConfigValueError,
+    algo_defaults,
+    config_class,
+    config_dir,
+    list_algos,
+    load_config,
+    register_algo,
 )
 from marl.errors import MarlError
 from marl.plugins import load_target
@@ -16,11 +23,16 @@ from marl.plugins import load_target
 HEAVY = ("torch", "ray", "ray.rllib")
 # every built-in algorithm, with an env family it trains on and an override of a key of its own family
 ALGOS = {
-    "mappo": ("mpe", {"critic": "state", "agent": "hpn"}), "ippo": ("vmas", {"gae_lambda": 0.9}),
-    "qmix": ("smax", {"mixing_embed": 16, "agent": "asn"}), "vdn": ("smax", {"td_lambda": 0.6}),
-    "iql": ("matrix", {"epsilon_end": 0.1}), "reinforce": ("ipd", {"model": "/models/x", "lora": True}),
-    "mars": ("openspiel", {"role_norm": False}), "advantage_alignment": ("ipd", {"beta": 2.0}),
-    "grpo": ("stag_hunt", {"group_size": 4}), "spiral": ("textarena", {"rae_decay": 0.9}),
+    "mappo": ("mpe", {"critic": "state", "agent": "hpn"}),
+    "ippo": ("vmas", {"gae_lambda": 0.9}),
+    "qmix": ("smax", {"mixing_embed": 16, "agent": "asn"}),
+    "vdn": ("smax", {"td_lambda": 0.6}),
+    "iql": ("matrix", {"epsilon_end": 0.1}),
+    "reinforce": ("ipd", {"model": "/models/x", "lora": True}),
+    "mars": ("openspiel", {"role_norm": False}),
+    "advantage_alignment": ("ipd", {"beta": 2.0}),
+    "grpo": ("stag_hunt", {"group_size": 4}),
+    "spiral": ("textarena", {"rae_decay": 0.9}),
 }
 # (an override outside its range, the key named by the error) per algorithm family
 BAD = {"mappo": ("clip", -0.1), "qmix": ("hypernet_layers", 3), "reinforce": ("dtype", "float8")}
@@ -30,7 +42,8 @@ def _run(code: str, forbidden=HEAVY) -> str:
     """Run ``code`` in a fresh interpreter, then fail if it imported any module of ``forbidden``."""
     code = textwrap.dedent(code) + (
         f"\nimport sys\nheavy = [m for m in {tuple(forbidden)!r} if m in sys.modules]\n"
-        "assert not heavy, f'imported {heavy}'\n")
+        "assert not heavy, f'imported {heavy}'\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr + r.stdout
     return r.stdout
@@ -60,13 +73,18 @@ def test_loading_and_checking_every_algorithms_config_imports_neither_torch_nor_
     assert "checked" in out
 
 
-@pytest.mark.parametrize("args, words", [
-    (["list"], ["mpe", "vmas", "smax", "mappo", "qmix", "mars", "marl list <family>"]),
-    (["train", "--help"], ["usage: marl train", "algo=<name>", "mappo", "spiral"]),
-    (["train", "algo=qmix", "env=smax", "lr=0.001", "--help"],
-     ["Keys of qmix on smax", "lr=0.001", "mixer=qmix", "agent=mlp", "(str, none, vdn, qmix)"]),
-    (["train", "algo=mars", "-h"], ["Keys of mars", "estimator=mars", "max_new_tokens="]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["list"], ["mpe", "vmas", "smax", "mappo", "qmix", "mars", "marl list <family>"]),
+        (["train", "--help"], ["usage: marl train", "algo=<name>", "mappo", "spiral"]),
+        (
+            ["train", "algo=qmix", "env=smax", "lr=0.001", "--help"],
+            ["Keys of qmix on smax", "lr=0.001", "mixer=qmix", "agent=mlp", "(str, none, vdn, qmix)"],
+        ),
+        (["train", "algo=mars", "-h"], ["Keys of mars", "estimator=mars", "max_new_tokens="]),
+    ],
+)
 def test_cli_list_and_train_help_import_neither_torch_nor_ray(args, words):
     out = _run(f"""
         from marl.cli import main
@@ -102,7 +120,7 @@ def test_the_schema_choices_are_the_networks():
     assert set(config.ACTIVATIONS) == set(mlp.ACTIVATIONS)
     assert asn.ENV_INPUTS is config.ENV_INPUTS and asn.ENTITY_MODULES is config.ENTITY_MODULES
     builtin = list(dict.fromkeys(n for f in registry.FAMILIES for n in registry.agent_networks(f)))
-    assert builtin[:len(config.BUILTIN_AGENTS)] == list(config.BUILTIN_AGENTS)
+    assert builtin[: len(config.BUILTIN_AGENTS)] == list(config.BUILTIN_AGENTS)
 
 
 def test_a_registered_network_is_a_valid_agent(monkeypatch):
@@ -119,8 +137,12 @@ def test_schema_is_read_without_the_trainer_and_must_match_it(monkeypatch):
     from marl.config import registry
 
     monkeypatch.setattr(registry, "_ALGOS", dict(registry._ALGOS))
-    register_algo("mixed_up", "marl.algos.ppo:PPO", schema="marl.algos.value_decomp_config:ValueDecompConfig",
-                  defaults=registry.defaults_path("qmix", config_dir()))
+    register_algo(
+        "mixed_up",
+        "marl.algos.ppo:PPO",
+        schema="marl.algos.value_decomp_config:ValueDecompConfig",
+        defaults=registry.defaults_path("qmix", config_dir()),
+    )
     from marl.algos.value_decomp_config import ValueDecompConfig
 
     assert config_class("mixed_up") is ValueDecompConfig
@@ -141,8 +163,11 @@ def test_load_target_names_the_string_module_and_attribute(tmp_path, monkeypatch
         load_target("marl.algos.ppo_config.PPOConfig")
     with pytest.raises(MarlError, match=r"Cannot load 'marl.algos.nope:X': there is no module 'marl.algos.nope'"):
         load_target("marl.algos.nope:X")
-    with pytest.raises(MarlError, match=r"Cannot load 'marl.algos.ppo_config:PPOConfg': module "
-                                        r"'marl.algos.ppo_config' has no attribute 'PPOConfg'"):
+    with pytest.raises(
+        MarlError,
+        match=r"Cannot load 'marl.algos.ppo_config:PPOConfg': module "
+        r"'marl.algos.ppo_config' has no attribute 'PPOConfg'",
+    ):
         load_target("marl.algos.ppo_config:PPOConfg")
     # a module that exists but needs a package that is not installed: the ImportError of that package
     (tmp_path / "needs_extra.py").write_text("import surely_not_installed_pkg\n")
@@ -153,7 +178,8 @@ def test_load_target_names_the_string_module_and_attribute(tmp_path, monkeypatch
 
 def test_env_fit_imports_the_training_entry_by_name():
     """``import marl`` no longer imports marl.api; ``env.fit`` reaches marl.fit anyway."""
-    _run("""
+    _run(
+        """
         import marl.env.contract as c
         assert c._fit_entry is None
         try:
@@ -162,4 +188,6 @@ def test_env_fit_imports_the_training_entry_by_name():
             assert "fit() needs an env from marl.make_env" in str(e), e
         import marl.api
         assert c._fit_entry is marl.api.fit
-    """, forbidden=())  # fit itself imports torch and RLlib (the text-game contract)
+    """,
+        forbidden=(),
+    )  # fit itself imports torch and RLlib (the text-game contract)

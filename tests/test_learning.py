@@ -1,4 +1,5 @@
 """Learning thresholds random play cannot reach (real training, a few minutes on 2 cores)."""
+
 import pytest
 
 import marl
@@ -8,13 +9,23 @@ pytestmark = pytest.mark.slow  # multi-minute: `-m "not slow"` skips them in qui
 
 RANDOM_SPREAD = -81.0  # mpe2 simple_spread, N=3, 25 steps, team sum (500 random episodes; sigma 25 per episode)
 # Seed sweeps of this file: the fit calls of each test, one seed per run, on 2 shared CPU cores (marl at 0cd310b).
-SPREAD_BAR = -60.0  # every seed measured clears it by 8 or more (worst -51.6); 21 above random (11 std errors of 200 episodes)
+SPREAD_BAR = (
+    -60.0
+)  # every seed measured clears it by 8 or more (worst -51.6); 21 above random (11 std errors of 200 episodes)
 
 
 def _spread_return(run_dir, **kw):
     env = marl.make_env("mpe", "simple_spread", num_envs=128)
-    res = env.fit("mappo", stop={"env_steps": 250_000}, log_dir=run_dir, progress=False, num_minibatches=4,
-                  eval_episodes=200, seed=1, **kw)
+    res = env.fit(
+        "mappo",
+        stop={"env_steps": 250_000},
+        log_dir=run_dir,
+        progress=False,
+        num_minibatches=4,
+        eval_episodes=200,
+        seed=1,
+        **kw,
+    )
     print("greedy eval after 250k env steps:", kw, res.eval)  # greedy return over 200 episodes
     return res.eval["episode_return_mean"]
 
@@ -37,13 +48,24 @@ def test_ippo_solves_cue_matching(ray_session, run_dir):
     """Random play earns 5 steps * 3 agents / 4 actions = 3.75, optimal 15. Greedy return after 40 iterations:
     15.0 for each of seeds 0-6, so all three seeds run here (about 5 s each) and must reach 14."""
     for seed in range(3):
-        res = MatchEnv(num_envs=16, N=3, A=4).fit("ippo", stop={"iterations": 40}, log_dir=run_dir, progress=False,
-                                                 rollout_length=10, eval_episodes=32, seed=seed)
+        res = MatchEnv(num_envs=16, N=3, A=4).fit(
+            "ippo",
+            stop={"iterations": 40},
+            log_dir=run_dir,
+            progress=False,
+            rollout_length=10,
+            eval_episodes=32,
+            seed=seed,
+        )
         assert res.eval["episode_return_mean"] >= 14.0, (seed, res.eval)
 
 
 TWO_STEP = dict(  # QMIX paper's setting: uniform exploration (epsilon = 1), 1-step targets
-    epsilon_start=1.0, epsilon_end=1.0, td_lambda=0.0, checkpoint_every=1000, eval_episodes=8,
+    epsilon_start=1.0,
+    epsilon_end=1.0,
+    td_lambda=0.0,
+    checkpoint_every=1000,
+    eval_episodes=8,
 )
 
 

@@ -1,5 +1,6 @@
 """LeGEM-style redistribution (our reconstruction, docs/offbeat.md): the causal shift and the episodic
 memory (marl.algos.redistribution, marl.algos.legem), and the two batch transforms on the off-beat stag hunt."""
+
 import pytest
 import torch
 
@@ -36,7 +37,7 @@ def test_value_propagation_on_a_chain_equals_the_discounted_return():
     V = mem.propagate()
     want = chain_values(rewards, 0.9, durations)
     assert [round(float(V[i]), 6) for i in ids] == [round(v, 6) for v in want]
-    assert abs(want[0] - (1 + 0.9 * (0 + 0.9 ** 3 * (2 + 0.9 ** 2 * 5)))) < 1e-9
+    assert abs(want[0] - (1 + 0.9 * (0 + 0.9**3 * (2 + 0.9**2 * 5)))) < 1e-9
 
 
 def test_memory_keeps_the_best_branch():
@@ -70,17 +71,27 @@ def test_team_reward_redistribution_identity_without_offbeat_and_shift_with_it()
     assert torch.isclose(out_sum.sum(), r.sum())
 
 
-@pytest.mark.parametrize("algo, kwargs, refused, match", [
-    ("qmix", {"batch_size": 8}, "legem_v2", "causal_shift"),
-    ("mappo", {"rollout_length": 20}, "legem", "transforms data at on_episodes; mappo calls on_rollout"),
-])
+@pytest.mark.parametrize(
+    "algo, kwargs, refused, match",
+    [
+        ("qmix", {"batch_size": 8}, "legem_v2", "causal_shift"),
+        ("mappo", {"rollout_length": 20}, "legem", "transforms data at on_episodes; mappo calls on_rollout"),
+    ],
+)
 def test_causal_shift_runs_on_offbeat_stag_hunter(ray_session, run_dir, algo, kwargs, refused, match):
     """QMIX shifts whole episodes in its buffer, MAPPO inside rollouts; a bad or unsupported choice is a clear error."""
     import marl
 
     env = marl.make_env("stag_hunter", num_envs=8, offbeat={"catch": 3})
-    res = env.fit(algo, stop={"iterations": 2}, reward_redistribution="causal_shift", log_dir=run_dir,
-                  progress=False, eval_episodes=0, **kwargs)
+    res = env.fit(
+        algo,
+        stop={"iterations": 2},
+        reward_redistribution="causal_shift",
+        log_dir=run_dir,
+        progress=False,
+        eval_episodes=0,
+        **kwargs,
+    )
     assert res.metrics["iteration"] == 2
     with pytest.raises(marl.MarlError, match=match):
         env.fit(algo, reward_redistribution=refused, log_dir=run_dir, progress=False)
@@ -103,13 +114,13 @@ def test_legem_memory_values_and_shaping_per_action():
     mem.add_episode(obs, team, dec)
     # agent 0: decision at 0 collects 10 g^2 by step 3, then 2 g from its decision at 3 to the end
     v3 = 2 * g
-    v0 = 10 * g ** 2 + g ** 3 * v3
+    v0 = 10 * g**2 + g**3 * v3
     phi = mem.potentials(obs, dec)
     assert torch.allclose(phi[:, 0], torch.tensor([v0, v0, v0, v3, v3]))
     F = mem.shaping(obs, dec, terminated=True)
     # over one action of duration d the discounted shaping is gamma^d V(n') - V(n) (docs/offbeat.md)
     disc = g ** torch.arange(3, dtype=torch.float32)
-    assert torch.isclose((F[:3, 0] * disc).sum(), torch.tensor(g ** 3 * v3 - v0), atol=1e-5)
+    assert torch.isclose((F[:3, 0] * disc).sum(), torch.tensor(g**3 * v3 - v0), atol=1e-5)
     # a terminated episode telescopes to -Phi(0); beta = 0 is the identity
     full = g ** torch.arange(5, dtype=torch.float32)
     assert torch.isclose((F[:, 1] * full).sum(), -phi[0, 1], atol=1e-5)
@@ -135,8 +146,14 @@ def test_qmix_with_legem_runs_and_checkpoints_its_memory(ray_session, run_dir):
     from marl.results import resolve_checkpoint
 
     env = marl.make_env("stag_hunter", num_envs=8, offbeat={"catch": 3})
-    kw = dict(reward_redistribution="legem", legem={"refresh_episodes": 4}, batch_size=8, log_dir=run_dir,
-              progress=False, eval_episodes=0)
+    kw = dict(
+        reward_redistribution="legem",
+        legem={"refresh_episodes": 4},
+        batch_size=8,
+        log_dir=run_dir,
+        progress=False,
+        eval_episodes=0,
+    )
     res = env.fit("qmix", stop={"iterations": 3}, **kw)
     assert res.metrics["iteration"] == 3 and res.config.legem.refresh_episodes == 4
     with open(resolve_checkpoint(res.checkpoint) / "algorithm_state.pkl", "rb") as f:
@@ -155,13 +172,13 @@ def test_rollout_causal_shift_moves_each_agents_reward_to_its_start_and_conserve
 
     T, B, N = 6, 2, 2
     dec = torch.zeros(T, B, N, dtype=torch.bool)
-    dec[[0, 3], 0, 0] = True        # copy 0, agent 0: actions [0, 2], [3, 5]
-    dec[[1, 2], 0, 1] = True        # agent 1: [?, 0] started before the chunk, [1, 1], [2, 5]
+    dec[[0, 3], 0, 0] = True  # copy 0, agent 0: actions [0, 2], [3, 5]
+    dec[[1, 2], 0, 1] = True  # agent 1: [?, 0] started before the chunk, [1, 1], [2, 5]
     starts = torch.zeros(T, B, dtype=torch.bool)
     dones = torch.zeros(T, B, dtype=torch.bool)
     dones[2, 1], starts[3, 1] = True, True  # copy 1: an episode ends at 2, the next starts at 3
     dec[:, 1] = True
-    dec[4:, 1] = False              # copy 1: the action started at 3 lasts past the chunk
+    dec[4:, 1] = False  # copy 1: the action started at 3 lasts past the chunk
     r = torch.arange(1.0, 1 + T * B * N).reshape(T, B, N)
     out = causal_shift_rollout(r, dec, starts, dones)
     # copy 0, agent 0: reward at 2 (end of [0, 2]) moves to 0; at 5 the end is unknown -> stays
@@ -182,7 +199,7 @@ def test_time_keys_keep_values_bounded_on_merged_cycles():
 
     obs = torch.tensor([[0.0], [1.0]]).repeat(5, 1).reshape(10, 1, 1)
     team, dec = torch.ones(10), torch.ones(10, 1, dtype=torch.bool)
-    real = sum(0.9 ** t for t in range(10))  # return from step 0
+    real = sum(0.9**t for t in range(10))  # return from step 0
     for time_key, bounded in ((False, False), (True, True)):
         mem = LegemMemory(1, 1, gamma=0.9, key_dim=1, resolution=10.0, refresh_episodes=1, time_key=time_key)
         mem.add_episode(obs, team, dec)
@@ -197,8 +214,8 @@ def test_unvalued_observations_get_the_step_baseline_not_zero():
 
     mem = EpisodicMemoryGraph(obs_dim=1, key_dim=1, gamma=1.0, resolution=1e-3)
     steps = torch.tensor([0, 1])
-    mem.add_episode(torch.tensor([[0.0], [1.0]]), [1.0, 4.0], [1, 1], steps)   # V = 5 at step 0, 4 at step 1
-    mem.add_episode(torch.tensor([[2.0], [3.0]]), [0.0, 2.0], [1, 1], steps)   # V = 2 at step 0, 2 at step 1
+    mem.add_episode(torch.tensor([[0.0], [1.0]]), [1.0, 4.0], [1, 1], steps)  # V = 5 at step 0, 4 at step 1
+    mem.add_episode(torch.tensor([[2.0], [3.0]]), [0.0, 2.0], [1, 1], steps)  # V = 2 at step 0, 2 at step 1
     mem.propagate()
     new = mem.lookup(torch.tensor([[9.0], [9.0], [0.0]]), torch.tensor([0, 1, 0]))
     assert new.tolist() == [3.5, 3.0, 5.0]  # unseen at step 0 / step 1, then a remembered node

@@ -1,5 +1,6 @@
 """LLM self-play: estimator formulas on hand-computed vectors (docs/algorithms/llm_selfplay.md),
 token masks, the learner's loss, generation, and short Ray runs (LoRA, errors)."""
+
 import math
 
 import pytest
@@ -46,7 +47,9 @@ def test_advantage_alignment_published_and_jit():
     assert torch.allclose(est.aa_weights(a1, ONE, 0.9), torch.tensor([[0.0, 0.81, -0.081]]), atol=1e-6)
     assert torch.allclose(est.aa_credit(a1, a2, ONE, 0.5, 0.9), torch.tensor([[1.0, -0.595, 2.0405]]), atol=1e-6)
     assert torch.allclose(est.aa_weights(a1, ONE, 0.9, jit=True), torch.tensor([[1.0, -0.1, 1.91]]), atol=1e-6)
-    assert torch.allclose(est.aa_credit(a1, a2, ONE, 0.5, 0.9, jit=True), torch.tensor([[1.25, -1.05, 1.045]]), atol=1e-6)
+    assert torch.allclose(
+        est.aa_credit(a1, a2, ONE, 0.5, 0.9, jit=True), torch.tensor([[1.25, -1.05, 1.045]]), atol=1e-6
+    )
     assert torch.equal(est.aa_credit(a1, a2, ONE, 0.0, 0.9), a1)  # beta 0: naive
 
 
@@ -78,8 +81,16 @@ def _turns(rewards):
 
 def test_turn_advantages_aa_uses_co_player_advantage():
     turns = _turns([{"a": [3, 3], "b": [3, 0]}, {"a": [0, 1], "b": [5, 1]}])
-    cfg = algo_defaults("reinforce").replace(estimator="reinforce", reward_scale=1.0, reward_sharing="none", gamma=1.0,
-                                             role_norm=True, beta=0.5, aa_gamma=1.0, aa_variant="published")
+    cfg = algo_defaults("reinforce").replace(
+        estimator="reinforce",
+        reward_scale=1.0,
+        reward_sharing="none",
+        gamma=1.0,
+        role_norm=True,
+        beta=0.5,
+        aa_gamma=1.0,
+        aa_variant="published",
+    )
     naive = turn_advantages(turns, cfg, simultaneous=True, group_size=1)
     aa = turn_advantages(turns, cfg.replace(estimator="advantage_alignment"), simultaneous=True, group_size=1)
     by = {(t.game, t.seat, t.k): t for t in turns}
@@ -124,8 +135,16 @@ def test_zero_advantage_replies_can_be_left_out_of_the_batch():
 
 def test_reward_sharing_sums_seats():
     turns = _turns([{"a": [5], "b": [0]}, {"a": [1], "b": [1]}])
-    cfg = algo_defaults("reinforce").replace(estimator="reinforce", reward_scale=1.0, reward_sharing="sum", gamma=1.0,
-                                             role_norm=True, beta=0.5, aa_gamma=1.0, aa_variant="published")
+    cfg = algo_defaults("reinforce").replace(
+        estimator="reinforce",
+        reward_scale=1.0,
+        reward_sharing="sum",
+        gamma=1.0,
+        role_norm=True,
+        beta=0.5,
+        aa_gamma=1.0,
+        aa_variant="published",
+    )
     adv = turn_advantages(turns, cfg, simultaneous=True, group_size=1)
     assert all(v == pytest.approx(3.0 if t.game == 0 else -3.0) for t in turns for v in [adv[id(t)]])
 
@@ -220,8 +239,15 @@ def test_constrained_generation_only_produces_legal_moves(tiny, moves):
 def test_lora_trains_only_adapters(tiny):
     pytest.importorskip("peft")
     tok, _ = tiny
-    m = CausalLMModule(model_config={"model": tiny_config(len(tok), n_positions=64), "lora": True, "lora_r": 4,
-                                     "lora_alpha": 8, "lora_target": ["c_attn"]})
+    m = CausalLMModule(
+        model_config={
+            "model": tiny_config(len(tok), n_positions=64),
+            "lora": True,
+            "lora_r": 4,
+            "lora_alpha": 8,
+            "lora_target": ["c_attn"],
+        }
+    )
     trainable = [n for n, p in m.named_parameters() if p.requires_grad]
     assert trainable and all("lora" in n for n in trainable)
     ids = torch.tensor([[4, 8, 2, 5, 6]])
@@ -257,8 +283,9 @@ def test_bad_opponent_and_turn_based_alignment_are_errors(tiny):
     tok, _ = tiny
     env = marl.make_env("ipd", rounds=2)
     with pytest.raises(marl.MarlError, match="always_defect"):
-        env.fit("reinforce", model=tiny_config(len(tok)), tokenizer=tok, opponents={"grim": 1.0},
-                stop={"iterations": 1})
+        env.fit(
+            "reinforce", model=tiny_config(len(tok)), tokenizer=tok, opponents={"grim": 1.0}, stop={"iterations": 1}
+        )
     ttt = marl.make_env("openspiel", "tic_tac_toe")
     with pytest.raises(marl.MarlError, match="simultaneous-move"):
         ttt.fit("advantage_alignment", model=tiny_config(len(tok)), tokenizer=tok, stop={"iterations": 1})
@@ -318,8 +345,14 @@ def test_two_ddp_learners_match_one_learner(ray_session):
     S, L = 32, 16
     lmask = np.zeros((S, L - 1), dtype=bool)
     lmask[:, 6:9] = True
-    rows = SampleBatch({"input_ids": rng.integers(3, len(tok), size=(S, L)), "attention_mask": np.ones((S, L), np.int64),
-                        "loss_mask": lmask, "advantages": rng.normal(size=S).astype(np.float32)})
+    rows = SampleBatch(
+        {
+            "input_ids": rng.integers(3, len(tok), size=(S, L)),
+            "attention_mask": np.ones((S, L), np.int64),
+            "loss_mask": lmask,
+            "advantages": rng.normal(size=S).astype(np.float32),
+        }
+    )
     weights, init = {}, None
     for n in (0, 2):
         cfg, _, env2, mapping = prepare(env, "reinforce", {**kw, "num_learners": n})
@@ -329,8 +362,12 @@ def test_two_ddp_learners_match_one_learner(ray_session):
         group.update(batch=MultiAgentBatch({"players": rows}, env_steps=S))
         weights[n] = group.get_weights()["players"]
         if n == 2:
-            states = [r.get() for r in group.foreach_learner(
-                lambda lr: {k: v.detach().clone() for k, v in lr.module["players"].unwrapped().state_dict().items()})]
+            states = [
+                r.get()
+                for r in group.foreach_learner(
+                    lambda lr: {k: v.detach().clone() for k, v in lr.module["players"].unwrapped().state_dict().items()}
+                )
+            ]
             assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
         group.shutdown()
     moved = max(float(np.abs(np.asarray(weights[0][k]) - np.asarray(init["players"][k])).max()) for k in weights[0])
@@ -339,8 +376,18 @@ def test_two_ddp_learners_match_one_learner(ray_session):
 
 
 def test_fit_runs_logs_evaluates_and_reloads_policy(ray_session, run_dir):
-    env, tok, kw = _ipd_tiny(games_per_iteration=8, eval_every=2, eval_games=4, eval_opponents=["always_defect"],
-                             lr=1e-3, log_dir=run_dir, progress=False, lora=True, lora_r=4, lora_target=["c_attn"])
+    env, tok, kw = _ipd_tiny(
+        games_per_iteration=8,
+        eval_every=2,
+        eval_games=4,
+        eval_opponents=["always_defect"],
+        lr=1e-3,
+        log_dir=run_dir,
+        progress=False,
+        lora=True,
+        lora_r=4,
+        lora_target=["c_attn"],
+    )
     res = env.fit("advantage_alignment", stop={"iterations": 2}, **kw)
     m = res.metrics
     assert m["iteration"] == 2 and m["replies_trained"] == 8 * 2 * 4
@@ -356,7 +403,10 @@ def test_fit_runs_logs_evaluates_and_reloads_policy(ray_session, run_dir):
     assert game["chats"]["player_0"][1]["content"] in ("<A>", "<B>")
     ev = res.evaluate(episodes=4)
     assert ev["invalid_rate"] == 0.0
-    assert set(res.policy.reply([[{"role": "user", "content": "start"}]] * 8, legal=[["<A>", "<B>"]] * 8)) <= {"<A>", "<B>"}
+    assert set(res.policy.reply([[{"role": "user", "content": "start"}]] * 8, legal=[["<A>", "<B>"]] * 8)) <= {
+        "<A>",
+        "<B>",
+    }
     loaded = marl.load(res.checkpoint)  # the checkpoint's LM and tokenizer, without Ray
     for name, p in res.policy.lms["players"].state_dict().items():
         assert torch.equal(p, loaded.policy.lms["players"].state_dict()[name]), name
@@ -376,8 +426,14 @@ def test_micro_batching_accumulates_the_same_gradient(ray_session):
     rng = np.random.default_rng(1)
     S, L = 12, 10
     lmask = rng.random((S, L - 1)) < 0.4
-    rows = SampleBatch({"input_ids": rng.integers(3, len(tok), size=(S, L)), "attention_mask": np.ones((S, L), np.int64),
-                        "loss_mask": lmask, "advantages": rng.normal(size=S).astype(np.float32)})
+    rows = SampleBatch(
+        {
+            "input_ids": rng.integers(3, len(tok), size=(S, L)),
+            "attention_mask": np.ones((S, L), np.int64),
+            "loss_mask": lmask,
+            "advantages": rng.normal(size=S).astype(np.float32),
+        }
+    )
     out, init = [], None
     for budget in (10_000, 25):  # one forward vs micro-batches of 2 rows
         cfg, _, env2, mapping = prepare(env, "reinforce", {**kw, "max_tokens_per_microbatch": budget})
@@ -393,8 +449,14 @@ def test_micro_batching_accumulates_the_same_gradient(ray_session):
 
 def test_separate_seat_policies_and_opponent_pool(ray_session, run_dir):
     env, tok, kw = _ipd_tiny(games_per_iteration=8, eval_every=0, lr=1e-3, log_dir=run_dir, progress=False)
-    res = env.fit("reinforce", stop={"iterations": 3}, share="individual", pool_every=1,
-                  opponents={"self": 0.5, "pool": 0.5}, **kw)
+    res = env.fit(
+        "reinforce",
+        stop={"iterations": 3},
+        share="individual",
+        pool_every=1,
+        opponents={"self": 0.5, "pool": 0.5},
+        **kw,
+    )
     assert set(res.policy.lms) == {"player_0", "player_1"}  # one LM per seat (policy mapping)
     w0, w1 = (res.policy.lms[s].state_dict() for s in ("player_0", "player_1"))
     assert any(not torch.equal(w0[k], w1[k]) for k in w0)  # trained on their own seats' data
@@ -407,7 +469,16 @@ def test_free_text_replies_and_invalid_rate(ray_session, run_dir):
     game's default move and counted in invalid_rate (an untrained model mostly babbles)."""
     tok = word_tokenizer(["<A>", "<B>", "Round", "1", "2", "of", "Your", "choice?"])
     env = marl.make_env("ipd", rounds=2, history="last")
-    m = env.fit("reinforce", stop={"iterations": 1}, model=tiny_config(len(tok), n_positions=256), tokenizer=tok,
-                max_new_tokens=4, games_per_iteration=8, eval_every=0, log_dir=run_dir, progress=False).metrics
+    m = env.fit(
+        "reinforce",
+        stop={"iterations": 1},
+        model=tiny_config(len(tok), n_positions=256),
+        tokenizer=tok,
+        max_new_tokens=4,
+        games_per_iteration=8,
+        eval_every=0,
+        log_dir=run_dir,
+        progress=False,
+    ).metrics
     assert 0.0 < m["invalid_rate_mean"] <= 1.0
     assert m["replies_trained"] == 8 * 2 * 2

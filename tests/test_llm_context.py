@@ -4,6 +4,7 @@ template, and a 512-position model. Checks: prompts fit the context (oldest turn
 or a clear error), pad token and padding side, vocabulary bounds, sampling log-probs equal
 to the learner's under left padding (with and without LoRA), and one training iteration
 of every LLM algorithm on every text-game family (docs/llm_models.md)."""
+
 import pytest
 import torch
 
@@ -58,8 +59,15 @@ def gpt2(vocab: int, n_positions: int = CONTEXT):
 def llama(vocab: int):
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT)
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=CONTEXT,
+    )
 
 
 def ipd_history(bpe, rounds: int = 10):
@@ -110,15 +118,18 @@ def test_truncate_drops_the_fewest_oldest_turns_and_keeps_rules_and_state(bpe):
     # what is kept: the system message, then a suffix of the game (whole prompt/reply pairs), then the state
     kept = next(k for k in range(1, len(chat)) if gen.render(chat[:1] + chat[k:]) == ids)
     assert chat[k := kept]["role"] == "user" and (len(chat) - 1 - k) % 2 == 0
-    assert _n(gen, chat[:1] + chat[k - 2:]) + 16 > limit  # one pair fewer dropped would not fit
+    assert _n(gen, chat[:1] + chat[k - 2 :]) + 16 > limit  # one pair fewer dropped would not fit
     text = bpe.decode(ids)
     assert text.startswith("<|im_start|>system\n" + chat[0]["content"]) and chat[-1]["content"] in text
     # state: rules + current state only; error: nothing dropped
     state = Generator(check_tokenizer(bpe), max_new_tokens=16, context_policy="state")
     assert state.prompt_ids(chat, limit) == gen.render(chat[:1] + chat[-1:])
     strict = Generator(check_tokenizer(bpe), max_new_tokens=16, context_policy="error", label="text:ipd")
-    with pytest.raises(marl.MarlError, match=rf"text:ipd: the prompt is {full} tokens \(rules and current state "
-                                             rf"alone: {minimal}\).*holds {limit} positions"):
+    with pytest.raises(
+        marl.MarlError,
+        match=rf"text:ipd: the prompt is {full} tokens \(rules and current state "
+        rf"alone: {minimal}\).*holds {limit} positions",
+    ):
         strict.prompt_ids(chat, limit)
     assert gen.prompt_ids(chat, None) == gen.render(chat)  # no limit known: nothing dropped
 
@@ -130,8 +141,15 @@ def test_a_state_longer_than_the_context_names_the_game_counts_and_options(bpe):
     with pytest.raises(marl.MarlError) as e:
         gen.prompt_ids(chat, minimal + 15)
     msg = str(e.value)
-    for part in ("text:ipd", f"rules and current state alone: {minimal}", "max_new_tokens=16",
-                 f"holds {minimal + 15} positions", "history='last'", "prompt_style='compact'", "longer context"):
+    for part in (
+        "text:ipd",
+        f"rules and current state alone: {minimal}",
+        "max_new_tokens=16",
+        f"holds {minimal + 15} positions",
+        "history='last'",
+        "prompt_style='compact'",
+        "longer context",
+    ):
         assert part in msg, (part, msg)
 
 
@@ -202,8 +220,12 @@ def test_one_token_move_log_probs_agree_under_left_padding():
 
 
 # ------------------------------------------------------------------ every algorithm x every game family
-CASES = [(algo, game) for algo in ("mars", "advantage_alignment", "reinforce", "grpo", "spiral") for game in GAMES
-         if not (algo == "advantage_alignment" and game in ("tic_tac_toe", "leduc_poker", "textarena"))]  # AA: simultaneous
+CASES = [
+    (algo, game)
+    for algo in ("mars", "advantage_alignment", "reinforce", "grpo", "spiral")
+    for game in GAMES
+    if not (algo == "advantage_alignment" and game in ("tic_tac_toe", "leduc_poker", "textarena"))
+]  # AA: simultaneous
 # every other case trains LoRA adapters instead of all weights: each algorithm and each family gets both
 CASES = [(algo, game, i % 2 == 1) for i, (algo, game) in enumerate(CASES)]
 
@@ -232,11 +254,15 @@ class LearnerWeights(Callback):
 
     def changed(self):
         """(module id, weight name) -> whether the weight differs at the end from the start."""
-        return {(mid, k): not torch.equal(w, self.after[mid][k]) for mid, st in self.before.items() for k, w in st.items()}
+        return {
+            (mid, k): not torch.equal(w, self.after[mid][k]) for mid, st in self.before.items() for k, w in st.items()
+        }
 
 
 @pytest.mark.parametrize("algo, game, lora", CASES)
-def test_every_algorithm_trains_on_every_family_with_bpe_and_a_short_context(ray_session, run_dir, bpe, algo, game, lora):
+def test_every_algorithm_trains_on_every_family_with_bpe_and_a_short_context(
+    ray_session, run_dir, bpe, algo, game, lora
+):
     """Natural-language prompts with the full game history, a byte-level BPE tokenizer without a
     pad token and a 512-position model: one iteration trains the model where the games gave a
     policy-gradient signal, and leaves it untouched where they gave none; long games are truncated,
@@ -254,10 +280,24 @@ def test_every_algorithm_trains_on_every_family_with_bpe_and_a_short_context(ray
     free_text = game == "trust_and_split"
     weights = LearnerWeights()
     adapters = dict(lora=True, lora_r=4, lora_alpha=8) if lora else {}
-    res = env.fit(algo, stop={"iterations": 1}, model=gpt2(len(bpe)), tokenizer=bpe, max_new_tokens=16,
-                  constrain_actions=not free_text, games_per_iteration=2, eval_every=0, lr=1e-4, log_dir=run_dir,
-                  progress=False, max_tokens_per_microbatch=4096, weight_decay=0.0, entropy_coef=0.0,
-                  callbacks=[weights], **adapters)
+    res = env.fit(
+        algo,
+        stop={"iterations": 1},
+        model=gpt2(len(bpe)),
+        tokenizer=bpe,
+        max_new_tokens=16,
+        constrain_actions=not free_text,
+        games_per_iteration=2,
+        eval_every=0,
+        lr=1e-4,
+        log_dir=run_dir,
+        progress=False,
+        max_tokens_per_microbatch=4096,
+        weight_decay=0.0,
+        entropy_coef=0.0,
+        callbacks=[weights],
+        **adapters,
+    )
     m = res.metrics
     assert m["replies_trained"] > 0
     changed = weights.changed()
@@ -280,9 +320,19 @@ def test_bfloat16_weights_train_checkpoint_and_reload(ray_session, run_dir):
 
     tok = word_tokenizer(["<A>", "<B>", *COMPACT_STATES])
     env = marl.make_env("ipd", rounds=2, prompt_style="compact", history="last")
-    res = env.fit("reinforce", stop={"iterations": 1}, model=tiny_config(len(tok), n_positions=64), tokenizer=tok,
-                  dtype="bfloat16", constrain_actions=True, max_new_tokens=2, games_per_iteration=4, lr=1e-2,
-                  log_dir=run_dir, progress=False)
+    res = env.fit(
+        "reinforce",
+        stop={"iterations": 1},
+        model=tiny_config(len(tok), n_positions=64),
+        tokenizer=tok,
+        dtype="bfloat16",
+        constrain_actions=True,
+        max_new_tokens=2,
+        games_per_iteration=4,
+        lr=1e-2,
+        log_dir=run_dir,
+        progress=False,
+    )
     trained = res.policy.lms["players"].state_dict()
     assert all(v.dtype == torch.bfloat16 for v in trained.values() if v.is_floating_point())
     loaded = marl.load(res.checkpoint).policy.lms["players"].state_dict()

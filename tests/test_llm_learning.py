@@ -1,6 +1,7 @@
 """LLM self-play learning thresholds on a 2-core CPU with a tiny GPT-2 built from a config
 (a few minutes each; docs/algorithms/llm_selfplay.md has the measured numbers). Random / naive
 play cannot pass them."""
+
 import pytest
 
 pytest.importorskip("transformers")
@@ -15,9 +16,20 @@ def _ipd(run_dir, **kw):
 
     tok = word_tokenizer(["<A>", "<B>", *COMPACT_STATES])
     env = marl.make_env("ipd", rounds=10, prompt_style="compact", history="last")
-    base = dict(model=tiny_config(len(tok), n_positions=64), tokenizer=tok, constrain_actions=True, max_new_tokens=2,
-                lr=3e-4, entropy_coef=0.0, games_per_iteration=128, eval_games=256,
-                eval_opponents=["self", "always_defect"], log_dir=run_dir, progress=False, seed=0)
+    base = dict(
+        model=tiny_config(len(tok), n_positions=64),
+        tokenizer=tok,
+        constrain_actions=True,
+        max_new_tokens=2,
+        lr=3e-4,
+        entropy_coef=0.0,
+        games_per_iteration=128,
+        eval_games=256,
+        eval_opponents=["self", "always_defect"],
+        log_dir=run_dir,
+        progress=False,
+        seed=0,
+    )
     return env, {**base, **kw}
 
 
@@ -43,11 +55,25 @@ def test_mars_tic_tac_toe_beats_random(ray_session, run_dir):
     tok = word_tokenizer(["me", "opp", "_"] + [f"c{i}" for i in range(9)])
     env = marl.make_env("openspiel", "tic_tac_toe", prompt_style="compact", history="last")
     m = env.fit(
-        "mars", stop={"iterations": 300}, model=tiny_config(len(tok), n_positions=64), tokenizer=tok,
-        constrain_actions=True, max_new_tokens=2, lr=1e-3, temperature=1.0, kl_coef=0.0, entropy_coef=0.0,
-        games_per_iteration=256, opponents={"self": 0.5, "random": 0.5},  # half the games vs a random partner
-        eval_every=300, eval_games=2000, eval_opponents=["random"], eval_temperature=0.0,  # greedy play
-        log_dir=run_dir, progress=False, seed=0,
+        "mars",
+        stop={"iterations": 300},
+        model=tiny_config(len(tok), n_positions=64),
+        tokenizer=tok,
+        constrain_actions=True,
+        max_new_tokens=2,
+        lr=1e-3,
+        temperature=1.0,
+        kl_coef=0.0,
+        entropy_coef=0.0,
+        games_per_iteration=256,
+        opponents={"self": 0.5, "random": 0.5},  # half the games vs a random partner
+        eval_every=300,
+        eval_games=2000,
+        eval_opponents=["random"],
+        eval_temperature=0.0,  # greedy play
+        log_dir=run_dir,
+        progress=False,
+        seed=0,
     ).metrics
     print({k: round(v, 3) for k, v in m.items() if k.startswith("vs_")})
     # random vs random: X wins 0.585 and loses 0.288 (exact, docs/text_games.md)

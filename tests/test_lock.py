@@ -1,5 +1,6 @@
 """One writer per run folder: a second process is refused with the holder's pid, host, start time and
 command; the lock dies with its process (no stale lock); fit checks it before Ray starts."""
+
 import os
 import signal
 import socket
@@ -28,8 +29,9 @@ time.sleep(600)
 @pytest.fixture
 def holder(tmp_path):
     """A separate process holding the lock of ``tmp_path`` (killed at the end)."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path), "--tag=holder"], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path), "--tag=holder"], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "locked"
     yield proc
     if proc.poll() is None:
@@ -95,7 +97,9 @@ def test_fit_refuses_a_locked_run_before_ray_starts_and_writes_nothing(tmp_path,
     with RunLock(run):
         before = snapshot(run)
         t0 = time.perf_counter()
-        with pytest.raises(MarlError, match=f"Run folder {run} is being written by another marl process: pid {os.getpid()}"):
+        with pytest.raises(
+            MarlError, match=f"Run folder {run} is being written by another marl process: pid {os.getpid()}"
+        ):
             api.fit(env, "ippo", stop={"iterations": 5}, resume=str(run), log_dir=str(tmp_path / "other"), **QUICK)
         assert time.perf_counter() - t0 < 5  # refused at once, no waiting
         assert snapshot(run) == before and not (tmp_path / "other").exists()

@@ -1,4 +1,5 @@
 """Policy mapping modes and configuration validation (no Ray)."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -15,21 +16,41 @@ def box(n):
 
 
 def hetero_info(kind="mixed"):
-    return EnvInfo("toy", "hetero", ["adversary_0", "agent_0", "agent_1"], {
-        "adversary": GroupInfo("adversary", ["adversary_0"], box(8), gym.spaces.Discrete(5), team="adversary"),
-        "agent": GroupInfo("agent", ["agent_0", "agent_1"], box(10), gym.spaces.Discrete(5), team="good"),
-    }, state_dim=28, episode_limit=25, kind=kind, num_envs=4)
+    return EnvInfo(
+        "toy",
+        "hetero",
+        ["adversary_0", "agent_0", "agent_1"],
+        {
+            "adversary": GroupInfo("adversary", ["adversary_0"], box(8), gym.spaces.Discrete(5), team="adversary"),
+            "agent": GroupInfo("agent", ["agent_0", "agent_1"], box(10), gym.spaces.Discrete(5), team="good"),
+        },
+        state_dim=28,
+        episode_limit=25,
+        kind=kind,
+        num_envs=4,
+    )
 
 
 def homo_info():
     agents = ["agent_0", "agent_1", "agent_2"]
-    return EnvInfo("toy", "homo", agents, {"agent": GroupInfo("agent", agents, box(6), gym.spaces.Discrete(5))},
-                   state_dim=18, episode_limit=25, kind="cooperative", num_envs=4)
+    return EnvInfo(
+        "toy",
+        "homo",
+        agents,
+        {"agent": GroupInfo("agent", agents, box(6), gym.spaces.Discrete(5))},
+        state_dim=18,
+        episode_limit=25,
+        kind="cooperative",
+        num_envs=4,
+    )
 
 
 def test_auto_picks_all_for_cooperative_homogeneous_and_group_otherwise():
     assert PolicyMapping(homo_info(), "auto").modules == {"shared": ["agent_0", "agent_1", "agent_2"]}
-    assert PolicyMapping(hetero_info(), "auto").modules == {"adversary": ["adversary_0"], "agent": ["agent_0", "agent_1"]}
+    assert PolicyMapping(hetero_info(), "auto").modules == {
+        "adversary": ["adversary_0"],
+        "agent": ["agent_0", "agent_1"],
+    }
 
 
 def test_individual_and_callable_modes():

@@ -2,6 +2,7 @@
 
 No Ray, tiny batches: the whole file runs in about a second.
 """
+
 import itertools
 
 import gymnasium as gym
@@ -63,7 +64,12 @@ def test_registered_and_info():
 
 
 def test_optimal_returns():
-    assert {n: optimal_return(n) for n in scenarios()} == {"two_step": 8, "climbing": 11, "penalty": 10, "nonmonotonic": 8}
+    assert {n: optimal_return(n) for n in scenarios()} == {
+        "two_step": 8,
+        "climbing": 11,
+        "penalty": 10,
+        "nonmonotonic": 8,
+    }
     assert optimal_return(make_env("matrix", "two_step", num_envs=1)) == 8
     assert make_env("matrix", "penalty", k=0).optimal_return == 10
     assert optimal_return(make_env("matrix", payoff=[[1, 2], [3, -4]])) == 3
@@ -137,7 +143,7 @@ def test_two_step_transitions_and_payoffs():
     # the next episode runs the same way, and EpisodeStats sees 2-step episodes
     stats = EpisodeStats(env.info)
     for t in range(4):
-        s = env.step({"agent": plan[:, 2 * (t % 2): 2 * (t % 2) + 2]})
+        s = env.step({"agent": plan[:, 2 * (t % 2) : 2 * (t % 2) + 2]})
         stats.update(s)
         assert bool(s.terminated.all()) == (t % 2 == 1)
     done = stats.pop()
@@ -190,7 +196,11 @@ def test_random_actions_with_padded_custom_payoff():
 @pytest.mark.parametrize(
     "args, kwargs, words",
     [
-        (("climbin",), {}, ["Unknown matrix game 'climbin'", "Did you mean 'climbing'", "two_step", "nonmonotonic", "custom"]),
+        (
+            ("climbin",),
+            {},
+            ["Unknown matrix game 'climbin'", "Did you mean 'climbing'", "two_step", "nonmonotonic", "custom"],
+        ),
         ((None,), {}, ["needs a scenario or payoff", "two_step", "custom"]),
         (("custom",), {}, ["needs payoff="]),
         (("penalty",), {"k": 5}, ["k must be <= 0", "5"]),

@@ -4,6 +4,7 @@ Both backends start from the same world (the mpe2 copies' entity states are load
 torch env) and take the same random actions; observations, state and rewards must agree to
 1e-5 (float32 outputs of float64 physics; envs/mpe/batched.py says why they can differ at all).
 """
+
 import numpy as np
 import pytest
 import torch
@@ -36,10 +37,12 @@ def load_mpe2_world(env: TorchMPEEnv, ref: MPEEnv) -> None:
 
 
 def _pair(scenario, B, continuous, max_cycles=25, **kw):
-    ref = marl.make_env("mpe", scenario, num_envs=B, continuous_actions=continuous, max_cycles=max_cycles,
-                        backend="mpe2", **kw)
-    env = marl.make_env("mpe", scenario, num_envs=B, continuous_actions=continuous, max_cycles=max_cycles,
-                        backend="torch", **kw)
+    ref = marl.make_env(
+        "mpe", scenario, num_envs=B, continuous_actions=continuous, max_cycles=max_cycles, backend="mpe2", **kw
+    )
+    env = marl.make_env(
+        "mpe", scenario, num_envs=B, continuous_actions=continuous, max_cycles=max_cycles, backend="torch", **kw
+    )
     assert isinstance(ref, MPEEnv) and isinstance(env, TorchMPEEnv)
     return ref, env
 
@@ -59,11 +62,18 @@ def _compare(s_ref, s, what):
 
 
 @pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
-@pytest.mark.parametrize("scenario, kw", [
-    ("simple_spread", {}), ("simple_spread", {"N": 4, "local_ratio": 0.0}), ("simple_speaker_listener", {}),
-    ("simple_reference", {}), ("simple_reference", {"local_ratio": 0.2}), ("simple_adversary", {}),
-    ("simple_adversary", {"N": 3}),
-])
+@pytest.mark.parametrize(
+    "scenario, kw",
+    [
+        ("simple_spread", {}),
+        ("simple_spread", {"N": 4, "local_ratio": 0.0}),
+        ("simple_speaker_listener", {}),
+        ("simple_reference", {}),
+        ("simple_reference", {"local_ratio": 0.2}),
+        ("simple_adversary", {}),
+        ("simple_adversary", {"N": 3}),
+    ],
+)
 def test_torch_backend_equals_mpe2_step_by_step(scenario, kw, continuous):
     B, T = 8, 25
     ref, env = _pair(scenario, B, continuous, max_cycles=T, **kw)
@@ -89,8 +99,9 @@ def test_collisions_happen_and_match():
     for raw in ref._envs:
         for i, a in enumerate(raw.world.agents):
             a.state.p_pos = np.array([0.01 * i, -0.02 * i])
-    ref._state[:] = np.stack([np.concatenate([raw.scenario.observation(a, raw.world) for a in raw.world.agents])
-                              for raw in ref._envs])
+    ref._state[:] = np.stack(
+        [np.concatenate([raw.scenario.observation(a, raw.world) for a in raw.world.agents]) for raw in ref._envs]
+    )
     env.reset(seed=0)
     load_mpe2_world(env, ref)
     hits = 0
@@ -138,8 +149,11 @@ def test_exact_resume_from_get_state():
 def test_check_env_and_same_info_as_mpe2(scenario):
     ref, env = _pair(scenario, 3, False)
     assert env.info.groups.keys() == ref.info.groups.keys() and env.info.state_dim == ref.info.state_dim
-    assert (env.info.kind, env.info.shared_reward, env.info.entity_layout) == (ref.info.kind, ref.info.shared_reward,
-                                                                               ref.info.entity_layout)
+    assert (env.info.kind, env.info.shared_reward, env.info.entity_layout) == (
+        ref.info.kind,
+        ref.info.shared_reward,
+        ref.info.entity_layout,
+    )
     check_env(env)
 
 

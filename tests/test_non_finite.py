@@ -1,5 +1,6 @@
 """NaN / inf and shape changes at every boundary: the env runner's guard (raise, mask, off), the replay
 buffer, text-game rewards, and divergence of every algorithm family (PPO, value decomposition, LLM)."""
+
 import math
 
 import numpy as np
@@ -25,7 +26,15 @@ class Poisoned(MatchEnv):
 
     def __init__(self, field="obs", value=NAN, at=3, row=1, agent=1, grow=False, once=False, **kw):
         super().__init__(**kw)
-        self.field, self.value, self.at, self.row, self.agent, self.grow, self.once = field, value, at, row, agent, grow, once
+        self.field, self.value, self.at, self.row, self.agent, self.grow, self.once = (
+            field,
+            value,
+            at,
+            row,
+            agent,
+            grow,
+            once,
+        )
         self.n = 0
 
     def step(self, actions):
@@ -55,12 +64,15 @@ def _run(env, guard, steps):
 
 
 # ------------------------------------------------------------------ the env runner's guard (no Ray)
-@pytest.mark.parametrize("field, value, who", [
-    ("obs", NAN, "obs of agent 'agent_1' (group 'agent', feature"),
-    ("reward", INF, "reward of agent 'agent_1' (group 'agent')"),
-    ("reward", -INF, "reward of agent 'agent_1'"),
-    ("state", NAN, "state (index 1)"),
-])
+@pytest.mark.parametrize(
+    "field, value, who",
+    [
+        ("obs", NAN, "obs of agent 'agent_1' (group 'agent', feature"),
+        ("reward", INF, "reward of agent 'agent_1' (group 'agent')"),
+        ("reward", -INF, "reward of agent 'agent_1'"),
+        ("state", NAN, "state (index 1)"),
+    ],
+)
 def test_guard_raises_naming_env_agent_field_copy_and_step(field, value, who):
     env = Poisoned(field, value, at=3, row=2, num_envs=4)
     with pytest.raises(MarlError) as e:
@@ -92,8 +104,11 @@ def test_guard_off_passes_values_but_still_checks_shapes():
     assert torch.isnan(step.reward["agent"]).any()
     assert StepGuard(env.info, "off").pop_metrics() == {}
     grown = Poisoned(grow=True, at=4, num_envs=2)
-    with pytest.raises(MarlError, match=r"changed the shape of obs of group 'agent' at step 4: expected \(2, 2, 3\) "
-                                        r"\(\[B, N_g, obs_dim\] from env.info\), got \(2, 2, 4\)"):
+    with pytest.raises(
+        MarlError,
+        match=r"changed the shape of obs of group 'agent' at step 4: expected \(2, 2, 3\) "
+        r"\(\[B, N_g, obs_dim\] from env.info\), got \(2, 2, 4\)",
+    ):
         _run(grown, StepGuard(grown.info, "off"), 6)
 
 
@@ -102,7 +117,9 @@ def test_guard_missing_group_and_state_shape():
     guard = StepGuard(env.info)
     step = env.reset(seed=0)
     step.reward = {}
-    with pytest.raises(MarlError, match=r"returned reward without group 'agent' at step 0: expected the groups \['agent'\]"):
+    with pytest.raises(
+        MarlError, match=r"returned reward without group 'agent' at step 0: expected the groups \['agent'\]"
+    ):
         guard(step, reset=True)
     step = env.reset(seed=0)
     step.state = torch.zeros(2, 7)
@@ -120,13 +137,20 @@ def test_guard_sum_overflow_of_finite_values_is_no_error():
 # ------------------------------------------------------------------ replay buffer, text games (no Ray)
 def _rollout(T=2, B=1, reward=1.0):
     return {
-        "starts": torch.tensor([[True]] + [[False]] * (T - 1)), "terminated": torch.zeros(T, B, dtype=torch.bool),
-        "truncated": torch.zeros(T, B, dtype=torch.bool), "state": torch.zeros(T + 1, B, 1),
+        "starts": torch.tensor([[True]] + [[False]] * (T - 1)),
+        "terminated": torch.zeros(T, B, dtype=torch.bool),
+        "truncated": torch.zeros(T, B, dtype=torch.bool),
+        "state": torch.zeros(T + 1, B, 1),
         "final_state": torch.zeros(T, B, 1),
-        "modules": {"m": {"obs": torch.zeros(T + 1, B, 2, 1), "final_obs": torch.zeros(T, B, 2, 1),
-                          "actions": torch.zeros(T, B, 2, dtype=torch.long),
-                          "rewards": torch.tensor([[[1.0, 1.0]], [[1.0, reward]]]),
-                          "alive": torch.ones(T, B, 2, dtype=torch.bool)}},
+        "modules": {
+            "m": {
+                "obs": torch.zeros(T + 1, B, 2, 1),
+                "final_obs": torch.zeros(T, B, 2, 1),
+                "actions": torch.zeros(T, B, 2, dtype=torch.long),
+                "rewards": torch.tensor([[[1.0, 1.0]], [[1.0, reward]]]),
+                "alive": torch.ones(T, B, 2, dtype=torch.bool),
+            }
+        },
     }
 
 
@@ -134,8 +158,11 @@ def _rollout(T=2, B=1, reward=1.0):
 def test_replay_buffer_never_stores_non_finite_rewards(reward):
     buf = JointEpisodeBuffer(8, 4, 1, {"m": {"n": 2, "obs_dim": 1, "n_actions": None}}, 1)
     buf.add_rollout(_rollout())
-    with pytest.raises(MarlError, match=r"Replay buffer: module 'm' has reward (nan|inf|-inf) at rollout step 1 "
-                                        r"\(env copy 0, agent 1 of the module\); non-finite rewards are never stored"):
+    with pytest.raises(
+        MarlError,
+        match=r"Replay buffer: module 'm' has reward (nan|inf|-inf) at rollout step 1 "
+        r"\(env copy 0, agent 1 of the module\); non-finite rewards are never stored",
+    ):
         buf.add_rollout(_rollout(reward=reward))
 
 
@@ -147,8 +174,11 @@ def test_text_game_rewards_are_checked():
     match = _Match(games, [{"table": {}}], [0])
     match.steps = {0: 3}
     assert match.finite(0, "player_0", 1.5) == 1.5
-    with pytest.raises(MarlError, match=r"Text game ipd:\S+ \(game 0\) gave seat 'player_0' the reward nan in "
-                                        r"decision round 3"):
+    with pytest.raises(
+        MarlError,
+        match=r"Text game ipd:\S+ \(game 0\) gave seat 'player_0' the reward nan in "
+        r"decision round 3",
+    ):
         match.finite(0, "player_0", NAN)
     match.non_finite = "mask"
     assert match.finite(0, "player_0", INF) == 0.0
@@ -167,19 +197,24 @@ def test_q_bound():
 
 # ------------------------------------------------------------------ through fit (Ray)
 def test_fit_stops_at_the_env_naming_it_local_and_remote(ray_session, run_dir):
-    with pytest.raises(MarlError, match=r"Env toy:match \(env runner 0\) returned nan in obs of agent 'agent_1'.*"
-                                        r"env copy 1, at step 12"):
+    with pytest.raises(
+        MarlError,
+        match=r"Env toy:match \(env runner 0\) returned nan in obs of agent 'agent_1'.*"
+        r"env copy 1, at step 12",
+    ):
         Poisoned("obs", at=12, num_envs=4).fit("mappo", stop={"iterations": 3}, log_dir=run_dir, **QUICK)
     with pytest.raises(MarlError, match=r"Env toy:match \(env runner 1\) returned inf in reward of agent 'agent_1'"):
-        Poisoned("reward", INF, at=5, num_envs=4).fit("ippo", stop={"iterations": 3}, log_dir=run_dir,
-                                                       num_env_runners=1, **QUICK)
+        Poisoned("reward", INF, at=5, num_envs=4).fit(
+            "ippo", stop={"iterations": 3}, log_dir=run_dir, num_env_runners=1, **QUICK
+        )
     with pytest.raises(MarlError, match=r"changed the shape of obs of group 'agent' at step 15: expected \(4, 2, 3\)"):
         Poisoned(grow=True, at=15, num_envs=4).fit("mappo", stop={"iterations": 3}, log_dir=run_dir, **QUICK)
 
 
 def test_fit_masks_and_counts(ray_session, run_dir):
-    res = Poisoned("reward", NAN, at=3, num_envs=4).fit("mappo", stop={"iterations": 2}, log_dir=run_dir,
-                                                         non_finite="mask", **QUICK)
+    res = Poisoned("reward", NAN, at=3, num_envs=4).fit(
+        "mappo", stop={"iterations": 2}, log_dir=run_dir, non_finite="mask", **QUICK
+    )
     assert [h["non_finite_masked_mean"] for h in res.history] == [8.0, 10.0]  # one value per step from step 3
     assert math.isfinite(res.metrics["shared/policy_loss"])
 
@@ -188,8 +223,11 @@ def test_value_decomposition_stops_on_nan_loss_and_on_q_beyond_its_bound(ray_ses
     kw = dict(progress=False, eval_episodes=0, rollout_length=5, batch_size=4, episodes_per_update=4, buffer_size=64)
     with pytest.raises(TrainingDiverged, match=r"td_loss of team 'team' is nan \(not finite\).*last good checkpoint"):
         Poisoned("obs", at=8, num_envs=4).fit("qmix", stop={"iterations": 5}, log_dir=run_dir, non_finite="off", **kw)
-    with pytest.raises(TrainingDiverged, match=r"(agent Q|Q_tot) of team 'team' reached \|Q\| = \S+, beyond "
-                                               r"q_abs_max=1e-06"):
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"(agent Q|Q_tot) of team 'team' reached \|Q\| = \S+, beyond "
+        r"q_abs_max=1e-06",
+    ):
         MatchEnv(num_envs=4).fit("vdn", stop={"iterations": 3}, log_dir=run_dir, q_abs_max=1e-6, **kw)
 
 
@@ -208,8 +246,14 @@ def test_llm_learner_stops_on_nan_loss(ray_session):
     S, L = 4, 8
     mask = np.zeros((S, L - 1), dtype=bool)
     mask[:, 3:5] = True
-    rows = SampleBatch({"input_ids": np.full((S, L), 3), "attention_mask": np.ones((S, L), np.int64),
-                        "loss_mask": mask, "advantages": np.array([1.0, NAN, 0.5, -1.0], np.float32)})
+    rows = SampleBatch(
+        {
+            "input_ids": np.full((S, L), 3),
+            "attention_mask": np.ones((S, L), np.int64),
+            "loss_mask": mask,
+            "advantages": np.array([1.0, NAN, 0.5, -1.0], np.float32),
+        }
+    )
     try:
         with pytest.raises(TrainingDiverged, match=r"policy_loss of module 'players' is nan \(not finite\)"):
             group.update(batch=MultiAgentBatch({"players": rows}, env_steps=S))

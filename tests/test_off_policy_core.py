@@ -2,6 +2,7 @@
 transition buffer's rows, ring, sampling and checkpoint state; target networks on hand-computed
 values; the update-to-data ratio and target schedule counted exactly on scripted rollouts, through
 the trainer's own iteration (no Ray: the sampler and the learner group are scripted)."""
+
 from __future__ import annotations
 
 import pickle
@@ -11,8 +12,16 @@ import numpy as np
 import pytest
 import torch
 
-from marl.engine.off_policy import (TARGET_TAU, OffPolicyTrainer, UpdateSchedule, hard_update, make_target,
-                                    polyak_update, target_pairs, update_target)
+from marl.engine.off_policy import (
+    TARGET_TAU,
+    OffPolicyTrainer,
+    UpdateSchedule,
+    hard_update,
+    make_target,
+    polyak_update,
+    target_pairs,
+    update_target,
+)
 from marl.engine.replay import JointEpisodeBuffer, TransitionBuffer
 from marl.errors import MarlError
 
@@ -42,13 +51,23 @@ def _rollout(T, B, t0=0, lengths=(3, 2), terminal=(True, False), k=None):
 
     ended = int(done.sum()) if k is None else k
     return {
-        "starts": starts, "terminated": term, "truncated": done & ~term,
-        "state": value.unsqueeze(-1), "final_state": final.unsqueeze(-1),
-        "modules": {"m": {"obs": agents(value), "final_obs": agents(final),
-                          "actions": (g[:T] % A).unsqueeze(-1).expand(T, B, N).clone(),
-                          "rewards": g[:T].float().unsqueeze(-1).expand(T, B, N).clone(),
-                          "alive": torch.ones(T, B, N, dtype=torch.bool), "logp": torch.zeros(T, B, N),
-                          "avail": avail(g[:T]), "final_avail": avail(g[1:])}},
+        "starts": starts,
+        "terminated": term,
+        "truncated": done & ~term,
+        "state": value.unsqueeze(-1),
+        "final_state": final.unsqueeze(-1),
+        "modules": {
+            "m": {
+                "obs": agents(value),
+                "final_obs": agents(final),
+                "actions": (g[:T] % A).unsqueeze(-1).expand(T, B, N).clone(),
+                "rewards": g[:T].float().unsqueeze(-1).expand(T, B, N).clone(),
+                "alive": torch.ones(T, B, N, dtype=torch.bool),
+                "logp": torch.zeros(T, B, N),
+                "avail": avail(g[:T]),
+                "final_avail": avail(g[1:]),
+            }
+        },
         "metrics": {"env_steps": T * B, "episode_return": [0.0] * ended},
     }
 
@@ -116,8 +135,9 @@ def test_transition_state_round_trip_continues_exactly_and_shrinks_to_the_newest
         np.testing.assert_array_equal(other.data[k], buf.data[k])
     assert (other.ptr, other.size, other.transitions_added) == (buf.ptr, buf.size, 10)
     assert other.episodes_added == buf.episodes_added
-    np.testing.assert_array_equal(other.sample(9, np.random.default_rng(1))["state"],
-                                  buf.sample(9, np.random.default_rng(1))["state"])
+    np.testing.assert_array_equal(
+        other.sample(9, np.random.default_rng(1))["state"], buf.sample(9, np.random.default_rng(1))["state"]
+    )
     small = TransitionBuffer(3, SHAPES, S)
     small.set_state(buf.get_state())
     assert small.size == 3 and small.data["state"][:, 0].tolist() == [103, 4, 104]  # the newest, oldest first
@@ -206,8 +226,10 @@ def test_schedule_counts_updates_per_episode_with_carry_and_learning_starts():
     s = UpdateSchedule(updates=1, per=4, unit="episode", learning_starts=8)
     p = s.initial_progress()
     assert p == {"pending_episodes": 0, "last_target_sync": 0, "updates": 0}
-    got = [(s.updates_due(p, new, buffered), p["pending_episodes"]) for new, buffered in
-           [(6, 6), (2, 8), (8, 16), (4, 20), (10, 30)]]
+    got = [
+        (s.updates_due(p, new, buffered), p["pending_episodes"])
+        for new, buffered in [(6, 6), (2, 8), (8, 16), (4, 20), (10, 30)]
+    ]
     # 6 before learning starts is not counted; then 2 -> 2 pending; 10 -> 2 updates, 2 left; 6 -> 1, 2; 12 -> 3, 0
     assert got == [(0, 0), (0, 2), (2, 2), (1, 2), (3, 0)]
 
@@ -235,12 +257,18 @@ def test_schedule_target_updates_by_episodes_on_the_last_step_or_by_gradient_ste
     assert taus == [0, 0, 0.01, 0, 0, 0.01, 0] and p["last_target_sync"] == 6
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"unit": "step"}, r"unit='step' is not one of \['episode', 'env_step'\]"),
-    ({"target_unit": "episodes"}, r"target_unit='episodes' is not one of \['episode', 'gradient_step'\]"),
-    ({"per": 0}, "per=0 must be >= 1"), ({"updates": 0}, "updates=0"), ({"target_interval": 0}, "target_interval=0"),
-    ({"learning_starts": -1}, "learning_starts=-1"), ({"tau": 0.0}, r"tau=0.0 is not in \(0, 1\]"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"unit": "step"}, r"unit='step' is not one of \['episode', 'env_step'\]"),
+        ({"target_unit": "episodes"}, r"target_unit='episodes' is not one of \['episode', 'gradient_step'\]"),
+        ({"per": 0}, "per=0 must be >= 1"),
+        ({"updates": 0}, "updates=0"),
+        ({"target_interval": 0}, "target_interval=0"),
+        ({"learning_starts": -1}, "learning_starts=-1"),
+        ({"tau": 0.0}, r"tau=0.0 is not in \(0, 1\]"),
+    ],
+)
 def test_schedule_rejects_bad_settings(kwargs, match):
     with pytest.raises(MarlError, match=match):
         UpdateSchedule(**kwargs)
@@ -301,7 +329,12 @@ def test_trainer_takes_exactly_the_scheduled_updates_on_scripted_episodes():
         assert metrics["updates"] == len(trainer.calls) and metrics["buffer_episodes"] == len(buf)
     assert [len(c) for c in per_iteration] == [0, 0, 2, 1, 3]
     assert [[(w, tau) for _, _, w, tau in c] for c in per_iteration] == [
-        [], [], [(False, 0.0), (True, 1.0)], [(True, 0.0)], [(False, 0.0), (False, 0.0), (True, 1.0)]]
+        [],
+        [],
+        [(False, 0.0), (True, 1.0)],
+        [(True, 0.0)],
+        [(False, 0.0), (False, 0.0), (True, 1.0)],
+    ]
     assert all(mid == "m" and n == 4 for mid, n, _, _ in trainer.calls)  # batch_size episodes, under one module id
     assert trainer.progress["last_target_sync"] == 30 and trainer.progress["pending_episodes"] == 0
     assert [len(c) for c in trainer.committed] == [6, 2, 8, 4, 10]  # the hook saw every committed slot
@@ -313,8 +346,9 @@ def test_trainer_counts_env_steps_and_gradient_step_targets_on_a_transition_buff
     buf = TransitionBuffer(100, SHAPES, S)
     Ts = [1, 2, 3, 1]
     rollouts = [_rollout(T, 2, t0=sum(Ts[:i])) for i, T in enumerate(Ts)]
-    s = UpdateSchedule(updates=2, per=3, unit="env_step", learning_starts=5, target_interval=3,
-                       target_unit="gradient_step", tau=0.01)
+    s = UpdateSchedule(
+        updates=2, per=3, unit="env_step", learning_starts=5, target_interval=3, target_unit="gradient_step", tau=0.01
+    )
     trainer = ScriptedTrainer(buf, s, rollouts)
     counts = []
     for _ in Ts:

@@ -2,6 +2,7 @@
 
 Properties of docs/offbeat.md that concern the env side. No Ray; a few seconds.
 """
+
 import pytest
 import torch
 
@@ -193,8 +194,13 @@ def test_offset_catches_miss_the_stag():
 
 
 def test_records_complete_and_non_overlapping():
-    env = make_env("stag_hunter", num_envs=6, seed=0, episode_limit=20,
-                   offbeat={"durations": {"catch": 4, "up": 2}, "effect": "on_completion"})
+    env = make_env(
+        "stag_hunter",
+        num_envs=6,
+        seed=0,
+        episode_limit=20,
+        offbeat={"durations": {"catch": 4, "up": 2}, "effect": "on_completion"},
+    )
     s = env.reset(seed=0)
     gen = torch.Generator().manual_seed(0)
     decisions = torch.zeros(6, 2, dtype=torch.long)

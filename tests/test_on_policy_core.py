@@ -1,6 +1,7 @@
 """The on-policy core (marl/engine/on_policy.py) on hand-computed values and properties: critic kinds and
 ``auto``, rollout -> sequences, GAE and the advantage estimator hook, training rows, minibatches, the
 learner's loss plumbing. No Ray: the learner's data path runs on a learner built without RLlib's setup."""
+
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -11,8 +12,16 @@ import torch
 from marl.algos.ppo import PPOModule
 from marl.config import load_config, restore_config
 from marl.engine.on_policy import (
-    OnPolicyLearner, OnPolicyTrainer, critic_inputs, critic_model_config, final_values, gae, next_values,
-    normalize_advantages, resolve_critic, rollout_to_sequences,
+    OnPolicyLearner,
+    OnPolicyTrainer,
+    critic_inputs,
+    critic_model_config,
+    final_values,
+    gae,
+    next_values,
+    normalize_advantages,
+    resolve_critic,
+    rollout_to_sequences,
 )
 from marl.env import MarlError
 from marl.errors import TrainingDiverged
@@ -48,8 +57,9 @@ class Bare(OnPolicyLearner):
         self.steps.append(batch)
 
 
-CFG = dict(gamma=0.9, gae_lambda=0.8, value_norm=False, advantage_norm=False, chunk_length=3, epochs=1,
-           num_minibatches=1)
+CFG = dict(
+    gamma=0.9, gae_lambda=0.8, value_norm=False, advantage_norm=False, chunk_length=3, epochs=1, num_minibatches=1
+)
 
 
 class FeatureCritic(torch.nn.Module):
@@ -69,11 +79,17 @@ def one_sequence(rewards, values, final=None, terminated=None, truncated=None):
     """Sequence columns ``[1, T(+1), ...]`` of one (env copy, agent) with the values of :class:`FeatureCritic`."""
     T = len(rewards)
     z = torch.zeros(1, T, dtype=torch.bool)
-    return {"obs": torch.zeros(1, T + 1, 2), "critic_in": torch.tensor([values]).unsqueeze(-1),
-            "final_critic_in": torch.tensor([final or [0.0] * T]).unsqueeze(-1), "rewards": torch.tensor([rewards]),
-            "actions": torch.zeros(1, T), "logp": torch.zeros(1, T), "alive": torch.ones(1, T, dtype=torch.bool),
-            "terminated": z if terminated is None else torch.tensor([terminated]),
-            "truncated": z if truncated is None else torch.tensor([truncated])}
+    return {
+        "obs": torch.zeros(1, T + 1, 2),
+        "critic_in": torch.tensor([values]).unsqueeze(-1),
+        "final_critic_in": torch.tensor([final or [0.0] * T]).unsqueeze(-1),
+        "rewards": torch.tensor([rewards]),
+        "actions": torch.zeros(1, T),
+        "logp": torch.zeros(1, T),
+        "alive": torch.ones(1, T, dtype=torch.bool),
+        "terminated": z if terminated is None else torch.tensor([terminated]),
+        "truncated": z if truncated is None else torch.tensor([truncated]),
+    }
 
 
 def layout(team=False, recurrent=False, **extra):
@@ -83,26 +99,52 @@ def layout(team=False, recurrent=False, **extra):
 
 
 def ppo_module(team=False, recurrent=False, n_agents=3, critic_dim=6):
-    cfg = dict(obs_dim=4, critic_dim=critic_dim, critic_heads=n_agents if team else 1, team_critic=team, n_actions=3,
-               discrete=True, hidden=16, layers=2, activation="relu", layer_norm=True, recurrent=recurrent,
-               policy_gain=1.0, log_std_init=-0.5)
-    return PPOModule(observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
-                     action_space=gym.spaces.Discrete(3), model_config=cfg)
+    cfg = dict(
+        obs_dim=4,
+        critic_dim=critic_dim,
+        critic_heads=n_agents if team else 1,
+        team_critic=team,
+        n_actions=3,
+        discrete=True,
+        hidden=16,
+        layers=2,
+        activation="relu",
+        layer_norm=True,
+        recurrent=recurrent,
+        policy_gain=1.0,
+        log_std_init=-0.5,
+    )
+    return PPOModule(
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        action_space=gym.spaces.Discrete(3),
+        model_config=cfg,
+    )
 
 
 def random_rollout(T=6, B=2, N=3, S=6, D=4, recurrent=False, seed=1):
     g = torch.Generator().manual_seed(seed)
     term, trunc = torch.zeros(T, B, dtype=torch.bool), torch.zeros(T, B, dtype=torch.bool)
     term[2, 0], trunc[4, 1] = True, True
-    mod = {"obs": torch.randn(T + 1, B, N, D, generator=g), "final_obs": torch.randn(T, B, N, D, generator=g),
-           "actions": torch.randint(0, 3, (T, B, N), generator=g), "logp": torch.randn(T, B, N, generator=g),
-           "rewards": torch.randn(T, B, N, generator=g), "alive": torch.ones(T, B, N, dtype=torch.bool)}
+    mod = {
+        "obs": torch.randn(T + 1, B, N, D, generator=g),
+        "final_obs": torch.randn(T, B, N, D, generator=g),
+        "actions": torch.randint(0, 3, (T, B, N), generator=g),
+        "logp": torch.randn(T, B, N, generator=g),
+        "rewards": torch.randn(T, B, N, generator=g),
+        "alive": torch.ones(T, B, N, dtype=torch.bool),
+    }
     starts = torch.zeros(T, B, dtype=torch.bool)
     starts[0] = True
     if recurrent:
         mod["h"] = torch.randn(T, B, N, 5, generator=g)
-    return {"state": torch.randn(T + 1, B, S, generator=g), "final_state": torch.randn(T, B, S, generator=g),
-            "terminated": term, "truncated": trunc, "starts": starts, "modules": {"shared": mod}}
+    return {
+        "state": torch.randn(T + 1, B, S, generator=g),
+        "final_state": torch.randn(T, B, S, generator=g),
+        "terminated": term,
+        "truncated": trunc,
+        "starts": starts,
+        "modules": {"shared": mod},
+    }
 
 
 def sequences(rollout, critic):
@@ -134,7 +176,11 @@ def test_critic_inputs_ippo_vs_mappo():
 
 def test_critic_model_config_widths_and_heads():
     mapping = PolicyMapping(MatchEnv(num_envs=2, N=3, A=4).info, "all")  # obs 4 + one-hot of 3 agents, state 12
-    assert critic_model_config("state", mapping, "shared") == {"critic_dim": 15, "critic_heads": 1, "team_critic": False}
+    assert critic_model_config("state", mapping, "shared") == {
+        "critic_dim": 15,
+        "critic_heads": 1,
+        "team_critic": False,
+    }
     assert critic_model_config("team", mapping, "shared") == {"critic_dim": 12, "critic_heads": 3, "team_critic": True}
     assert critic_model_config("obs", mapping, "shared")["critic_dim"] == mapping.obs_dim("shared")
 
@@ -155,8 +201,15 @@ def test_sequences_are_env_copy_agent_rows(critic):
     rollout = random_rollout(T, B, N, S, D, recurrent=True)
     cols = sequences(rollout, critic)
     C = S + N if critic == "state" else D
-    shapes = {"obs": (B * N, T + 1, D), "critic_in": (B * N, T + 1, C), "final_critic_in": (B * N, T, C),
-              "rewards": (B * N, T), "h": (B * N, T, 5), "starts": (B * N, T), "terminated": (B * N, T)}
+    shapes = {
+        "obs": (B * N, T + 1, D),
+        "critic_in": (B * N, T + 1, C),
+        "final_critic_in": (B * N, T, C),
+        "rewards": (B * N, T),
+        "h": (B * N, T, 5),
+        "starts": (B * N, T),
+        "terminated": (B * N, T),
+    }
     assert {k: tuple(cols[k].shape) for k in shapes} == shapes
     mod = rollout["modules"]["shared"]
     b, n = 1, 2
@@ -285,8 +338,14 @@ def test_team_critic_rows_and_advantages_by_hand():
         v = m.values(rollout["state"][:, 1])[:, 2]  # [T+1]
         vf = torch.zeros(T)
         vf[4] = m.values(rollout["final_state"][4, 1])[2]
-        adv = gae(mod["rewards"][:, 1, 2], v[:-1], next_values(v, vf, term[:, 1], trunc[:, 1]), term[:, 1] | trunc[:, 1],
-                  0.9, 0.8)
+        adv = gae(
+            mod["rewards"][:, 1, 2],
+            v[:-1],
+            next_values(v, vf, term[:, 1], trunc[:, 1]),
+            term[:, 1] | trunc[:, 1],
+            0.9,
+            0.8,
+        )
     rows = torch.arange(T) + T * 1  # env-step rows of copy 1
     assert torch.allclose(out["advantages"][rows, 2], adv, atol=1e-6)
     assert torch.allclose(out["returns"][rows, 2], adv + v[:-1], atol=1e-6)
@@ -316,8 +375,10 @@ def test_minibatches_cover_every_row_once_per_epoch():
     torch.manual_seed(0)
     module = layout()
     learner = Bare({"a": module, "b": module}, **{**CFG, "epochs": 2, "num_minibatches": 3})
-    data = {mid: {"actions": torch.arange(10) + off, "twice": 2 * (torch.arange(10) + off)}
-            for mid, off in (("a", 0), ("b", 100))}
+    data = {
+        mid: {"actions": torch.arange(10) + off, "twice": 2 * (torch.arange(10) + off)}
+        for mid, off in (("a", 0), ("b", 100))
+    }
     learner.run_epochs(data)
     assert len(learner.steps) == 2 * 3 and all(set(s) == {"a", "b"} for s in learner.steps)  # every module, every step
     for epoch in (learner.steps[:3], learner.steps[3:]):
@@ -354,8 +415,13 @@ def test_loss_sees_flat_rows_after_the_value_normaliser_update():
     module = layout(recurrent=True, value_norm=Norm())
     learner = Learner({"m": module}, **{**CFG, "value_norm": True, "scale": 2.0})
     active = torch.tensor([[True, False], [True, True]])
-    batch = {"returns": torch.tensor([[1.0, 2.0], [3.0, 4.0]]), "active": active, "h0": torch.zeros(2, 5),
-             "starts": torch.zeros(2, 2, dtype=torch.bool), "critic_in": torch.zeros(2, 2, 3)}
+    batch = {
+        "returns": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
+        "active": active,
+        "h0": torch.zeros(2, 5),
+        "starts": torch.zeros(2, 2, dtype=torch.bool),
+        "critic_in": torch.zeros(2, 2, 3),
+    }
     loss = learner.compute_loss_for_module(module_id="m", config=None, batch=batch, fwd_out={"values": torch.ones(4)})
     assert loss.item() == 8.0 and set(seen) == {"returns", "active"} and seen["returns"].shape == (4,)
     assert folded[0].tolist() == [1.0, 3.0, 4.0] and learner.metrics.logged[("m", "policy_loss")] == 8.0

@@ -1,4 +1,5 @@
 """Every way a PettingZoo user names an env resolves (envs/pettingzoo/names.py)."""
+
 import pytest
 
 import marl
@@ -6,29 +7,35 @@ from marl.envs.pettingzoo import names
 from marl.errors import MarlError
 
 
-@pytest.mark.parametrize("written, path", [
-    ("pettingzoo.classic.tictactoe_v3", "pettingzoo.classic.tictactoe_v3"),
-    ("classic.tictactoe_v3", "pettingzoo.classic.tictactoe_v3"),
-    ("tictactoe_v3", "pettingzoo.classic.tictactoe_v3"),
-    ("tictactoe", "pettingzoo.classic.tictactoe_v3"),
-    ("classic.connect_four", "pettingzoo.classic.connect_four_v3"),
-    ("pistonball_v6", "pettingzoo.butterfly.pistonball_v6"),
-    ("simple_tag_v3", "mpe2.simple_tag_v3"),  # PettingZoo's MPE lives in mpe2 now
-    ("mpe2.simple_tag", "mpe2.simple_tag_v3"),
-    ("mypkg.envs.arena_v1", "mypkg.envs.arena_v1"),  # another package's path: left to the importer
-    ("json", "json"),  # a top-level module that exists
-    ("mypkg.mod:ArenaEnv", "mypkg.mod:ArenaEnv"),
-])
+@pytest.mark.parametrize(
+    "written, path",
+    [
+        ("pettingzoo.classic.tictactoe_v3", "pettingzoo.classic.tictactoe_v3"),
+        ("classic.tictactoe_v3", "pettingzoo.classic.tictactoe_v3"),
+        ("tictactoe_v3", "pettingzoo.classic.tictactoe_v3"),
+        ("tictactoe", "pettingzoo.classic.tictactoe_v3"),
+        ("classic.connect_four", "pettingzoo.classic.connect_four_v3"),
+        ("pistonball_v6", "pettingzoo.butterfly.pistonball_v6"),
+        ("simple_tag_v3", "mpe2.simple_tag_v3"),  # PettingZoo's MPE lives in mpe2 now
+        ("mpe2.simple_tag", "mpe2.simple_tag_v3"),
+        ("mypkg.envs.arena_v1", "mypkg.envs.arena_v1"),  # another package's path: left to the importer
+        ("json", "json"),  # a top-level module that exists
+        ("mypkg.mod:ArenaEnv", "mypkg.mod:ArenaEnv"),
+    ],
+)
 def test_forms_resolve(written, path):
     assert names.resolve_name(written) == path
 
 
-@pytest.mark.parametrize("written, closest", [
-    ("tictactoe_v4", "'tictactoe_v3'"),
-    ("classic.tictacto_v3", "'classic.tictactoe_v3'"),
-    ("pettingzoo.classic.tictactoe_v9", "'pettingzoo.classic.tictactoe_v3'"),
-    ("conect_four", "'connect_four'"),
-])
+@pytest.mark.parametrize(
+    "written, closest",
+    [
+        ("tictactoe_v4", "'tictactoe_v3'"),
+        ("classic.tictacto_v3", "'classic.tictactoe_v3'"),
+        ("pettingzoo.classic.tictactoe_v9", "'pettingzoo.classic.tictactoe_v3'"),
+        ("conect_four", "'connect_four'"),
+    ],
+)
 def test_typos_name_the_closest_in_the_form_written(written, closest):
     with pytest.raises(MarlError, match=f"Unknown PettingZoo env module '{written}'. Did you mean {closest}"):
         names.resolve_name(written)

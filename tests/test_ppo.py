@@ -2,6 +2,7 @@
 
 GAE, the time-limit bootstrap, advantage normalisation, critic inputs and the learner's data path are the
 on-policy core's (marl/engine/on_policy.py): tests/test_on_policy_core.py."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -44,9 +45,19 @@ def test_value_norm_mask_ignores_inactive():
 def _losses(logp, adv, values=None, values_old=None, targets=None, active=None, clip=0.2, value_clip=0.2):
     n = logp.shape[0]
     z = torch.zeros(n)
-    return ppo_losses(logp, z, adv, z, z if values is None else values, z if values_old is None else values_old,
-                      z if targets is None else targets, torch.ones(n, dtype=torch.bool) if active is None else active,
-                      clip, value_clip, 10.0)
+    return ppo_losses(
+        logp,
+        z,
+        adv,
+        z,
+        z if values is None else values,
+        z if values_old is None else values_old,
+        z if targets is None else targets,
+        torch.ones(n, dtype=torch.bool) if active is None else active,
+        clip,
+        value_clip,
+        10.0,
+    )
 
 
 def test_ppo_clip_gradient_zero_outside_trust_region():
@@ -70,8 +81,14 @@ def test_clipped_value_loss_equals_plain_inside_clip():
 def test_inactive_rows_give_zero_gradient():
     logp = torch.zeros(3, requires_grad=True)
     values = torch.zeros(3, requires_grad=True)
-    out = _losses(logp, torch.tensor([1.0, 2.0, 3.0]), values, torch.zeros(3), torch.ones(3),
-                  active=torch.tensor([True, False, True]))
+    out = _losses(
+        logp,
+        torch.tensor([1.0, 2.0, 3.0]),
+        values,
+        torch.zeros(3),
+        torch.ones(3),
+        active=torch.tensor([True, False, True]),
+    )
     (out["policy_loss"] + out["value_loss"]).backward()
     assert logp.grad[1] == 0 and values.grad[1] == 0
     assert logp.grad[0] != 0 and values.grad[0] != 0
@@ -79,10 +96,22 @@ def test_inactive_rows_give_zero_gradient():
 
 def _module(discrete=True, recurrent=False, obs_dim=4, n_actions=3):
     space = gym.spaces.Discrete(n_actions) if discrete else gym.spaces.Box(-1, 1, (n_actions,), np.float32)
-    cfg = dict(obs_dim=obs_dim, critic_dim=6, n_actions=n_actions, discrete=discrete, hidden=16, layers=2,
-               activation="relu", layer_norm=True, recurrent=recurrent, policy_gain=1.0, log_std_init=-0.5)
-    return PPOModule(observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
-                     action_space=space, model_config=cfg)
+    cfg = dict(
+        obs_dim=obs_dim,
+        critic_dim=6,
+        n_actions=n_actions,
+        discrete=discrete,
+        hidden=16,
+        layers=2,
+        activation="relu",
+        layer_norm=True,
+        recurrent=recurrent,
+        policy_gain=1.0,
+        log_std_init=-0.5,
+    )
+    return PPOModule(
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32), action_space=space, model_config=cfg
+    )
 
 
 def test_action_mask_gives_zero_probability_and_finite_logp():
@@ -181,14 +210,31 @@ def test_learner_passes_the_config_to_the_loss_in_order():
     m, M = _module(), 32
     cfg = dict(value_norm=True, clip=0.1, value_clip=0.3, huber_delta=0.5, entropy_coef=0.05, value_loss_coef=0.7)
     learner = BarePPO({"m": m}, **cfg)
-    rows = {"obs": torch.randn(M, 4), "critic_in": torch.randn(M, 6), "actions": torch.randint(0, 3, (M,)),
-            "advantages": torch.randn(M), "returns": 3 * torch.randn(M), "values_old": torch.randn(M),
-            "active": torch.rand(M) > 0.2}
+    rows = {
+        "obs": torch.randn(M, 4),
+        "critic_in": torch.randn(M, 6),
+        "actions": torch.randint(0, 3, (M,)),
+        "advantages": torch.randn(M),
+        "returns": 3 * torch.randn(M),
+        "values_old": torch.randn(M),
+        "active": torch.rand(M) > 0.2,
+    }
     fwd = m._forward_train(rows)
     rows["logp_old"] = m.log_prob_entropy(fwd["dist_in"], rows["actions"], None)[0].detach() + 0.2 * torch.randn(M)
     loss = learner.compute_loss_for_module(module_id="m", config=None, batch=rows, fwd_out=fwd)
     logp, ent = m.log_prob_entropy(fwd["dist_in"], rows["actions"], None)
-    parts = ppo_losses(logp, rows["logp_old"], rows["advantages"], ent, fwd["values"], rows["values_old"],
-                       m.value_norm.normalize(rows["returns"]), rows["active"], 0.1, 0.3, 0.5)
+    parts = ppo_losses(
+        logp,
+        rows["logp_old"],
+        rows["advantages"],
+        ent,
+        fwd["values"],
+        rows["values_old"],
+        m.value_norm.normalize(rows["returns"]),
+        rows["active"],
+        0.1,
+        0.3,
+        0.5,
+    )
     assert 0 < parts["clip_fraction"] < 1 and m.value_norm.debias > 0  # the clip binds; the normaliser was updated
     assert torch.allclose(loss, parts["policy_loss"] - 0.05 * parts["entropy"] + 0.7 * parts["value_loss"])

@@ -1,5 +1,6 @@
 """Checkpoint pruning orders by iteration (not by name), keeps the checkpoint a run resumed from and
 any newer one, never overwrites a checkpoint, and a save that fails leaves no half checkpoint."""
+
 from pathlib import Path
 
 import pytest
@@ -71,13 +72,16 @@ def test_a_failed_save_leaves_no_checkpoint_and_the_next_save_cleans_up(tmp_path
 
 
 def test_in_place_resume_with_keep_one_keeps_the_resumed_checkpoint(ray_session, tmp_path):
-    first = MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 2}, log_dir=str(tmp_path), keep_checkpoints=1,
-                                     checkpoint_every=1, **QUICK)
+    first = MatchEnv(num_envs=4).fit(
+        "ippo", stop={"iterations": 2}, log_dir=str(tmp_path), keep_checkpoints=1, checkpoint_every=1, **QUICK
+    )
     run = Path(first.log_dir)
     assert _names(run) == ["checkpoint_000002"]
-    more = MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 5}, resume=first.checkpoint, keep_checkpoints=1,
-                                    checkpoint_every=1, **QUICK)
+    more = MatchEnv(num_envs=4).fit(
+        "ippo", stop={"iterations": 5}, resume=first.checkpoint, keep_checkpoints=1, checkpoint_every=1, **QUICK
+    )
     assert more.log_dir == str(run) and _names(run) == ["checkpoint_000002", "checkpoint_000005"]
-    again = MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 5}, resume=more.checkpoint, keep_checkpoints=1,
-                                     **QUICK)  # stop already reached: no iteration, nothing overwritten
+    again = MatchEnv(num_envs=4).fit(
+        "ippo", stop={"iterations": 5}, resume=more.checkpoint, keep_checkpoints=1, **QUICK
+    )  # stop already reached: no iteration, nothing overwritten
     assert again.checkpoint == more.checkpoint and _names(run) == ["checkpoint_000002", "checkpoint_000005"]

@@ -2,6 +2,7 @@
 
 No Ray except the last test (a 2-iteration QMIX run). About half a minute.
 """
+
 import pytest
 import torch
 from test_offbeat import _run_pair
@@ -74,9 +75,11 @@ def test_registered_and_shapes():
     assert s.obs["planter"].shape == (3, 2, 22) and s.state.shape == (3, 103) == (3, a.info.state_dim)
     assert make_env("afforestation", num_envs=1, view=2).info.groups["planter"].obs_dim == 4 + 2 * 25
     for env in (q, a):
+
         def check(t, s, grp=env.group):
             assert (s.obs[grp].abs() <= 1).all() and (s.state.abs() <= 1).all()
             assert s.avail_actions[grp].all() and s.alive[grp].all() and not s.terminated.any()
+
         play(env, 60, each=check)
 
 
@@ -216,6 +219,7 @@ def test_episode_limit_and_stats(name):
 
     def check(t, s):
         assert bool(s.truncated.all()) == (t in (4, 9)) and not s.terminated.any()
+
     out = play(env, 10, each=check)
     assert out["episode_length"] == [5.0] * 4 and all(k in out for k in env.metrics)
     for m in env.metrics:
@@ -225,20 +229,23 @@ def test_episode_limit_and_stats(name):
         assert [r / n for r in out["return_miner"]] == pytest.approx(out["ore_delivered"])
 
 
-@pytest.mark.parametrize("name,kw,match", [
-    ("quarry", {"n_miners": 0}, "n_miners must be an int >= 1, got 0"),
-    ("quarry", {"size": 1.5}, "size must be an int >= 2, got 1.5"),
-    ("quarry", {"n_stones": -1}, "n_stones must be an int >= 0, got -1"),
-    ("quarry", {"boulder_miners": 4}, r"boulder_miners \(4\) cannot exceed n_miners \(3\)"),
-    ("quarry", {"depot": (7, 0)}, r"depot must be a cell .* got \(7, 0\)"),
-    ("quarry", {"stone_ore": -1}, "stone_ore must be a number >= 0, got -1"),
-    ("quarry", {"n_miner": 2}, "Did you mean 'n_miners'"),
-    ("afforestation", {"grow_steps": 0}, "grow_steps must be an int >= 1, got 0"),
-    ("afforestation", {"n_planters": True}, "n_planters must be an int >= 1, got True"),
-    ("afforestation", {"view": -1}, "view must be an int >= 0, got -1"),
-    ("afforestation", {"neighbour_reward": "1"}, "neighbour_reward must be a number >= 0, got '1'"),
-    ("afforestation", {"grow": 3}, "Did you mean 'grow_steps'"),
-])
+@pytest.mark.parametrize(
+    "name,kw,match",
+    [
+        ("quarry", {"n_miners": 0}, "n_miners must be an int >= 1, got 0"),
+        ("quarry", {"size": 1.5}, "size must be an int >= 2, got 1.5"),
+        ("quarry", {"n_stones": -1}, "n_stones must be an int >= 0, got -1"),
+        ("quarry", {"boulder_miners": 4}, r"boulder_miners \(4\) cannot exceed n_miners \(3\)"),
+        ("quarry", {"depot": (7, 0)}, r"depot must be a cell .* got \(7, 0\)"),
+        ("quarry", {"stone_ore": -1}, "stone_ore must be a number >= 0, got -1"),
+        ("quarry", {"n_miner": 2}, "Did you mean 'n_miners'"),
+        ("afforestation", {"grow_steps": 0}, "grow_steps must be an int >= 1, got 0"),
+        ("afforestation", {"n_planters": True}, "n_planters must be an int >= 1, got True"),
+        ("afforestation", {"view": -1}, "view must be an int >= 0, got -1"),
+        ("afforestation", {"neighbour_reward": "1"}, "neighbour_reward must be a number >= 0, got '1'"),
+        ("afforestation", {"grow": 3}, "Did you mean 'grow_steps'"),
+    ],
+)
 def test_bad_args(name, kw, match):
     with pytest.raises(MarlError, match=match):
         make_env(name, **kw)
@@ -303,10 +310,14 @@ def random_rates(name, action, d, episodes_per_env=4, B=64, seed=0):
 def test_random_play_rates():
     q = {d: random_rates("quarry", "mine", d) for d in (1, 3, 5)}
     f = {d: random_rates("afforestation", "plant", d) for d in (1, 3, 5)}
-    print("quarry (ore, stones, boulders):",
-          {d: (r["ore_delivered"], r["stones_mined"], r["boulders_mined"]) for d, r in q.items()})
-    print("afforestation (trees, saplings, team return):",
-          {d: (r["trees_grown"], r["saplings_planted"], r["team_return"]) for d, r in f.items()})
+    print(
+        "quarry (ore, stones, boulders):",
+        {d: (r["ore_delivered"], r["stones_mined"], r["boulders_mined"]) for d, r in q.items()},
+    )
+    print(
+        "afforestation (trees, saplings, team return):",
+        {d: (r["trees_grown"], r["saplings_planted"], r["team_return"]) for d, r in f.items()},
+    )
     for r in q.values():
         assert 0.5 < r["stones_mined"] < 10 and r["boulders_mined"] < 0.5
         assert 0 < r["ore_delivered"] <= r["stones_mined"] + 5 * 3 * r["boulders_mined"]

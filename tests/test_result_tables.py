@@ -4,6 +4,7 @@ tables of a small hand-made report have hand-computed values.
 
 Statistics: Agarwal et al. 2021 (arXiv:2108.13264); protocol: Gorsane et al. 2022 (arXiv:2209.10485).
 """
+
 from __future__ import annotations
 
 import json
@@ -64,24 +65,62 @@ def test_a_drifted_doc_number_fails_check_and_a_rewrite_restores_it(tmp_path, ca
 
 # ------------------------------------------------------------------ a hand-made report
 def _row(iqm, ci, flag_refs=()):
-    return {"runs": 3, "iqm": iqm, "iqm_ci": ci, "mean": iqm, "mean_ci": ci, "median": iqm,
-            "references": [{"flag": f} for f in flag_refs]}
+    return {
+        "runs": 3,
+        "iqm": iqm,
+        "iqm_ci": ci,
+        "mean": iqm,
+        "mean_ci": ci,
+        "median": iqm,
+        "references": [{"flag": f} for f in flag_refs],
+    }
 
 
 def _report() -> Dict[str, Any]:
     """Two algorithms on one task; qmix has a reference it disagrees with, mappo none."""
-    curve = {"step_count": [0, 1000, 2000], "runs": 3, "iqm": [1.0, 5.0, 14.5], "ci_low": [1.0, 4.0, 14.0],
-             "ci_high": [1.0, 6.0, 15.25]}
-    return {"suite": "tiny", "reps": 10, "seed": 0, "confidence": 0.95,
-            "provenance": ["versions: marl 1.0, Ray 2.60.0", "git commit: abc123", "hardware: cpu X", "time: t0"],
-            "envs": {"matrix": {"metric": "return", "notes": [],
-                                "tasks": {"two_step": {"algos": {"mappo": _row(16.0, [16.0, 16.0]),
-                                                                 "qmix": _row(14.6667, [14.0, 16.0], [True])},
-                                                       "curves": {"mappo": curve}}},
-                                "aggregate": {"tasks": ["two_step"], "left_out": [], "algos": {
-                                    "mappo": {"runs": 3, "tasks": 1, "iqm": 1.0, "iqm_ci": [1.0, 1.0], "mean": 1.0,
-                                              "mean_ci": [1.0, 1.0], "median": 1.0, "median_ci": [1.0, 1.0]}}}}},
-            "targets": []}
+    curve = {
+        "step_count": [0, 1000, 2000],
+        "runs": 3,
+        "iqm": [1.0, 5.0, 14.5],
+        "ci_low": [1.0, 4.0, 14.0],
+        "ci_high": [1.0, 6.0, 15.25],
+    }
+    return {
+        "suite": "tiny",
+        "reps": 10,
+        "seed": 0,
+        "confidence": 0.95,
+        "provenance": ["versions: marl 1.0, Ray 2.60.0", "git commit: abc123", "hardware: cpu X", "time: t0"],
+        "envs": {
+            "matrix": {
+                "metric": "return",
+                "notes": [],
+                "tasks": {
+                    "two_step": {
+                        "algos": {"mappo": _row(16.0, [16.0, 16.0]), "qmix": _row(14.6667, [14.0, 16.0], [True])},
+                        "curves": {"mappo": curve},
+                    }
+                },
+                "aggregate": {
+                    "tasks": ["two_step"],
+                    "left_out": [],
+                    "algos": {
+                        "mappo": {
+                            "runs": 3,
+                            "tasks": 1,
+                            "iqm": 1.0,
+                            "iqm_ci": [1.0, 1.0],
+                            "mean": 1.0,
+                            "mean_ci": [1.0, 1.0],
+                            "median": 1.0,
+                            "median_ci": [1.0, 1.0],
+                        }
+                    },
+                },
+            }
+        },
+        "targets": [],
+    }
 
 
 def _suite(report=None, provenance=None) -> tables.SuiteResults:
@@ -98,13 +137,24 @@ def test_task_table_of_a_hand_made_report():
 
 
 def test_final_aggregate_value_and_provenance_blocks():
-    res = _suite(provenance={"wall_clock_s": 272.4, "hardware": {"cpu": "X", "cpus": 2, "memory_gib": 8.0, "gpus": []},
-                             "runs": {"matrix/two_step/mappo/seed_0": {"wall_clock_s": 7.4},
-                                      "matrix/two_step/mappo/seed_1": {"wall_clock_s": 5.2},
-                                      "matrix/two_step/qmix/seed_0": {"wall_clock_s": 11.0}}})
-    assert tables.render(res, "final:matrix/two_step").splitlines()[2] == "| mappo | 3 | 2,000 | 14.500 [14.000, 15.250] |"
-    assert tables.render(res, "aggregate:matrix").splitlines()[-1] == \
-        "| mappo | 3 x 1 | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] |"
+    res = _suite(
+        provenance={
+            "wall_clock_s": 272.4,
+            "hardware": {"cpu": "X", "cpus": 2, "memory_gib": 8.0, "gpus": []},
+            "runs": {
+                "matrix/two_step/mappo/seed_0": {"wall_clock_s": 7.4},
+                "matrix/two_step/mappo/seed_1": {"wall_clock_s": 5.2},
+                "matrix/two_step/qmix/seed_0": {"wall_clock_s": 11.0},
+            },
+        }
+    )
+    assert (
+        tables.render(res, "final:matrix/two_step").splitlines()[2] == "| mappo | 3 | 2,000 | 14.500 [14.000, 15.250] |"
+    )
+    assert (
+        tables.render(res, "aggregate:matrix").splitlines()[-1]
+        == "| mappo | 3 x 1 | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] |"
+    )
     assert tables.render(res, "value:matrix/two_step/qmix/iqm") == "14.667"
     assert tables.render(res, "wall_clock") == "4 min 32 s"
     prov = tables.render(res, "provenance")
@@ -119,8 +169,10 @@ def test_duration(seconds, text):
 
 
 def test_rewrite_changes_only_the_blocks_and_is_idempotent():
-    text = ("# Title\n\nkeep this 99.9\n<!-- results:tiny:task:matrix/two_step -->\nold table\n<!-- /results -->\n"
-            "QMIX scores <!-- results:tiny:value:matrix/two_step/qmix/median -->0<!-- /results --> here.\n")
+    text = (
+        "# Title\n\nkeep this 99.9\n<!-- results:tiny:task:matrix/two_step -->\nold table\n<!-- /results -->\n"
+        "QMIX scores <!-- results:tiny:value:matrix/two_step/qmix/median -->0<!-- /results --> here.\n"
+    )
     new = tables.rewrite_text(text, lambda s: _suite())
     assert new.startswith("# Title\n\nkeep this 99.9\n<!-- results:tiny:task:matrix/two_step -->\n| algo |")
     assert "old table" not in new
@@ -128,15 +180,29 @@ def test_rewrite_changes_only_the_blocks_and_is_idempotent():
     assert tables.rewrite_text(new, lambda s: _suite()) == new
 
 
-@pytest.mark.parametrize("text, message", [
-    ("a\n<!-- results:tiny:task:matrix/two_step -->\n| x |\n", r"doc.md:2: a results marker without"),
-    ("<!-- results:tiny:task:matrix/two_step -->\n<!-- results:tiny:targets -->\n<!-- /results -->",
-     r"doc.md:2: a results marker without"),
-    ("<!-- results:tiny:tabel:matrix -->x<!-- /results -->", r"doc.md:1: Unknown results block kind 'tabel'; valid: .*task"),
-    ("<!-- results:tiny:task:matrix/three_step -->x<!-- /results -->", r"Unknown task 'three_step' in tiny/matrix; valid: two_step"),
-    ("<!-- results:tiny:value:matrix/two_step/qmix/max -->x<!-- /results -->", r"Unknown statistic 'max'; valid: iqm, mean, median"),
-    ("<!-- results:tiny:targets -->x<!-- /results -->", r"has no targets"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a\n<!-- results:tiny:task:matrix/two_step -->\n| x |\n", r"doc.md:2: a results marker without"),
+        (
+            "<!-- results:tiny:task:matrix/two_step -->\n<!-- results:tiny:targets -->\n<!-- /results -->",
+            r"doc.md:2: a results marker without",
+        ),
+        (
+            "<!-- results:tiny:tabel:matrix -->x<!-- /results -->",
+            r"doc.md:1: Unknown results block kind 'tabel'; valid: .*task",
+        ),
+        (
+            "<!-- results:tiny:task:matrix/three_step -->x<!-- /results -->",
+            r"Unknown task 'three_step' in tiny/matrix; valid: two_step",
+        ),
+        (
+            "<!-- results:tiny:value:matrix/two_step/qmix/max -->x<!-- /results -->",
+            r"Unknown statistic 'max'; valid: iqm, mean, median",
+        ),
+        ("<!-- results:tiny:targets -->x<!-- /results -->", r"has no targets"),
+    ],
+)
 def test_bad_blocks_are_errors_naming_the_place(text, message):
     with pytest.raises(MarlError, match=message):
         tables.rewrite_text(text, lambda s: _suite(), "doc.md")
@@ -153,10 +219,20 @@ def test_unknown_suite_names_the_kept_ones(tmp_path):
 def _run_folder(path: Path) -> Path:
     """A finished 'tiny' suite: qmix, 3 seeds, absolute returns 1, 2 and 3 (IQM = mean = median = 2 below 4 runs)."""
     path.mkdir()
-    data = {"matrix": {"two_step": {"qmix": {
-        f"seed_{k}": {"step_0": {"step_count": 0, "elapsed_time": 0.0, "return": [0.0, 0.0]},
-                      "step_1": {"step_count": 100, "elapsed_time": 1.0, "return": [float(k + 1)] * 2},
-                      "absolute_metrics": {"return": [float(k + 1)] * 4}} for k in range(3)}}}}
+    data = {
+        "matrix": {
+            "two_step": {
+                "qmix": {
+                    f"seed_{k}": {
+                        "step_0": {"step_count": 0, "elapsed_time": 0.0, "return": [0.0, 0.0]},
+                        "step_1": {"step_count": 100, "elapsed_time": 1.0, "return": [float(k + 1)] * 2},
+                        "absolute_metrics": {"return": [float(k + 1)] * 4},
+                    }
+                    for k in range(3)
+                }
+            }
+        }
+    }
     (path / "results.json").write_text(json.dumps(data))
     (path / "suite.yaml").write_text(yaml.safe_dump({"name": "tiny"}))
     (path / "provenance.json").write_text(json.dumps({"wall_clock_s": 30.0, "runs": {}}))
@@ -168,8 +244,10 @@ def test_import_a_run_folder_then_write_and_check(tmp_path):
     run = _run_folder(tmp_path / "run")
     root = tmp_path / "repo"
     (root / "docs" / "results").mkdir(parents=True)
-    (root / "README.md").write_text("took <!-- results:tiny:wall_clock -->?<!-- /results -->\n"
-                                    "<!-- results:tiny:task:matrix/two_step -->\n<!-- /results -->\n")
+    (root / "README.md").write_text(
+        "took <!-- results:tiny:wall_clock -->?<!-- /results -->\n"
+        "<!-- results:tiny:task:matrix/two_step -->\n<!-- /results -->\n"
+    )
     assert benchmark_main(["tables", "--import", str(run), "--root", str(root)]) == 0
     assert sorted(p.name for p in (root / "docs" / "results" / "tiny").iterdir()) == sorted(tables.KEPT_FILES)
     text = (root / "README.md").read_text()

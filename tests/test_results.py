@@ -1,4 +1,5 @@
 """What ``fit`` and ``marl.load`` return, and how often ``fit`` starts Ray."""
+
 import marl
 import marl.api as api
 from marl.config import config_class

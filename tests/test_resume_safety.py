@@ -1,6 +1,7 @@
 """Resuming cannot corrupt a run: mismatches are refused before anything is written, a run continues
 in place only from its latest checkpoint (else a new folder records its parent), damaged checkpoints
 are named, failed runs keep their files, and no step is logged twice."""
+
 import csv
 import json
 import os
@@ -23,8 +24,14 @@ from toy_envs import MatchEnv
 @pytest.fixture(scope="module")
 def base_run(ray_session, tmp_path_factory):
     """An ippo run on MatchEnv with checkpoints at iterations 1, 2, 3 (20 env steps each)."""
-    res = MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 3}, log_dir=str(tmp_path_factory.mktemp("base")),
-                                   checkpoint_every=1, keep_checkpoints=0, **QUICK)
+    res = MatchEnv(num_envs=4).fit(
+        "ippo",
+        stop={"iterations": 3},
+        log_dir=str(tmp_path_factory.mktemp("base")),
+        checkpoint_every=1,
+        keep_checkpoints=0,
+        **QUICK,
+    )
     return Path(res.log_dir)
 
 
@@ -60,13 +67,21 @@ MISMATCHES = [
 
 
 @pytest.mark.parametrize("algo, env_changes, overrides, message", MISMATCHES)
-def test_mismatch_is_refused_before_anything_is_written(base_run, tmp_path, monkeypatch, algo, env_changes,
-                                                        overrides, message):
+def test_mismatch_is_refused_before_anything_is_written(
+    base_run, tmp_path, monkeypatch, algo, env_changes, overrides, message
+):
     _no_ray(monkeypatch)
     before, log_dir = snapshot(base_run), tmp_path / "new_runs"
     with pytest.raises(MarlError, match=message) as e:
-        api.fit(_env(**env_changes), algo, stop={"iterations": 4}, resume=str(base_run), log_dir=str(log_dir),
-                **overrides, **QUICK)
+        api.fit(
+            _env(**env_changes),
+            algo,
+            stop={"iterations": 4},
+            resume=str(base_run),
+            log_dir=str(log_dir),
+            **overrides,
+            **QUICK,
+        )
     assert "checkpoint_000003" in str(e.value) and "(checkpoint vs now)" in str(e.value)
     assert snapshot(base_run) == before and not log_dir.exists()
 
@@ -77,8 +92,14 @@ def test_networks_that_do_not_fit_are_a_clear_error_and_write_nothing(base_run, 
         MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 4}, resume=str(base_run), agent_id=False, **QUICK)
     assert "checkpoint_000003" in str(e.value) and "log_dir" not in str(e.value)
     with pytest.raises(MarlError, match=r"recurrent: False vs True"):  # an older checkpoint: a new folder, removed
-        MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 4}, resume=str(base_run / "checkpoints" /
-                                 "checkpoint_000001"), recurrent=True, log_dir=str(tmp_path / "runs"), **QUICK)
+        MatchEnv(num_envs=4).fit(
+            "ippo",
+            stop={"iterations": 4},
+            resume=str(base_run / "checkpoints" / "checkpoint_000001"),
+            recurrent=True,
+            log_dir=str(tmp_path / "runs"),
+            **QUICK,
+        )
     assert snapshot(base_run) == before and list((tmp_path / "runs").iterdir()) == []
 
 
@@ -87,8 +108,13 @@ def test_every_difference_is_listed_and_missing_entries_are_not_compared(base_ru
     env = _env(N=3, scenario="other")
     mapping = {a: "shared" for a in env.info.agents}
     diffs = compare_with_checkpoint(meta, "mappo", env.info, mapping)
-    assert [d.split(":")[0] for d in diffs] == ["algorithm", "scenario", "agents", "agents of group 'agent'",
-                                                "state size (state_dim)"]
+    assert [d.split(":")[0] for d in diffs] == [
+        "algorithm",
+        "scenario",
+        "agents",
+        "agents of group 'agent'",
+        "state size (state_dim)",
+    ]
     assert diffs[-1] == "state size (state_dim): 6 vs 9"
     assert compare_with_checkpoint({"algo": "mappo"}, "mappo", env.info, mapping) == []  # an older, shorter meta
 
@@ -104,8 +130,7 @@ def test_checkpoint_from_before_manifests_and_markers_still_resumes_in_place(run
 
 
 def test_latest_checkpoint_continues_in_place(run_copy):
-    res = MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 5}, resume=str(run_copy), checkpoint_every=1,
-                                   **QUICK)
+    res = MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 5}, resume=str(run_copy), checkpoint_every=1, **QUICK)
     assert res.log_dir == str(run_copy) and not (run_copy / PARENT_FILE).exists()
     rows = list(csv.DictReader(open(run_copy / "progress.csv")))
     assert [int(r["env_steps"]) for r in rows] == [20, 40, 60, 80, 100]
@@ -119,7 +144,11 @@ def test_older_checkpoint_starts_a_new_run_with_its_parent_and_leaves_the_source
     new = Path(res.log_dir)
     assert new.parent == tmp_path and new != base_run and snapshot(base_run) == before
     assert json.loads((new / PARENT_FILE).read_text()) == {
-        "run": str(base_run.resolve()), "checkpoint": str(ckpt.resolve()), "iteration": 1, "env_steps": 20}
+        "run": str(base_run.resolve()),
+        "checkpoint": str(ckpt.resolve()),
+        "iteration": 1,
+        "env_steps": 20,
+    }
     assert (new / RUN_MARKER).exists() and res.metrics["iteration"] == 3 and res.metrics["env_steps"] == 60
     assert [int(r["env_steps"]) for r in csv.DictReader(open(new / "progress.csv"))] == [40, 60]
 
@@ -127,8 +156,9 @@ def test_older_checkpoint_starts_a_new_run_with_its_parent_and_leaves_the_source
 def test_a_checkpoint_copied_elsewhere_starts_a_new_run(base_run, tmp_path):
     copy = Path(shutil.copytree(base_run / "checkpoints" / "checkpoint_000003", tmp_path / "saved" / "ck"))
     before = snapshot(copy.parent)
-    res = MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 4}, resume=str(copy), log_dir=str(tmp_path / "runs"),
-                                   **QUICK)
+    res = MatchEnv(num_envs=4).fit(
+        "ippo", stop={"iterations": 4}, resume=str(copy), log_dir=str(tmp_path / "runs"), **QUICK
+    )
     assert Path(res.log_dir).parent == tmp_path / "runs" and snapshot(copy.parent) == before
     assert json.loads((Path(res.log_dir) / PARENT_FILE).read_text())["run"] is None
 
@@ -151,9 +181,15 @@ def _damage(ckpt: Path, how: str) -> str:
     return rel
 
 
-@pytest.mark.parametrize("how, says", [("truncated", "has .* bytes, .* were written \\(truncated\\)"),
-                                       ("missing", "is missing"), ("changed", "does not match its sha256"),
-                                       ("meta missing", "is missing")])
+@pytest.mark.parametrize(
+    "how, says",
+    [
+        ("truncated", "has .* bytes, .* were written \\(truncated\\)"),
+        ("missing", "is missing"),
+        ("changed", "does not match its sha256"),
+        ("meta missing", "is missing"),
+    ],
+)
 def test_damaged_checkpoint_is_named_by_load_and_resume(run_copy, tmp_path, monkeypatch, how, says):
     ckpt = run_copy / "checkpoints" / "checkpoint_000003"
     rel = _damage(ckpt, how)
@@ -163,8 +199,9 @@ def test_damaged_checkpoint_is_named_by_load_and_resume(run_copy, tmp_path, monk
     _no_ray(monkeypatch)
     before = snapshot(run_copy)
     with pytest.raises(MarlError, match=pattern):
-        api.fit(MatchEnv(num_envs=4), "ippo", stop={"iterations": 4}, resume=str(run_copy), log_dir=str(tmp_path),
-                **QUICK)
+        api.fit(
+            MatchEnv(num_envs=4), "ippo", stop={"iterations": 4}, resume=str(run_copy), log_dir=str(tmp_path), **QUICK
+        )
     assert snapshot(run_copy) == before and list(tmp_path.iterdir()) == [run_copy.parent]
 
 
@@ -198,8 +235,9 @@ def _tb_steps(run: Path, tag: str):
 
 def test_failed_run_keeps_its_files_and_an_in_place_resume_repeats_no_step(ray_session, tmp_path):
     with pytest.raises(Exception, match="boom at iteration 4"):
-        MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 6}, log_dir=str(tmp_path), checkpoint_every=2,
-                                 callbacks=[Boom()], **QUICK)
+        MatchEnv(num_envs=4).fit(
+            "ippo", stop={"iterations": 6}, log_dir=str(tmp_path), checkpoint_every=2, callbacks=[Boom()], **QUICK
+        )
     (run,) = tmp_path.iterdir()
     assert [p.name for p in list_checkpoints(run)] == ["checkpoint_000002"]
     assert marl.load(str(run)).checkpoint.endswith("checkpoint_000002")

@@ -13,6 +13,7 @@ The scan reads every Python file of the repository (as text, no imports) and fai
 
 RLModule's ``_forward*`` methods are RLlib's documented override points and are allowed.
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,21 +27,42 @@ ROOT = Path(__file__).resolve().parents[1]
 SEAM = ROOT / "marl" / "engine" / "rllib_seam.py"
 SCANNED = ("marl", "algos", "envs", "benchmarks", "examples", "tests")
 ENGINE_MODULES = (  # RLlib's engine classes marl subclasses or holds
-    "ray.rllib.algorithms.algorithm", "ray.rllib.algorithms.algorithm_config", "ray.rllib.core.learner.learner",
-    "ray.rllib.core.learner.torch.torch_learner", "ray.rllib.core.learner.learner_group",
-    "ray.rllib.env.env_runner", "ray.rllib.env.env_runner_group", "ray.rllib.core.rl_module.rl_module",
-    "ray.rllib.core.rl_module.torch.torch_rl_module", "ray.rllib.core.rl_module.multi_rl_module",
-    "ray.rllib.utils.checkpoints", "ray.rllib.utils.actor_manager", "ray.rllib.policy.sample_batch",
+    "ray.rllib.algorithms.algorithm",
+    "ray.rllib.algorithms.algorithm_config",
+    "ray.rllib.core.learner.learner",
+    "ray.rllib.core.learner.torch.torch_learner",
+    "ray.rllib.core.learner.learner_group",
+    "ray.rllib.env.env_runner",
+    "ray.rllib.env.env_runner_group",
+    "ray.rllib.core.rl_module.rl_module",
+    "ray.rllib.core.rl_module.torch.torch_rl_module",
+    "ray.rllib.core.rl_module.multi_rl_module",
+    "ray.rllib.utils.checkpoints",
+    "ray.rllib.utils.actor_manager",
+    "ray.rllib.policy.sample_batch",
     "ray.rllib.utils.metrics.metrics_logger",
 )
 DOCUMENTED_HOOKS = {"_forward", "_forward_train", "_forward_inference", "_forward_exploration"}
-RECEIVERS = {"learner", "learner_group", "env_runner_group", "algo", "algorithm", "trainer", "runner",
-             "env_runner", "local_env_runner", "rl_module", "multi_rl_module"}
+RECEIVERS = {
+    "learner",
+    "learner_group",
+    "env_runner_group",
+    "algo",
+    "algorithm",
+    "trainer",
+    "runner",
+    "env_runner",
+    "local_env_runner",
+    "rl_module",
+    "multi_rl_module",
+}
 
 
 def private_names_of(source: str) -> Set[str]:
     """``_x`` attributes (``self._x``) and methods (``def _x``) in RLlib source text."""
-    names = set(re.findall(r"(?:self|cls)\.(_[a-zA-Z]\w*)", source)) | set(re.findall(r"^\s+def (_[a-zA-Z]\w*)", source, re.M))
+    names = set(re.findall(r"(?:self|cls)\.(_[a-zA-Z]\w*)", source)) | set(
+        re.findall(r"^\s+def (_[a-zA-Z]\w*)", source, re.M)
+    )
     return {n for n in names if not n.startswith("__")} - DOCUMENTED_HOOKS
 
 
@@ -51,8 +73,9 @@ def rllib_private_names() -> Set[str]:
 
 def ray_class_names(cls: type) -> Set[str]:
     """The private names of the RLlib classes in ``cls``'s MRO."""
-    return set().union(*(private_names_of(inspect.getsource(c)) for c in cls.__mro__
-                         if c.__module__.split(".")[0] == "ray"))
+    return set().union(
+        *(private_names_of(inspect.getsource(c)) for c in cls.__mro__ if c.__module__.split(".")[0] == "ray")
+    )
 
 
 def python_files(root: Path) -> List[Path]:
@@ -73,8 +96,10 @@ def rllib_private_by_class(trees: Dict[Path, ast.Module]) -> Dict[str, Set[str]]
                         imported[a.asname or a.name] = ray_class_names(obj)
             elif isinstance(node, ast.ClassDef):
                 bases.setdefault(node.name, set()).update(
-                    b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
-                    if isinstance(b, (ast.Name, ast.Attribute)))
+                    b.id if isinstance(b, ast.Name) else b.attr
+                    for b in node.bases
+                    if isinstance(b, (ast.Name, ast.Attribute))
+                )
     names = dict(imported)
     grown = True
     while grown:  # through marl's own subclasses, to a fixed point
@@ -116,14 +141,22 @@ def violations(root: Path = ROOT) -> List[str]:
             elif isinstance(node, ast.ClassDef) and node.name in derived:
                 own = derived[node.name]
                 for sub in ast.walk(node):
-                    if isinstance(sub, ast.Attribute) and sub.attr in own and receiver(sub) in ("self", "cls", "super()"):
+                    if (
+                        isinstance(sub, ast.Attribute)
+                        and sub.attr in own
+                        and receiver(sub) in ("self", "cls", "super()")
+                    ):
                         out.append(f"{rel}:{sub.lineno}: {node.name} uses RLlib's {receiver(sub)}.{sub.attr}")
                     elif isinstance(sub, ast.FunctionDef) and sub.name in own:
                         out.append(f"{rel}:{sub.lineno}: {node.name} overrides RLlib's {sub.name}")
             elif isinstance(node, ast.Attribute) and node.attr in private and receiver(node) in RECEIVERS:
                 out.append(f"{rel}:{node.lineno}: {receiver(node)}.{node.attr}")
             elif isinstance(node, ast.Call) and ast.unparse(node.func) == "ray.init":
-                out += [f"{rel}:{node.lineno}: ray.init({k.arg}=...)" for k in node.keywords if (k.arg or "").startswith("_")]
+                out += [
+                    f"{rel}:{node.lineno}: ray.init({k.arg}=...)"
+                    for k in node.keywords
+                    if (k.arg or "").startswith("_")
+                ]
     return sorted(set(out))
 
 

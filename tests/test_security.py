@@ -1,4 +1,5 @@
 """Security of what marl starts and reads: a loopback-only Ray with token authentication on."""
+
 import ipaddress
 import json
 import os

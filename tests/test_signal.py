@@ -1,6 +1,7 @@
 """Ctrl-C / SIGTERM during fit: the iteration finishes, a checkpoint is saved and named with the exact
 call or command that resumes, the trainer stops, Ray goes down if marl started it; a second Ctrl-C aborts
 at once. Each test runs a real training process and signals it after its first iteration."""
+
 import json
 import os
 import shutil
@@ -55,8 +56,9 @@ def _start(cmd, tmp_path):
     """Start ``cmd`` in its own session with its own Ray temp dir; returns (process, Ray temp dir)."""
     ray_tmp = f"/tmp/mr{uuid.uuid4().hex[:6]}"  # short: Ray's socket paths must fit in 107 bytes
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(TESTS)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True, cwd=tmp_path
+    )
     return proc, ray_tmp
 
 
@@ -86,7 +88,7 @@ def _script(tmp_path, slow=False, resume=False):
 
 
 def _result(out):
-    return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[len("RESULT ") :])
 
 
 def test_sigterm_saves_a_checkpoint_names_the_resume_call_and_shuts_ray_down(tmp_path):
@@ -100,19 +102,29 @@ def test_sigterm_saves_a_checkpoint_names_the_resume_call_and_shuts_ray_down(tmp
     assert r["type"] == "RunInterrupted" and not r["aborted"] and r["ray"] is False  # fit shut its Ray down
     assert resolve_checkpoint(str(ckpt)) == ckpt  # complete: every file matches its checksum
     assert r["message"].startswith("Training stopped by SIGTERM after iteration ")
-    assert f"Resume with: marl.fit(env, 'ippo', stop={{'iterations': 100000}}, resume='{ckpt}', callbacks=[...]" \
+    assert (
+        f"Resume with: marl.fit(env, 'ippo', stop={{'iterations': 100000}}, resume='{ckpt}', callbacks=[...]"
         in r["message"]
+    )
     assert f"[marl] SIGTERM: checkpoint saved: {ckpt}" in out
     assert "SIGTERM: finishing this iteration, then saving a checkpoint" in err and "Traceback" not in err
-    resumed = json.loads(next(line for line in out.splitlines() if line.startswith("RESUMED "))[len("RESUMED "):])
+    resumed = json.loads(next(line for line in out.splitlines() if line.startswith("RESUMED "))[len("RESUMED ") :])
     run = ckpt.parent.parent
     assert resumed["log_dir"] == str(run)  # it was the latest checkpoint: the run continued in place
     assert list_checkpoints(run)[-2] == ckpt and resumed["iteration"] == int(ckpt.name.split("_")[1]) + 1
 
 
 def test_ctrl_c_in_a_terminal_ends_marl_train_with_code_130_and_the_resume_command(tmp_path):
-    items = ["env=mpe:simple_spread", "algo=ippo", "env.num_envs=2", "stop.iterations=100000", "rollout_length=5",
-             "epochs=1", "eval_episodes=0", f"log_dir={tmp_path / 'runs'}"]
+    items = [
+        "env=mpe:simple_spread",
+        "algo=ippo",
+        "env.num_envs=2",
+        "stop.iterations=100000",
+        "rollout_length=5",
+        "epochs=1",
+        "eval_episodes=0",
+        f"log_dir={tmp_path / 'runs'}",
+    ]
     proc, ray_tmp = _start([sys.executable, "-m", "marl.cli", "train", *items], tmp_path)
     _wait_for(proc, "[marl] it     1")
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: every process of the terminal's foreground group
@@ -136,8 +148,9 @@ def test_a_second_ctrl_c_aborts_at_once_and_keeps_the_last_checkpoint(tmp_path):
     assert time.time() - t0 < 25  # did not wait for the 30 s iteration
     r = _result(out)
     assert r["aborted"] and r["ray"] is False and r["checkpoint"].endswith("checkpoint_000001")
-    assert r["message"].startswith("Training aborted by a second SIGINT during iteration 2; nothing of that "
-                                   "iteration was saved. Last checkpoint: ")
+    assert r["message"].startswith(
+        "Training aborted by a second SIGINT during iteration 2; nothing of that iteration was saved. Last checkpoint: "
+    )
     run = Path(r["checkpoint"]).parent.parent
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["checkpoint_000001"]  # no half-written one
     assert "Traceback" not in err

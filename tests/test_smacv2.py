@@ -5,6 +5,7 @@ StarCraft II is not installed here, so a small fake ``StarCraftCapabilityEnvWrap
 consistent battles) is injected through ``sys.modules``; SC2PATH points at a
 temporary folder shaped like a game install.
 """
+
 import itertools
 import subprocess
 import sys
@@ -114,8 +115,11 @@ class FakeWrapper:
         self.ally_hp[self.rng.random(e.n_agents) < 0.1] = 0.0
         self.t += 1
         reward = float(before - self.enemy_hp.sum())
-        info = {"battle_won": False, "dead_allies": int((self.ally_hp <= 0).sum()),
-                "dead_enemies": int((self.enemy_hp <= 0).sum())}
+        info = {
+            "battle_won": False,
+            "dead_allies": int((self.ally_hp <= 0).sum()),
+            "dead_enemies": int((self.enemy_hp <= 0).sum()),
+        }
         terminated = False
         if (self.enemy_hp <= 0).all() or (self.ally_hp <= 0).all():
             terminated = True
@@ -189,8 +193,14 @@ def fake_game(monkeypatch, tmp_path):
 
 
 INSTALL_WORDS = [
-    'pip install "marl-rllib[smacv2]"', "pip install git+https://github.com/oxwhirl/smacv2.git",
-    "4.10", "s2client-proto", '"iagreetotheeula"', "~/StarCraftII", "SC2PATH", "Maps/SMAC_Maps",
+    'pip install "marl-rllib[smacv2]"',
+    "pip install git+https://github.com/oxwhirl/smacv2.git",
+    "4.10",
+    "s2client-proto",
+    '"iagreetotheeula"',
+    "~/StarCraftII",
+    "SC2PATH",
+    "Maps/SMAC_Maps",
 ]
 
 
@@ -291,7 +301,13 @@ def test_env_info_and_entity_layout(fake_game):
     env = make_env("smacv2", "terran_5_vs_5", num_envs=3)
     i = env.info
     g = i.groups["ally"]
-    assert (i.family, i.scenario, i.kind, i.shared_reward, i.num_envs) == ("smacv2", "terran_5_vs_5", "cooperative", True, 3)
+    assert (i.family, i.scenario, i.kind, i.shared_reward, i.num_envs) == (
+        "smacv2",
+        "terran_5_vs_5",
+        "cooperative",
+        True,
+        3,
+    )
     assert g.agents == [f"ally_{k}" for k in range(5)] and i.agents == g.agents
     assert g.obs_dim == MOVE + 5 * EN_DIM + 4 * AL_DIM + OWN and g.n_actions == 11
     assert i.state_dim == 11 and i.episode_limit == LIMIT
@@ -301,7 +317,12 @@ def test_env_info_and_entity_layout(fake_game):
             "own": [(0, MOVE), (own_start, own_start + OWN)],
             "entities": {
                 "enemy": {"start": MOVE, "count": 5, "dim": EN_DIM, "unit_type": (EN_DIM - TYPE_BITS, EN_DIM)},
-                "ally": {"start": MOVE + 5 * EN_DIM, "count": 4, "dim": AL_DIM, "unit_type": (AL_DIM - TYPE_BITS, AL_DIM)},
+                "ally": {
+                    "start": MOVE + 5 * EN_DIM,
+                    "count": 4,
+                    "dim": AL_DIM,
+                    "unit_type": (AL_DIM - TYPE_BITS, AL_DIM),
+                },
             },
             "n_normal_actions": 6,
             "action_targets": {"enemy": (6, 5)},
@@ -311,7 +332,10 @@ def test_env_info_and_entity_layout(fake_game):
 
 def test_unit_type_before_the_last_actions_and_none_without_type_bits(fake_game, monkeypatch):
     ally = make_env("smacv2", "terran_5_vs_5", obs_last_action=True).info.entity_layout["ally"]["entities"]["ally"]
-    assert ally["dim"] == AL_DIM + 11 and ally["unit_type"] == (AL_DIM - TYPE_BITS, AL_DIM)  # 11 last-action features follow
+    assert ally["dim"] == AL_DIM + 11 and ally["unit_type"] == (
+        AL_DIM - TYPE_BITS,
+        AL_DIM,
+    )  # 11 last-action features follow
     monkeypatch.setattr(FakeStarCraft2Env, "unit_type_bits", 0)
     ents = make_env("smacv2", "terran_5_vs_5").info.entity_layout["ally"]["entities"]
     assert "unit_type" not in ents["ally"] and "unit_type" not in ents["enemy"]
@@ -340,7 +364,9 @@ def _check_step(env, s):
     # the "available to attack" feature of enemy block e == legality of attack action 6 + e
     lay = env.info.entity_layout["ally"]
     en = lay["entities"]["enemy"]
-    blocks = s.obs["ally"][..., en["start"] : en["start"] + en["count"] * en["dim"]].reshape(B, n, en["count"], en["dim"])
+    blocks = s.obs["ally"][..., en["start"] : en["start"] + en["count"] * en["dim"]].reshape(
+        B, n, en["count"], en["dim"]
+    )
     first, count = lay["action_targets"]["enemy"]
     assert torch.equal(blocks[..., 0].bool(), s.avail_actions["ally"][..., first : first + count])
 

@@ -5,6 +5,7 @@ XLA compiles the batched step once per scenario, options and batch size
 them: 3m with non-shooting enemies and a 14-step limit (wins and time-outs),
 2s3z with JaxMARL's defaults (losses, dead agents).
 """
+
 import itertools
 import sys
 
@@ -68,7 +69,9 @@ def test_scenarios_match_jaxmarl_and_every_info_is_consistent():
         assert g.n_agents == n and g.obs_dim == UNIT * (n - 1 + m) + OWN, name
         assert g.n_actions == smax.N_MOVE_ACTIONS + m and info.state_dim == 12 * (n + m)
         lay = info.entity_layout["ally"]
-        blocks = sorted([(e["start"], e["start"] + e["count"] * e["dim"]) for e in lay["entities"].values()] + lay["own"])
+        blocks = sorted(
+            [(e["start"], e["start"] + e["count"] * e["dim"]) for e in lay["entities"].values()] + lay["own"]
+        )
         assert blocks[0][0] == 0 and blocks[-1][1] == g.obs_dim  # the blocks tile the observation
         assert all(a[1] == b[0] for a, b in itertools.pairwise(blocks))
         first, count = lay["action_targets"]["enemy"]
@@ -81,13 +84,17 @@ def test_env_info_3m_and_2s3z(env_3m, env_2s3z):
     assert i.agents == ["ally_0", "ally_1", "ally_2"] and list(i.groups) == ["ally"]
     assert i.groups["ally"].obs_dim == 75 and i.state_dim == 72 and i.groups["ally"].n_actions == 8
     assert i.episode_limit == 14
-    assert i.entity_layout == {"ally": {
-        "own": [(65, 75)],
-        "entities": {"ally": {"start": 0, "count": 2, "dim": 13, "unit_type": (7, 13)},
-                     "enemy": {"start": 26, "count": 3, "dim": 13, "unit_type": (7, 13)}},
-        "n_normal_actions": 5,
-        "action_targets": {"enemy": (5, 3)},
-    }}
+    assert i.entity_layout == {
+        "ally": {
+            "own": [(65, 75)],
+            "entities": {
+                "ally": {"start": 0, "count": 2, "dim": 13, "unit_type": (7, 13)},
+                "enemy": {"start": 26, "count": 3, "dim": 13, "unit_type": (7, 13)},
+            },
+            "n_normal_actions": 5,
+            "action_targets": {"enemy": (5, 3)},
+        }
+    }
     j = env_2s3z.info
     assert j.groups["ally"].obs_dim == 127 and j.state_dim == 120 and j.groups["ally"].n_actions == 10
     assert j.episode_limit == 100 and j.shared_reward and len(j.agents) == 5  # JaxMARL's default max_steps
@@ -229,6 +236,7 @@ def test_same_seed_same_episodes(env_3m):
 
 def test_rows_follow_their_own_seed(env_3m):
     """Copy b of a batch reset with seed s plays exactly like copy b-1 of a batch reset with s + 1."""
+
     def policy(s, t, offset):
         av = s.avail_actions["ally"]
         attack = av[..., smax.N_MOVE_ACTIONS :]

@@ -1,4 +1,5 @@
 """Text games: the action parser, iterated dilemmas, OpenSpiel games and Trust-and-Split (no Ray, fast)."""
+
 import sys
 
 import pytest
@@ -19,15 +20,18 @@ def play(env, bots, seed=0):
 
 
 # ---------------------------------------------------------------------------- parser
-@pytest.mark.parametrize("text, move", [
-    ("<A>", "<A>"),
-    ("  <a> ", "<A>"),                                   # case and spacing ignored
-    ("I play <B> now", "<B>"),                           # exactly one legal move contained
-    ("<A> or <B>?", None),                               # two moves: ambiguous
-    ("nothing here", None),
-    ("<answer><A></answer> ... <answer><B></answer>", "<B>"),  # the last answer block wins
-    ("thinking about <A>... <answer> <B> </answer>", "<B>"),   # only the answer block is read
-])
+@pytest.mark.parametrize(
+    "text, move",
+    [
+        ("<A>", "<A>"),
+        ("  <a> ", "<A>"),  # case and spacing ignored
+        ("I play <B> now", "<B>"),  # exactly one legal move contained
+        ("<A> or <B>?", None),  # two moves: ambiguous
+        ("nothing here", None),
+        ("<answer><A></answer> ... <answer><B></answer>", "<B>"),  # the last answer block wins
+        ("thinking about <A>... <answer> <B> </answer>", "<B>"),  # only the answer block is read
+    ],
+)
 def test_parse_action(text, move):
     assert parse_action(text, [COOPERATE, DEFECT]) == move
 
@@ -38,8 +42,10 @@ def test_parse_action_prefers_exact_match():
 
 
 # ---------------------------------------------------------------------------- dilemmas
-@pytest.mark.parametrize("m0, m1, r0, r1", [
-    (COOPERATE, COOPERATE, 3, 3), (COOPERATE, DEFECT, 0, 5), (DEFECT, COOPERATE, 5, 0), (DEFECT, DEFECT, 1, 1)])
+@pytest.mark.parametrize(
+    "m0, m1, r0, r1",
+    [(COOPERATE, COOPERATE, 3, 3), (COOPERATE, DEFECT, 0, 5), (DEFECT, COOPERATE, 5, 0), (DEFECT, DEFECT, 1, 1)],
+)
 def test_ipd_payoffs(m0, m1, r0, r1):
     env = IteratedDilemma("ipd", rounds=2)
     env.reset(seed=0)
@@ -63,10 +69,10 @@ def test_dilemma_retry_then_forfeit():
     obs, rew, done, _, _ = env.step({"player_0": "??", "player_1": COOPERATE})
     assert list(obs) == ["player_0"] and "Invalid reply" in obs["player_0"][-1]["content"]
     assert rew == {"player_0": -0.5, "player_1": 0.0} and not done["__all__"]
-    obs, rew, done, _, _ = env.step({"player_0": DEFECT})      # the good retry plays the round
+    obs, rew, done, _, _ = env.step({"player_0": DEFECT})  # the good retry plays the round
     assert rew == {"player_0": 5.0, "player_1": 0.0} and set(obs) == {"player_0", "player_1"}
     env.step({"player_0": "??", "player_1": COOPERATE})
-    _, rew, done, _, _ = env.step({"player_0": "still ??"})     # retries used up: forfeit
+    _, rew, done, _, _ = env.step({"player_0": "still ??"})  # retries used up: forfeit
     assert done["__all__"] and rew == {"player_0": -0.5, "player_1": 0.0}
 
 
@@ -266,7 +272,7 @@ def test_ttt_terminal_reward_reaches_non_acting_player():
     env = _ttt()
     _, rew, done, _, infos = _run(env, [0, 1, 3, 2, 6])  # X completes column 0
     assert done["__all__"] and list(infos) == ["player_0"]  # only X acted ...
-    assert rew == {"player_0": 1.0, "player_1": -1.0}       # ... but O gets its -1 in the same step
+    assert rew == {"player_0": 1.0, "player_1": -1.0}  # ... but O gets its -1 in the same step
     assert env.episode_metrics()["win_player_0"] == 1
 
 
@@ -292,7 +298,7 @@ def test_ttt_random_vs_random_matches_exact_baseline():
     env = _ttt(history="last", prompt_style="compact")
     # distinct bot seeds: two RandomBots with one seed would make correlated choices
     stats = _seat_stats(env, {"player_0": RandomBot(seed=1), "player_1": RandomBot(seed=2)}, 2000)
-    assert stats["x"] == pytest.approx(0.5849, abs=0.04)     # exact, by enumeration (docs/text_games.md)
+    assert stats["x"] == pytest.approx(0.5849, abs=0.04)  # exact, by enumeration (docs/text_games.md)
     assert stats["o"] == pytest.approx(0.2881, abs=0.04)
     assert stats["draw"] == pytest.approx(0.1270, abs=0.04)
 
@@ -370,7 +376,7 @@ def test_cfr_policy_is_near_nash_on_kuhn():
     pyspiel = pytest.importorskip("pyspiel")
     from open_spiel.python.algorithms import exploitability, expected_game_score
 
-    from marl.envs.text.openspiel_cfr import solve
+    from marl.envs.text.openspiel_bots import solve
 
     game = pyspiel.load_game("kuhn_poker")
     policy = solve(game)
@@ -383,7 +389,7 @@ def test_cfr_policy_is_near_nash_on_kuhn():
 @pytest.mark.parametrize("game", ["kuhn_poker", "leduc_poker"])
 def test_cfr_bot_plays_legal_moves_in_both_seats(game):
     pytest.importorskip("pyspiel")
-    from marl.envs.text.openspiel_cfr import CFRBot
+    from marl.envs.text.openspiel_bots import CFRBot
 
     env = make_env("openspiel", game, prompt_style="compact", seed=0)
     assert set(env.bots()) == {"random", "mcts", "cfr"} and env.bots()["cfr"] is CFRBot
@@ -434,7 +440,7 @@ def test_kuhn_deal_independent_of_a_bot_seeded_like_the_game():
 
 def test_cfr_bot_only_where_cfr_solves_the_game():
     pytest.importorskip("pyspiel")
-    from marl.envs.text.openspiel_cfr import CFRBot
+    from marl.envs.text.openspiel_bots import CFRBot
 
     assert "cfr" not in make_env("openspiel", "tic_tac_toe").bots()  # perfect information: mcts
     assert "cfr" not in make_env("openspiel", "kuhn_poker", params={"players": 3}).bots()  # not two-player
@@ -498,7 +504,7 @@ def test_tas_messages_parse_as_free_text(invalid_action):
     env.reset(seed=0)
     assert env.parse("player_0", "  <message> a </message> <message> b </message> ") == "b"
     bot = RandomBot(seed=0)
-    assert bot.act(env, "player_0") == ""                       # free-text turn: says nothing
+    assert bot.act(env, "player_0") == ""  # free-text turn: says nothing
     _, rew, done, *_ = env.step({"player_0": "", "player_1": "anything <claim 99>"})
     assert not done["__all__"] and rew == {"player_0": 0.5, "player_1": 0.5}
     assert env.messages == {"player_0": "", "player_1": "anything <claim 99>"} and env.n_messages == 2
@@ -528,7 +534,7 @@ def test_tas_greedy_vs_greedy_collective_55():
     env = make_env("trust_and_split", "rps", rounds=10)
     rewards = play(env, {"player_0": Greedy(), "player_1": Greedy()}, seed=3)
     m = env.episode_metrics()
-    assert m["collective_payoff"] == pytest.approx(55.0)            # every round: 5 x 10 + 5 x 1
+    assert m["collective_payoff"] == pytest.approx(55.0)  # every round: 5 x 10 + 5 x 1
     assert m["claims_mean"] == 10 and m["high_share"] == pytest.approx(0.5)
     assert sorted(rewards.values()) == [5.0, 50.0]
 

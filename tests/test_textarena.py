@@ -1,5 +1,6 @@
 """TextArena games through the ``textarena`` package (envs/text/textarena.py): the env contract,
 invalid replies, error messages and one MARS iteration with a tiny model (skipped without textarena)."""
+
 import random
 import sys
 
@@ -147,9 +148,22 @@ def test_mars_one_iteration_tiny_model(ray_session, run_dir):
 
     tok = word_tokenizer(["me", "opp", "_"] + [f"[{k}]" for k in range(9)])
     env = make_env("textarena", "TicTacToe-v0", prompt_style="compact", history="last")
-    m = env.fit("mars", stop={"iterations": 1}, model=tiny_config(len(tok), n_positions=64), tokenizer=tok,
-                constrain_actions=True, max_new_tokens=2, games_per_iteration=8, opponents={"self": 0.5, "random": 0.5},
-                eval_every=1, eval_games=4, eval_opponents=["random"], log_dir=run_dir, progress=False, seed=0).metrics
+    m = env.fit(
+        "mars",
+        stop={"iterations": 1},
+        model=tiny_config(len(tok), n_positions=64),
+        tokenizer=tok,
+        constrain_actions=True,
+        max_new_tokens=2,
+        games_per_iteration=8,
+        opponents={"self": 0.5, "random": 0.5},
+        eval_every=1,
+        eval_games=4,
+        eval_opponents=["random"],
+        log_dir=run_dir,
+        progress=False,
+        seed=0,
+    ).metrics
     assert m["iteration"] == 1 and m["replies_trained"] > 0
     assert m["vs_random_invalid_rate"] == 0.0  # constrained decoding: only legal moves
     assert m["vs_random_player_0_win"] + m["vs_random_player_0_loss"] <= 1.0

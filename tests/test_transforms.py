@@ -1,5 +1,6 @@
 """Batch transforms (marl/transforms.py): what they change reaches the learner exactly, their state
 rides in checkpoints, their config section is checked, and old checkpoints of legem runs load."""
+
 import types
 from dataclasses import dataclass
 
@@ -85,8 +86,15 @@ def toys(monkeypatch, tmp_path):
 
 # ------------------------------------------------------------------ what the learner sees
 def test_a_rollout_transform_changes_exactly_the_rewards_the_ppo_learner_gets(ray_session, toys):
-    trainer, *_ = build_trainer(MatchEnv(num_envs=2), "mappo", reward_redistribution="scale", scale={"factor": 3},
-                                critic="state", epochs=1, **QUICK)
+    trainer, *_ = build_trainer(
+        MatchEnv(num_envs=2),
+        "mappo",
+        reward_redistribution="scale",
+        scale={"factor": 3},
+        critic="state",
+        epochs=1,
+        **QUICK,
+    )
     try:
         trainer.train()
     finally:
@@ -101,8 +109,16 @@ def test_a_rollout_transform_changes_exactly_the_rewards_the_ppo_learner_gets(ra
 
 
 def test_an_episode_transform_rewrites_each_committed_episode_once_before_the_learner_samples(ray_session, toys):
-    trainer, *_ = build_trainer(MatchEnv(num_envs=2), "qmix", reward_redistribution="double_episodes", batch_size=2,
-                                episodes_per_update=1, rollout_length=10, progress=False, eval_episodes=0)
+    trainer, *_ = build_trainer(
+        MatchEnv(num_envs=2),
+        "qmix",
+        reward_redistribution="double_episodes",
+        batch_size=2,
+        episodes_per_update=1,
+        rollout_length=10,
+        progress=False,
+        eval_episodes=0,
+    )
     try:
         trainer.train()
         trainer.train()
@@ -120,11 +136,13 @@ def test_an_episode_transform_rewrites_each_committed_episode_once_before_the_le
 
 
 def test_transform_state_survives_a_checkpoint_round_trip(ray_session, run_dir, toys):
-    res = MatchEnv(num_envs=2).fit("ippo", stop={"iterations": 2}, log_dir=run_dir, reward_redistribution="scale",
-                                   epochs=1, **QUICK)
+    res = MatchEnv(num_envs=2).fit(
+        "ippo", stop={"iterations": 2}, log_dir=run_dir, reward_redistribution="scale", epochs=1, **QUICK
+    )
     assert Scale.last.rollouts == 2
-    MatchEnv(num_envs=2).fit("ippo", stop={"iterations": 3}, resume=res.checkpoint, reward_redistribution="scale",
-                             epochs=1, **QUICK)
+    MatchEnv(num_envs=2).fit(
+        "ippo", stop={"iterations": 3}, resume=res.checkpoint, reward_redistribution="scale", epochs=1, **QUICK
+    )
     assert Scale.last.loaded == 2 and Scale.last.rollouts == 3  # restored, then counted on
 
 
@@ -133,14 +151,20 @@ def test_a_section_reaches_the_config_and_bad_sections_name_the_bad_key(toys):
     cfg = load_config("mappo", None, {"reward_redistribution": "scale", "scale": {"factor": 5}})
     assert cfg.scale.factor == 5.0 and cfg.sections["scale"].factor == 5.0 and cfg.to_dict()["scale"] == {"factor": 5.0}
     assert load_config("mappo", None, {"reward_redistribution": "scale"}).scale.factor == 2.0  # its YAML file
-    with pytest.raises(MarlError, match=r"Unknown key 'factr' in config section 'scale'. Did you mean 'factor'\? "
-                                        r"Valid keys: factor\."):
+    with pytest.raises(
+        MarlError,
+        match=r"Unknown key 'factr' in config section 'scale'. Did you mean 'factor'\? "
+        r"Valid keys: factor\.",
+    ):
         load_config("mappo", None, {"reward_redistribution": "scale", "scale": {"factr": 5}})
     with pytest.raises(MarlError) as e:
         load_config("mappo", None, {"reward_redistribution": "scale", "scale": {"factor": 0}})
     assert e.value.key == "scale.factor" and "Config key 'factor' must be > 0, got 0." in str(e.value)
-    with pytest.raises(MarlError, match=r"sets keys of reward_redistribution='scale', but reward_redistribution "
-                                        r"is 'none'"):
+    with pytest.raises(
+        MarlError,
+        match=r"sets keys of reward_redistribution='scale', but reward_redistribution "
+        r"is 'none'",
+    ):
         load_config("mappo", None, {"scale": {"factor": 5}})
     with pytest.raises(MarlError, match=r"config section 'scale' takes a dict of its keys \(factor\), got 5"):
         load_config("mappo", None, {"reward_redistribution": "scale", "scale": 5})
@@ -150,8 +174,13 @@ def test_the_legem_section_and_legem_keys_of_older_checkpoints():
     cfg = load_config("qmix", None, {"reward_redistribution": "legem", "legem": {"beta": 0.3, "time_key": False}})
     assert (cfg.legem.beta, cfg.legem.time_key, cfg.legem.key_dim) == (0.3, False, 4)
     assert not hasattr(load_config("qmix", None, {}), "legem")  # no section unless legem is chosen
-    old = {**load_config("qmix", None, {}).to_dict(), "reward_redistribution": "legem", "legem_beta": 0.7,
-           "legem_key_dim": 6, "legem_resolution": -1.0}  # as versions before sections saved them
+    old = {
+        **load_config("qmix", None, {}).to_dict(),
+        "reward_redistribution": "legem",
+        "legem_beta": 0.7,
+        "legem_key_dim": 6,
+        "legem_resolution": -1.0,
+    }  # as versions before sections saved them
     restored = restore_config("qmix", old)
     assert (restored.legem.beta, restored.legem.key_dim, restored.legem.resolution) == (0.7, 6, 0.5)  # bad: YAML
     assert restore_config("qmix", cfg.to_dict()) == cfg
@@ -177,8 +206,11 @@ def test_hooks_the_trainer_does_not_call_are_refused_and_one_team_is_required():
     assert Legem.hooks() == ("on_episodes",) and CausalShift.hooks() == ("on_rollout", "on_episodes")
     rollouts_only = types.SimpleNamespace(transform_hooks=("on_rollout",))
     cfg = types.SimpleNamespace(reward_redistribution="legem", algo="mine")
-    with pytest.raises(MarlError, match=r"'legem' transforms data at on_episodes; mine calls on_rollout\. "
-                                        r"Algorithms that can use it: iql, qmix, vdn\."):
+    with pytest.raises(
+        MarlError,
+        match=r"'legem' transforms data at on_episodes; mine calls on_rollout\. "
+        r"Algorithms that can use it: iql, qmix, vdn\.",
+    ):
         check_transforms(cfg, None, rollouts_only)
     two_teams = types.SimpleNamespace(teams={"red": ["a"], "blue": ["b"]}, family="toy", scenario="duel")
     with pytest.raises(MarlError, match=r"shifts one team reward .* toy:duel has teams \['red', 'blue'\]"):

@@ -1,5 +1,6 @@
 """IQL / VDN / QMIX: unit properties (docs/algorithms/value_decomposition.md, "Tests"), the joint
 episode buffer, and engine integration (mixers per team, checkpoints, errors)."""
+
 import itertools
 
 import numpy as np
@@ -183,7 +184,11 @@ def _random_joint_batch(layout, E, seed):
     def pad(x, mask):
         return torch.where(mask.view(*mask.shape, *[1] * (x.dim() - 2)), x, float("nan"))
 
-    cols = {"filled": filled, "terminated": term, "state": pad(torch.randn(E, L + 1, layout.state_dim, generator=g), valid)}
+    cols = {
+        "filled": filled,
+        "terminated": term,
+        "state": pad(torch.randn(E, L + 1, layout.state_dim, generator=g), valid),
+    }
     for m, s in layout.shapes.items():
         n, A = s["n"], s["n_actions"]
         cols[f"{m}/obs"] = pad(torch.randn(E, L + 1, n, s["obs_dim"], generator=g), valid)
@@ -201,11 +206,14 @@ def test_fast_learner_loss_and_gradients_equal_the_padded_reference(ray_session,
     loss and gradients (1e-5) as the straightforward padded computation, on random episodes whose
     padding is NaN."""
     env = marl.make_env("mpe", "simple_spread", num_envs=2)
-    trainer, *_ = api.build_trainer(env, "qmix", rollout_length=4, buffer_size=20, batch_size=4,
-                                    log_dir=str(tmp_path), progress=False)
+    trainer, *_ = api.build_trainer(
+        env, "qmix", rollout_length=4, buffer_size=20, batch_size=4, log_dir=str(tmp_path), progress=False
+    )
     try:
         learner = local_learner(trainer.learner_group)
-        params = [p for mid in learner.module.keys() for p in learner.module[mid].unwrapped().parameters() if p.requires_grad]
+        params = [
+            p for mid in learner.module.keys() for p in learner.module[mid].unwrapped().parameters() if p.requires_grad
+        ]
         for seed in range(3):
             for p in params:  # random weights (targets too) so that online and target nets differ
                 torch.nn.init.normal_(p, std=0.2)
@@ -272,7 +280,9 @@ def test_epsilon_greedy_never_picks_unavailable_actions(eps):
 
 def test_greedy_act_takes_masked_argmax():
     module = QAgentModule(
-        observation_space=None, action_space=None, inference_only=True,
+        observation_space=None,
+        action_space=None,
+        inference_only=True,
         model_config={"obs_dim": 3, "n_actions": 4, "hidden": 8, "recurrent": True, "last_action": True},
     )
     obs = torch.randn(5, 2, 3)
@@ -342,9 +352,22 @@ def _buffer(capacity=8, B=2, limit=4):
 def test_buffer_reassembles_episodes_spanning_rollouts():
     buf = _buffer()
     # env 0: episode of 3 steps (t=0..2, terminated); env 1: 2 steps truncated then a new one
-    r1 = _rollout(2, 2, starts=[[True, True], [False, False]], done=[[False, False], [False, True]], term=[[False, False], [False, False]])
+    r1 = _rollout(
+        2,
+        2,
+        starts=[[True, True], [False, False]],
+        done=[[False, False], [False, True]],
+        term=[[False, False], [False, False]],
+    )
     assert buf.add_rollout(r1) == 1
-    r2 = _rollout(2, 2, starts=[[False, True], [False, False]], done=[[True, False], [False, False]], term=[[True, False], [False, False]], t0=2)
+    r2 = _rollout(
+        2,
+        2,
+        starts=[[False, True], [False, False]],
+        done=[[True, False], [False, False]],
+        term=[[True, False], [False, False]],
+        t0=2,
+    )
     assert buf.add_rollout(r2) == 1
     assert len(buf) == 2
     lengths = sorted(buf.lengths[buf.committed].tolist())
@@ -454,15 +477,24 @@ def test_module_spanning_teams_is_an_error():
 def test_target_sync_schedule_and_buffer_checkpoint(ray_session, tmp_path):
     env = marl.make_env("matrix", "climbing", num_envs=8)
     trainer, env, mapping, cfg = api.build_trainer(
-        env, "vdn", rollout_length=4, batch_size=16, episodes_per_update=8, target_update_interval=40,
-        buffer_size=200, log_dir=str(tmp_path), progress=False,
+        env,
+        "vdn",
+        rollout_length=4,
+        batch_size=16,
+        episodes_per_update=8,
+        target_update_interval=40,
+        buffer_size=200,
+        log_dir=str(tmp_path),
+        progress=False,
     )
     try:
         learner = local_learner(trainer.learner_group)
         mod = learner.module["shared"].unwrapped()
 
         def same():
-            return all(torch.equal(a, b) for a, b in zip(mod.net.state_dict().values(), mod.target.state_dict().values()))
+            return all(
+                torch.equal(a, b) for a, b in zip(mod.net.state_dict().values(), mod.target.state_dict().values())
+            )
 
         synced, equal = [], []
         for _ in range(6):  # 8 copies x 4 steps = 32 one-step episodes per iteration, 4 updates each
@@ -476,7 +508,14 @@ def test_target_sync_schedule_and_buffer_checkpoint(ray_session, tmp_path):
         assert trainer.progress["last_target_sync"] == 192
         n = len(trainer.buffer)
         path = trainer.save_to_path(str(tmp_path / "ckpt"))
-        trainer2, *_ = api.build_trainer(marl.make_env("matrix", "climbing", num_envs=8), "vdn", rollout_length=4, buffer_size=200, log_dir=str(tmp_path), progress=False)
+        trainer2, *_ = api.build_trainer(
+            marl.make_env("matrix", "climbing", num_envs=8),
+            "vdn",
+            rollout_length=4,
+            buffer_size=200,
+            log_dir=str(tmp_path),
+            progress=False,
+        )
         try:
             trainer2.restore_from_path(path)
             assert len(trainer2.buffer) == n
@@ -522,8 +561,16 @@ def test_qmix_and_mappo_train_on_smax(ray_session, tmp_path):
     from test_smax import focus_fire
 
     env = marl.make_env("smax", "3m", num_envs=8, enemy_shoots=False)  # one XLA compile for every run below
-    res = env.fit("qmix", stop={"iterations": 3}, rollout_length=50, batch_size=8, episodes_per_update=4,
-                  log_dir=str(tmp_path), progress=False, eval_episodes=4)
+    res = env.fit(
+        "qmix",
+        stop={"iterations": 3},
+        rollout_length=50,
+        batch_size=8,
+        episodes_per_update=4,
+        log_dir=str(tmp_path),
+        progress=False,
+        eval_episodes=4,
+    )
     m = res.metrics
     assert m["updates"] > 0 and np.isfinite(m["team/td_loss"])
     assert "win_rate_mean" in m and "win_rate_mean" in res.eval
@@ -534,8 +581,15 @@ def test_qmix_and_mappo_train_on_smax(ray_session, tmp_path):
     stop = Scripted(res.policy.mapping, lambda s, t: {"ally": torch.full(s.alive["ally"].shape, STOP_ACTION)})
     idle = stop.evaluate_episodes(8, env=env)
     assert (idle["win_rate_mean"], idle["episode_return_mean"], idle["episode_length_mean"]) == (0.0, 0.0, 100.0), idle
-    res = env.fit("mappo", stop={"iterations": 1}, rollout_length=20, epochs=1, log_dir=str(tmp_path),
-                  progress=False, eval_episodes=2)
+    res = env.fit(
+        "mappo",
+        stop={"iterations": 1},
+        rollout_length=20,
+        epochs=1,
+        log_dir=str(tmp_path),
+        progress=False,
+        eval_episodes=2,
+    )
     assert np.isfinite(res.metrics["shared/policy_loss"]) and "win_rate_mean" in res.eval
 
 
@@ -543,12 +597,27 @@ def test_individual_networks_and_one_mixer_per_side_train(ray_session, tmp_path)
     """share='individual' gives every agent its own Q-network under one mixer; a
     competitive env (simple_tag) trains a mixer per side, each on its own reward."""
     env = marl.make_env("matrix", "climbing", num_envs=8)
-    res = env.fit("qmix", share="individual", stop={"iterations": 2}, rollout_length=4, batch_size=16,
-                  log_dir=str(tmp_path), progress=False, eval_episodes=2)
+    res = env.fit(
+        "qmix",
+        share="individual",
+        stop={"iterations": 2},
+        rollout_length=4,
+        batch_size=16,
+        log_dir=str(tmp_path),
+        progress=False,
+        eval_episodes=2,
+    )
     assert np.isfinite(res.metrics["team/td_loss"])
     assert sorted(res.policy.modules) == ["agent_0", "agent_1"]
     env = marl.make_env("mpe", "simple_tag", num_envs=4)
-    res = env.fit("qmix", stop={"iterations": 3}, batch_size=8, episodes_per_update=4,
-                  log_dir=str(tmp_path), progress=False, eval_episodes=2)
+    res = env.fit(
+        "qmix",
+        stop={"iterations": 3},
+        batch_size=8,
+        episodes_per_update=4,
+        log_dir=str(tmp_path),
+        progress=False,
+        eval_episodes=2,
+    )
     losses = {k for k in res.metrics if k.endswith("/td_loss")}
     assert len(losses) == 2 and all(np.isfinite(res.metrics[k]) for k in losses)

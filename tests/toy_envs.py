@@ -1,4 +1,5 @@
 """Small batched envs for engine tests (no external simulator)."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -18,8 +19,17 @@ class MatchEnv(MultiAgentEnv):
     def __init__(self, num_envs=8, N=2, A=3, T=5, seed=0):
         box = gym.spaces.Box(0.0, 1.0, (A,), np.float32)
         agents = [f"agent_{i}" for i in range(N)]
-        self.info = EnvInfo("toy", "match", agents, {"agent": GroupInfo("agent", agents, box, gym.spaces.Discrete(A))},
-                            state_dim=N * A, episode_limit=T, kind="cooperative", shared_reward=False, num_envs=num_envs)
+        self.info = EnvInfo(
+            "toy",
+            "match",
+            agents,
+            {"agent": GroupInfo("agent", agents, box, gym.spaces.Discrete(A))},
+            state_dim=N * A,
+            episode_limit=T,
+            kind="cooperative",
+            shared_reward=False,
+            num_envs=num_envs,
+        )
         self.N, self.A, self.T = N, A, T
         self.g = torch.Generator().manual_seed(seed)
 
@@ -29,9 +39,17 @@ class MatchEnv(MultiAgentEnv):
     def _step(self, reward, term, trunc, final_obs=None, final_state=None):
         obs = torch.nn.functional.one_hot(self.cue, self.A).float()
         B = self.num_envs
-        return Step({"agent": obs}, obs.reshape(B, -1), {"agent": torch.ones(B, self.N, self.A, dtype=torch.bool)},
-                    {"agent": torch.ones(B, self.N, dtype=torch.bool)}, {"agent": reward}, term, trunc,
-                    final_obs, final_state)
+        return Step(
+            {"agent": obs},
+            obs.reshape(B, -1),
+            {"agent": torch.ones(B, self.N, self.A, dtype=torch.bool)},
+            {"agent": torch.ones(B, self.N, dtype=torch.bool)},
+            {"agent": reward},
+            term,
+            trunc,
+            final_obs,
+            final_state,
+        )
 
     def reset(self, seed=None):
         if seed is not None:
@@ -51,7 +69,6 @@ class MatchEnv(MultiAgentEnv):
         self.t[trunc] = 0
         B = self.num_envs
         return self._step(reward, torch.zeros(B, dtype=torch.bool), trunc, {"agent": old}, old.reshape(B, -1))
-
 
     def get_state(self):
         """Cues, clocks and the generator state (exact resume)."""

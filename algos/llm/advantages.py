@@ -9,6 +9,7 @@ arXiv 2511.19405, whose official code gives the RLOO baseline), SPIRAL's
 role-conditioned advantage estimation (Liu et al. 2025, arXiv 2506.24119); formulas and
 choices in ``docs/algorithms/llm_selfplay.md``.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Hashable, Sequence
@@ -36,7 +37,9 @@ def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) 
     return out * mask
 
 
-def normalize_by_key(values: torch.Tensor, mask: torch.Tensor, keys: Sequence[Hashable], eps: float = 1e-6) -> torch.Tensor:
+def normalize_by_key(
+    values: torch.Tensor, mask: torch.Tensor, keys: Sequence[Hashable], eps: float = 1e-6
+) -> torch.Tensor:
     """``(v - mean_k) / (std_k + eps)`` over all masked entries of the rows with key ``k``.
 
     MARS agent-specific normalisation (arXiv 2510.15414; reconstructed from its official
@@ -109,8 +112,9 @@ def aa_weights(a1: torch.Tensor, mask: torch.Tensor, gamma: float, jit: bool = F
     return out * mask
 
 
-def aa_credit(a1: torch.Tensor, a2: torch.Tensor, mask: torch.Tensor, beta: float, gamma: float,
-              jit: bool = False) -> torch.Tensor:
+def aa_credit(
+    a1: torch.Tensor, a2: torch.Tensor, mask: torch.Tensor, beta: float, gamma: float, jit: bool = False
+) -> torch.Tensor:
     """Opponent-aware advantage ``A*_t = A1_t + beta * w_t * A2_t`` (:func:`aa_weights`).
 
     Args:
@@ -124,8 +128,9 @@ def aa_credit(a1: torch.Tensor, a2: torch.Tensor, mask: torch.Tensor, beta: floa
     return (a1 + beta * aa_weights(a1, mask, gamma, jit) * a2) * mask
 
 
-def trajectory_group_norm(rewards: torch.Tensor, mask: torch.Tensor, groups: Sequence[Hashable],
-                          eps: float = 1e-6) -> torch.Tensor:
+def trajectory_group_norm(
+    rewards: torch.Tensor, mask: torch.Tensor, groups: Sequence[Hashable], eps: float = 1e-6
+) -> torch.Tensor:
     """GRPO-style trajectory advantage: ``(sum_t r_t - mean_group) / (std_group + eps)`` on every turn.
 
     The "naive GRPO" of MARS Fig. 1 (arXiv 2510.15414; GRPO: Shao et al. 2024,
@@ -140,8 +145,9 @@ def trajectory_group_norm(rewards: torch.Tensor, mask: torch.Tensor, groups: Seq
     return norm * mask
 
 
-def role_ema_advantages(returns: torch.Tensor, keys: Sequence[Hashable], baselines: Dict[Hashable, float],
-                        decay: float) -> torch.Tensor:
+def role_ema_advantages(
+    returns: torch.Tensor, keys: Sequence[Hashable], baselines: Dict[Hashable, float], decay: float
+) -> torch.Tensor:
     """Role-conditioned advantage estimation (RAE): ``A_i = R_i - b_k`` with ``b_k`` a moving
     average of the returns of role ``k``, read before it is updated: ``b_k <- decay * b_k + (1 - decay) * R_i``.
 

@@ -1,5 +1,6 @@
 """Config keys of LLM self-play (MARS, Advantage Alignment, REINFORCE, GRPO): the engine keys plus
 the model, generation, opponents, estimator and loss keys; no agent-network keys."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,10 @@ class LLMConfig(EngineConfig):
     # model
     model: Any = key("local path or hub id (from_pretrained), or a transformers config (from_config); required")
     tokenizer: Any = key("path or tokenizer object (needed for a model built from a config); null = the model's")
-    chat_template: Optional[str] = key("null = the tokenizer's chat template; 'plain' (role: content lines, for base "
-                                       "models without one) or a Jinja template")
+    chat_template: Optional[str] = key(
+        "null = the tokenizer's chat template; 'plain' (role: content lines, for base "
+        "models without one) or a Jinja template"
+    )
     dtype: Optional[str] = key("weights' dtype; null = the checkpoint's", choices=DTYPES)
     lora: bool = key("train LoRA adapters (peft) instead of all weights")
     lora_r: int = key("LoRA rank", ge=1)
@@ -36,8 +39,9 @@ class LLMConfig(EngineConfig):
     lora_dropout: float = key("LoRA dropout", ge=0, lt=1)
     lora_target: Optional[List[str]] = key("module names that get adapters; null = all linear layers")
     gradient_checkpointing: bool = key("recompute activations in the backward pass (less memory, more time)")
-    num_gpus_per_env_runner: float = key("GPUs per remote env runner (generation); a local runner uses the "
-                                         "learner's", ge=0)
+    num_gpus_per_env_runner: float = key(
+        "GPUs per remote env runner (generation); a local runner uses the learner's", ge=0
+    )
     # generation
     generator: str = key("hf (transformers generate) or vllm (GPU, marl-rllib[vllm])", choices=GENERATORS)
     temperature: float = key("sampling temperature of training games; 0 = greedy", ge=0)
@@ -45,13 +49,15 @@ class LLMConfig(EngineConfig):
     max_new_tokens: int = key("reply budget in tokens", ge=1)
     constrain_actions: bool = key("sample only the tokens of legal moves")
     max_context: Optional[int] = key("prompt + reply tokens; null = the model's max positions", ge=1)
-    context_policy: str = key("a prompt that does not fit: truncate (drop the oldest turns, keep rules and state), "
-                              "state (rules and state only) or error", choices=CONTEXT_POLICIES)
+    context_policy: str = key(
+        "a prompt that does not fit: truncate (drop the oldest turns, keep rules and state), "
+        "state (rules and state only) or error",
+        choices=CONTEXT_POLICIES,
+    )
     eval_temperature: float = key("sampling temperature against the fixed opponents; 0 = greedy", ge=0)
     # games and opponents
     games_per_iteration: int = key("games per env runner per iteration", ge=1)
-    group_size: int = key("consecutive games sharing a seed (baseline group); 1 = the whole batch is one group",
-                          ge=1)
+    group_size: int = key("consecutive games sharing a seed (baseline group); 1 = the whole batch is one group", ge=1)
     eval_every: int = key("iterations between evaluations against the fixed opponents; 0 = never", ge=0)
     eval_games: int = key("games per fixed opponent in an evaluation", ge=1)
     eval_opponents: Optional[List[str]] = key("bots played in evaluations; null = every bot of the game")
@@ -59,8 +65,9 @@ class LLMConfig(EngineConfig):
     # returns and advantages
     gamma: float = key("discount of returns over the seat's turns", gt=0, le=1)
     reward_scale: float = key("rewards are divided by this", gt=0)
-    reward_sharing: str = key("none, or sum: every seat trains on the sum of rewards (prosocial control)",
-                              choices=REWARD_SHARING)
+    reward_sharing: str = key(
+        "none, or sum: every seat trains on the sum of rewards (prosocial control)", choices=REWARD_SHARING
+    )
     beta: float = key("Advantage Alignment weight of the opponent-aware term", ge=0)
     aa_gamma: float = key("Advantage Alignment discount", gt=0, le=1)
     aa_variant: str = key("Advantage Alignment sum: published (k < t) or jit (k <= t)", choices=AA_VARIANTS)

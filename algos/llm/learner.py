@@ -26,6 +26,7 @@ all-reduced once per step, so learners with different micro-batch counts never
 wait on each other. Only parameters with ``requires_grad`` (LoRA adapters) are
 given to the optimizer.
 """
+
 from __future__ import annotations
 
 import math
@@ -77,8 +78,9 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return (torch.exp(d) - d - 1).clamp(-10, 10)
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float,
-                dual_clip: float) -> torch.Tensor:
+def policy_loss(
+    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float, dual_clip: float
+) -> torch.Tensor:
     """Per-token clipped surrogate ``[S, L]`` (``clip`` <= 0: plain ``-rho * A``)."""
     ratio = torch.exp(logp - old_logp)
     pg = -ratio * adv
@@ -140,8 +142,9 @@ class LLMLearner(RunAccess, SeamLearner):
         out = torch.zeros(d["loss_mask"].shape, device=d["input_ids"].device)
         keep = d["loss_mask"].shape[1]
         for idx in self._micro(d):
-            out[idx] = module.token_logp(d["input_ids"][idx], d["attention_mask"][idx], reference=reference,
-                                         keep=keep)[0]
+            out[idx] = module.token_logp(d["input_ids"][idx], d["attention_mask"][idx], reference=reference, keep=keep)[
+                0
+            ]
         return out
 
     def _minibatches(self, d: Dict[str, torch.Tensor]) -> Iterator[Dict[str, torch.Tensor]]:
@@ -194,8 +197,9 @@ class LLMLearner(RunAccess, SeamLearner):
     def _loss(self, module, d: Dict[str, torch.Tensor], agg: str) -> Dict[str, torch.Tensor]:
         cfg = self.cfg
         want_ent = cfg.entropy_coef > 0
-        logp, ent = module.token_logp(d["input_ids"], d["attention_mask"], entropy=want_ent,
-                                      keep=d["loss_mask"].shape[1])
+        logp, ent = module.token_logp(
+            d["input_ids"], d["attention_mask"], entropy=want_ent, keep=d["loss_mask"].shape[1]
+        )
         mask = d["loss_mask"]
         adv = d["advantages"].unsqueeze(1).expand_as(logp)
         old = d.get("old_logp", logp.detach())
@@ -219,8 +223,10 @@ class LLMLearner(RunAccess, SeamLearner):
 
     def optimizer_state(self):
         # RLlib's TorchLearner converts the AdamW state to numpy, which has no bfloat16 (dtype="bfloat16")
-        return {name: {"module_id": mid, "state": to_numpy_keep_bf16(opt.state_dict())}
-                for name, mid, opt in self.named_optimizers()}
+        return {
+            name: {"module_id": mid, "state": to_numpy_keep_bf16(opt.state_dict())}
+            for name, mid, opt in self.named_optimizers()
+        }
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         # Not used: update() runs its own micro-batched loop (_step); RLlib requires the method.

@@ -14,6 +14,7 @@ All games of one seating are played at once: every decision round, the replies o
 policy's seats in all waiting games are generated as one batch
 (:func:`marl.algos.llm.runner.play`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -66,8 +67,10 @@ class TextGameRunner:
         if isinstance(player, GameBot):
             self.bot(env, player.name)
         elif not isinstance(player, TextPolicy):
-            raise MarlError(f"{env!r} is a text game: its players are text policies (marl.load of an LLM run) or "
-                            f"its bots {list(env.bots())}; got {type(player).__name__}.")
+            raise MarlError(
+                f"{env!r} is a text game: its players are text policies (marl.load of an LLM run) or "
+                f"its bots {list(env.bots())}; got {type(player).__name__}."
+            )
 
     def play(self, env: TextEnv, seating: Mapping[str, Any], episodes: int, seed: int = 0) -> List[List[float]]:
         """Play ``episodes`` games of copies of ``env`` with ``seating`` (seat -> text policy or
@@ -124,7 +127,8 @@ def _shared_generator(policies: List[Any]) -> Any:
         return None
     sizes = {len(p.generator.tok) for p in policies}
     if len(sizes) > 1:
-        raise MarlError(f"Text policies with different tokenizers (vocabulary sizes {sorted(sizes)}) cannot play "
-                        f"one another in one batch; compare checkpoints of runs that share a tokenizer.")
+        raise MarlError(
+            f"Text policies with different tokenizers (vocabulary sizes {sorted(sizes)}) cannot play "
+            f"one another in one batch; compare checkpoints of runs that share a tokenizer."
+        )
     return policies[0].generator
-

@@ -13,6 +13,7 @@
   own tokenizer must pass, the model's position limit :class:`Generator` fits every
   prompt into, and the word-level and byte-level BPE builders (``docs/llm_models.md``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,8 +25,18 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from marl.env import MarlError, unknown_choice
 from marl.errors import optional_import
 from marl.algos.llm.tokenizer import (  # noqa: F401  (re-exported: the policy module's public names)
-    CHATML_TEMPLATE, CONTEXT_POLICIES, PLAIN_CHAT_TEMPLATE, WORD_CHAT_TEMPLATE, _transformers, bpe_tokenizer,
-    check_tokenizer, check_vocabulary, load_tokenizer, model_context, word_tokenizer)
+    CHATML_TEMPLATE,
+    CONTEXT_POLICIES,
+    PLAIN_CHAT_TEMPLATE,
+    WORD_CHAT_TEMPLATE,
+    _transformers,
+    bpe_tokenizer,
+    check_tokenizer,
+    check_vocabulary,
+    load_tokenizer,
+    model_context,
+    word_tokenizer,
+)
 
 Chat = List[Dict[str, str]]
 
@@ -33,8 +44,16 @@ Chat = List[Dict[str, str]]
 def tiny_config(vocab_size: int, n_positions: int = 256, n_embd: int = 64, n_layer: int = 2, n_head: int = 4):
     """A ~0.1M-parameter GPT-2 config for ``model=`` in CPU tests (``docs/algorithms/llm_selfplay.md``)."""
     return _transformers().GPT2Config(
-        vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
-        n_inner=4 * n_embd, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        vocab_size=vocab_size,
+        n_positions=n_positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_inner=4 * n_embd,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
 
 
 def load_causal_lm(model: Any, dtype: Optional[str] = None):
@@ -73,8 +92,9 @@ def apply_lora(lm, r: int = 16, alpha: int = 32, dropout: float = 0.0, target: A
         MarlError: peft is not installed.
     """
     peft = optional_import("peft", "lora=True needs peft: pip install 'marl[llm]'.")
-    cfg = peft.LoraConfig(r=int(r), lora_alpha=int(alpha), lora_dropout=float(dropout), target_modules=target,
-                          task_type="CAUSAL_LM")
+    cfg = peft.LoraConfig(
+        r=int(r), lora_alpha=int(alpha), lora_dropout=float(dropout), target_modules=target, task_type="CAUSAL_LM"
+    )
     return peft.get_peft_model(lm, cfg)
 
 
@@ -110,15 +130,26 @@ class CausalLMModule(TorchRLModule):
         if mc.get("gradient_checkpointing"):
             lm.gradient_checkpointing_enable()
         if mc.get("lora"):
-            lm = apply_lora(lm, mc.get("lora_r", 16), mc.get("lora_alpha", 32), mc.get("lora_dropout", 0.0),
-                            mc.get("lora_target") or "all-linear")
+            lm = apply_lora(
+                lm,
+                mc.get("lora_r", 16),
+                mc.get("lora_alpha", 32),
+                mc.get("lora_dropout", 0.0),
+                mc.get("lora_target") or "all-linear",
+            )
         self.lm = lm
         self.lora = bool(mc.get("lora"))
         object.__setattr__(self, "_ref", None)  # not a submodule: no params, no state
 
     # --------------------------------------------------------------- log-probs
-    def token_logp(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, entropy: bool = False,
-                   reference: bool = False, keep: Optional[int] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def token_logp(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        entropy: bool = False,
+        reference: bool = False,
+        keep: Optional[int] = None,
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Log-prob of every next token: ``logp[:, j] = log p(ids[:, j+1] | ids[:, :j+1])``.
 
         Args:
@@ -145,7 +176,7 @@ class CausalLMModule(TorchRLModule):
                     logits = self.lm(input_ids=input_ids, attention_mask=attention_mask, **kw).logits
             else:
                 logits = lm(input_ids=input_ids, attention_mask=attention_mask, **kw).logits
-        targets = input_ids[:, 1:] if keep is None else input_ids[:, input_ids.shape[1] - int(keep):]
+        targets = input_ids[:, 1:] if keep is None else input_ids[:, input_ids.shape[1] - int(keep) :]
         # log p = logit - logsumexp: no second [S, L, vocab] tensor of log-probs (large vocabularies)
         lf = logits[:, :-1].float()
         lse = torch.logsumexp(lf, dim=-1)
@@ -219,9 +250,17 @@ class Generator:
         MarlError: an unknown ``context_policy``.
     """
 
-    def __init__(self, tokenizer, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32,
-                 constrain: bool = False, max_context: Optional[int] = None, context_policy: str = "truncate",
-                 label: str = "the text game"):
+    def __init__(
+        self,
+        tokenizer,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 32,
+        constrain: bool = False,
+        max_context: Optional[int] = None,
+        context_policy: str = "truncate",
+        label: str = "the text game",
+    ):
         if context_policy not in CONTEXT_POLICIES:
             raise unknown_choice("context_policy", context_policy, CONTEXT_POLICIES)
         self.tok = tokenizer
@@ -283,7 +322,7 @@ class Generator:
             # pairs dropped, oldest first (a pair keeps user/assistant alternation for strict templates);
             # "state" drops them all, "truncate" the fewest that fit (bisection: length falls with each drop)
             pairs = (past + 1) // 2
-            short = lambda k: chat[:head] + chat[head + min(2 * k, past):]  # noqa: E731
+            short = lambda k: chat[:head] + chat[head + min(2 * k, past) :]  # noqa: E731
             lo, hi = (pairs, pairs) if self.context_policy == "state" else (1, pairs)
             while lo < hi:
                 mid = (lo + hi) // 2
@@ -300,7 +339,8 @@ class Generator:
             f"may add max_new_tokens={self.max_new_tokens}, but the context holds {limit} positions "
             f"(context_policy={self.context_policy!r}). Options: context_policy='truncate' or 'state' (drop the game "
             f"so far), history='last', prompt_style='compact', a smaller max_new_tokens, or a model with a longer "
-            f"context.")
+            f"context."
+        )
 
     def action_ids(self, move: str) -> List[int]:
         ids = self._moves.get(move)
@@ -309,8 +349,9 @@ class Generator:
         return ids
 
     @torch.no_grad()
-    def generate(self, lm, chats: Sequence[Chat], legal: Optional[Sequence[Sequence[str]]] = None,
-                 logprobs: bool = False):
+    def generate(
+        self, lm, chats: Sequence[Chat], legal: Optional[Sequence[Sequence[str]]] = None, logprobs: bool = False
+    ):
         """Sample one reply per chat.
 
         Args:
@@ -332,8 +373,8 @@ class Generator:
         ids = torch.full((len(prompts), L), self.pad, dtype=torch.long)
         att = torch.zeros((len(prompts), L), dtype=torch.long)
         for i, p in enumerate(prompts):
-            ids[i, L - len(p):] = torch.tensor(p)
-            att[i, L - len(p):] = 1
+            ids[i, L - len(p) :] = torch.tensor(p)
+            att[i, L - len(p) :] = 1
         device = next(lm.parameters()).device
         if self.constrain and legal is not None and self.max_new_tokens >= 1:
             single = [[self.action_ids(m) for m in lg] for lg in legal]
@@ -347,7 +388,9 @@ class Generator:
         else:
             kw.update(do_sample=False)
         if self.constrain and legal is not None:
-            kw["prefix_allowed_tokens_fn"] = self._allowed_fn([_trie([self.action_ids(m) for m in lg]) for lg in legal], L)
+            kw["prefix_allowed_tokens_fn"] = self._allowed_fn(
+                [_trie([self.action_ids(m) for m in lg]) for lg in legal], L
+            )
         if logprobs:
             kw.update(output_logits=True, return_dict_in_generate=True)
         was_training = lm.training
@@ -428,8 +471,12 @@ class VLLMGenerator(Generator):
         """:meth:`Generator.generate` through vLLM (legal-move constraints are not applied)."""
         limit = self.limit(lm)
         prompts = [self.prompt_ids(c, limit) for c in chats]
-        params = self.vllm.SamplingParams(temperature=self.temperature, top_p=self.top_p,
-                                          max_tokens=self.max_new_tokens, logprobs=0 if logprobs else None)
+        params = self.vllm.SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_new_tokens,
+            logprobs=0 if logprobs else None,
+        )
         outs = self.engine.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         responses = [list(o.outputs[0].token_ids) for o in outs]
         texts = [self.tok.decode(r, skip_special_tokens=True) for r in responses]

@@ -11,6 +11,7 @@ Each reply becomes a :class:`Turn`; rewards that reach a seat which did not
 act (an opponent's winning move) are added to that seat's last turn (the MARS
 official code's rule: Yuan, Xu et al. 2025, arXiv 2510.15414).
 """
+
 from __future__ import annotations
 
 import copy
@@ -76,13 +77,20 @@ class TextEnvRunner(BatchedEnvRunner):
         self.module = spec.build()
         self.module.foreach_module(lambda mid, m: m.eval())
         c = self.cfg
-        if torch.cuda.is_available() and (c.num_gpus_per_env_runner > 0 or (
-                c.num_env_runners == 0 and c.num_gpus_per_learner > 0)):
+        if torch.cuda.is_available() and (
+            c.num_gpus_per_env_runner > 0 or (c.num_env_runners == 0 and c.num_gpus_per_learner > 0)
+        ):
             self.module.foreach_module(lambda mid, mod: mod.to("cuda"))  # generate on the GPU
         tok = load_tokenizer(c.tokenizer, c.model, c.chat_template)
-        kw = dict(temperature=c.temperature, top_p=c.top_p, max_new_tokens=c.max_new_tokens,
-                  constrain=c.constrain_actions, max_context=c.max_context, context_policy=c.context_policy,
-                  label=self.run.family.label)
+        kw = dict(
+            temperature=c.temperature,
+            top_p=c.top_p,
+            max_new_tokens=c.max_new_tokens,
+            constrain=c.constrain_actions,
+            max_context=c.max_context,
+            context_policy=c.context_policy,
+            label=self.run.family.label,
+        )
         if c.generator == "vllm":
             self.generator = VLLMGenerator(tok, c.model, **kw)
         else:
@@ -110,8 +118,10 @@ class TextEnvRunner(BatchedEnvRunner):
         generators on a remote runner. Games are played whole inside :meth:`sample`, so none is
         in progress. The opponent pool of past weights is not saved (one model copy per entry):
         after a resume it refills from the next snapshot (docs/index.md, Resume)."""
-        state = {"worker_index": int(self.worker_index or 0),
-                 "text": {"rng": self.rng.getstate(), "iteration": self._iteration, "pool": len(self.pool)}}
+        state = {
+            "worker_index": int(self.worker_index or 0),
+            "text": {"rng": self.rng.getstate(), "iteration": self._iteration, "pool": len(self.pool)},
+        }
         if self.worker_index:
             state["rng"] = rng_state()
         return state
@@ -140,7 +150,7 @@ class TextEnvRunner(BatchedEnvRunner):
             return
         mid = next(iter(self.module.keys()))
         self.pool.append({k: v.detach().clone() for k, v in self.module[mid].state_dict().items()})
-        self.pool = self.pool[-self.cfg.pool_size:]
+        self.pool = self.pool[-self.cfg.pool_size :]
 
     def _pool_policy(self):
         if not self.pool:
@@ -170,8 +180,10 @@ class TextEnvRunner(BatchedEnvRunner):
         turns, metrics = self.play(self.games, seats, seeds)
         self.num_env_steps_sampled_lifetime += metrics["env_steps"]
         k = self.cfg.transcripts
-        transcripts = [{"opponent": s["opponent"], "returns": dict(env.returns), "chats": dict(env.chats)}
-                       for env, s in zip(self.games[:k], seats[:k])]
+        transcripts = [
+            {"opponent": s["opponent"], "returns": dict(env.returns), "chats": dict(env.chats)}
+            for env, s in zip(self.games[:k], seats[:k])
+        ]
         return {"turns": turns, "metrics": metrics, "transcripts": transcripts}
 
     def _seating(self, opponent: str, pool) -> Dict[str, Any]:
@@ -197,12 +209,20 @@ class TextEnvRunner(BatchedEnvRunner):
         """:func:`evaluate` with this runner's modules at ``eval_temperature``."""
         self.ensure_env()
         lms = {mid: self.module[mid].lm for mid in self.module.keys()}
-        return evaluate(self.new_env, self.run.agent_to_module, lms, self.generator, opponent, games,
-                        self.cfg.eval_temperature)
+        return evaluate(
+            self.new_env, self.run.agent_to_module, lms, self.generator, opponent, games, self.cfg.eval_temperature
+        )
 
 
-def evaluate(make_env, agent_to_module: Dict[str, str], lms: Dict[str, Any], generator, opponent: str,
-             games: int, temperature: float) -> Dict[str, List[float]]:
+def evaluate(
+    make_env,
+    agent_to_module: Dict[str, str],
+    lms: Dict[str, Any],
+    generator,
+    opponent: str,
+    games: int,
+    temperature: float,
+) -> Dict[str, List[float]]:
     """Play ``games`` games of the learner against ``opponent`` (a bot name of the game, or
     ``"self"``), the learner taking the seats in turn (game ``g``: seat ``g % n_seats``).
 
@@ -260,8 +280,9 @@ def check_opponent_names(names, bots) -> None:
             raise unknown_choice("opponent", n, valid)
 
 
-def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, Any], generator,
-         non_finite: str = "raise"):
+def play(
+    games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, Any], generator, non_finite: str = "raise"
+):
     """Play ``games`` to the end; returns ``(turns, metrics)``.
 
     Every decision round, the replies of all games waiting for a model are generated in
@@ -291,9 +312,13 @@ def play(games, seats: List[Dict[str, Any]], seeds: List[int], lms: Dict[str, An
                 match.gen_tokens += len(resp)
                 match.new_turn(g, a, key[0] == "module", p, resp)
         obs = match.advance(replies)
-    metrics: Dict[str, Any] = {"env_steps": match.env_steps, "tokens_generated": match.gen_tokens,
-                               "generate_time_s": match.gen_time, "play_time_s": time.perf_counter() - t0,
-                               "prompts_truncated": truncated() - before}
+    metrics: Dict[str, Any] = {
+        "env_steps": match.env_steps,
+        "tokens_generated": match.gen_tokens,
+        "generate_time_s": match.gen_time,
+        "play_time_s": time.perf_counter() - t0,
+        "prompts_truncated": truncated() - before,
+    }
     for env in games:
         for k, v in env.episode_metrics().items():
             metrics.setdefault(k, []).append(float(v))
@@ -373,5 +398,7 @@ class _Match:
         if self.non_finite == "mask":
             return 0.0
         info = self.games[g].info
-        raise MarlError(f"Text game {info.family}:{info.scenario} (game {g}) gave seat '{seat}' the reward {r} in "
-                        f"decision round {self.steps[g]}. Fix the game, or set non_finite='mask' to replace it by 0.")
+        raise MarlError(
+            f"Text game {info.family}:{info.scenario} (game {g}) gave seat '{seat}' the reward {r} in "
+            f"decision round {self.steps[g]}. Fix the game, or set non_finite='mask' to replace it by 0."
+        )

@@ -28,6 +28,7 @@ Estimators (:mod:`marl.algos.llm.advantages`; ``docs/algorithms/llm_selfplay.md`
 ``reward_sharing="sum"`` trains every seat on the sum of all seats' rewards
 (the prosocial control; ``docs/algorithms/llm_selfplay.md``, "Measured").
 """
+
 from __future__ import annotations
 
 import copy
@@ -97,8 +98,9 @@ def _co_player(keys: List[tuple], a: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def turn_advantages(turns: List[Turn], cfg: LLMConfig, simultaneous: bool, group_size: int,
-                    baselines: Optional[Dict[Any, float]] = None) -> Dict[int, float]:
+def turn_advantages(
+    turns: List[Turn], cfg: LLMConfig, simultaneous: bool, group_size: int, baselines: Optional[Dict[Any, float]] = None
+) -> Dict[int, float]:
     """Advantage of every turn (``id(turn) -> A``) for the estimator ``cfg.estimator`` (module docstring).
 
     Rewards are divided by ``reward_scale`` first. Groups for baselines: games
@@ -128,8 +130,9 @@ def turn_advantages(turns: List[Turn], cfg: LLMConfig, simultaneous: bool, group
     elif name == "rae":
         order = sorted(range(len(keys)), key=lambda i: keys[i])  # games in order, as SPIRAL plays them
         role = [seat[i][0] if seat[i][1] else f"{seat[i][0]}/fixed" for i in order]
-        a = est.role_ema_advantages((r * mask).sum(1)[order], role, {} if baselines is None else baselines,
-                                    cfg.rae_decay)
+        a = est.role_ema_advantages(
+            (r * mask).sum(1)[order], role, {} if baselines is None else baselines, cfg.rae_decay
+        )
         adv = torch.zeros(len(keys), 1)
         adv[order, 0] = a
         adv = adv * est.turn_discounts(mask, cfg.gamma)
@@ -141,8 +144,9 @@ def turn_advantages(turns: List[Turn], cfg: LLMConfig, simultaneous: bool, group
     return {tid: float(adv[i, j]) for tid, (i, j) in where.items()}
 
 
-def turns_to_batch(turns: List[Turn], adv: Dict[int, float], seat_to_module: Dict[str, str], pad_id: int,
-                   drop_zero: bool = False) -> MultiAgentBatch:
+def turns_to_batch(
+    turns: List[Turn], adv: Dict[int, float], seat_to_module: Dict[str, str], pad_id: int, drop_zero: bool = False
+) -> MultiAgentBatch:
     """One row per trained reply: ``input_ids``, ``attention_mask`` ``[S, L]``, ``loss_mask [S, L-1]``
     (True where the next token belongs to the reply), ``advantages [S]``; per module.
     ``drop_zero``: leave out replies whose advantage is exactly 0 (``filter_zero_advantage``)."""
@@ -160,10 +164,16 @@ def turns_to_batch(turns: List[Turn], adv: Dict[int, float], seat_to_module: Dic
             p, q = len(t.prompt_ids), len(t.response_ids)
             ids[i, : p + q] = t.prompt_ids + t.response_ids
             att[i, : p + q] = 1
-            lmask[i, p - 1: p + q - 1] = True  # logp[j] scores token j+1: the reply's tokens
+            lmask[i, p - 1 : p + q - 1] = True  # logp[j] scores token j+1: the reply's tokens
         n_tokens += int(lmask.sum())
-        batches[mid] = SampleBatch({"input_ids": ids, "attention_mask": att, "loss_mask": lmask,
-                                    "advantages": np.array([adv[id(t)] for t in ts], dtype=np.float32)})
+        batches[mid] = SampleBatch(
+            {
+                "input_ids": ids,
+                "attention_mask": att,
+                "loss_mask": lmask,
+                "advantages": np.array([adv[id(t)] for t in ts], dtype=np.float32),
+            }
+        )
     return MultiAgentBatch(batches, env_steps=n_tokens)
 
 
@@ -175,8 +185,9 @@ class TextPolicy:
         lms: module id -> causal LM; generator: :class:`~marl.algos.llm.policy.Generator`.
     """
 
-    def __init__(self, lms: Dict[str, Any], generator: Generator, agent_to_module: Dict[str, str], make_env,
-                 temperature: float):
+    def __init__(
+        self, lms: Dict[str, Any], generator: Generator, agent_to_module: Dict[str, str], make_env, temperature: float
+    ):
         self.lms, self.generator, self.agent_to_module = lms, generator, agent_to_module
         self.make_env, self.temperature = make_env, temperature
 
@@ -187,8 +198,9 @@ class TextPolicy:
 
     def evaluate(self, opponent: str = "random", games: int = 100) -> Dict[str, float]:
         """Mean metrics of ``games`` games against a fixed ``opponent`` (see :func:`runner.evaluate`)."""
-        stats = evaluate(self.make_env, self.agent_to_module, self.lms, self.generator, opponent, games,
-                         self.temperature)
+        stats = evaluate(
+            self.make_env, self.agent_to_module, self.lms, self.generator, opponent, games, self.temperature
+        )
         return {k: float(np.mean(v)) for k, v in stats.items()}
 
     def evaluate_episodes(self, episodes: int, opponent: str = "random", **unused: Any) -> Dict[str, float]:
@@ -232,8 +244,16 @@ class LLMSelfPlay(Trainer):
     learner_metrics = ("policy_loss", "kl", "entropy", "clip_fraction", "tokens_trained_per_s")
     transform_hooks = ("on_batch",)  # games come from foreach_runner, not sample_rollouts (marl/transforms.py)
 
-    MODULE_KEYS = ("model", "dtype", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target",
-                   "gradient_checkpointing")
+    MODULE_KEYS = (
+        "model",
+        "dtype",
+        "lora",
+        "lora_r",
+        "lora_alpha",
+        "lora_dropout",
+        "lora_target",
+        "gradient_checkpointing",
+    )
 
     @classmethod
     def module_config(cls, cfg: LLMConfig, mapping=None, mid=None) -> Dict[str, Any]:
@@ -246,23 +266,35 @@ class LLMSelfPlay(Trainer):
         cfg = config_view(cfg)
         g = next(iter(info.groups.values()))
         if not isinstance(g.action_space, gym.spaces.Text):
-            raise MarlError(f"{cfg.algo} trains language models on text games (ipd, stag_hunt, chicken, "
-                            f"trust_and_split, openspiel); {info.family}:{info.scenario} is not one.")
+            raise MarlError(
+                f"{cfg.algo} trains language models on text games (ipd, stag_hunt, chicken, "
+                f"trust_and_split, openspiel); {info.family}:{info.scenario} is not one."
+            )
         model = cfg.model
         if model is None:
             raise MarlError(f"{cfg.algo} needs model=: a local path or hub id, or a transformers config.")
-        if isinstance(model, str) and model.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(model)):
+        if (
+            isinstance(model, str)
+            and model.startswith((".", "/", "~"))
+            and not os.path.isdir(os.path.expanduser(model))
+        ):
             raise MarlError(f"model={model!r}: no such folder (a local model needs its config.json and weights there).")
         if cfg.generator == "vllm":
             import importlib.util
 
             if importlib.util.find_spec("vllm") is None:
-                raise MarlError("generator='vllm' needs vllm and a GPU: pip install 'marl-rllib[vllm]' (or generator='hf').")
+                raise MarlError(
+                    "generator='vllm' needs vllm and a GPU: pip install 'marl-rllib[vllm]' (or generator='hf')."
+                )
             if not isinstance(model, str):
-                raise MarlError("generator='vllm' loads the model from a path or hub id; a config object cannot be served.")
+                raise MarlError(
+                    "generator='vllm' loads the model from a path or hub id; a config object cannot be served."
+                )
         if not cfg.opponents or min(cfg.opponents.values()) < 0 or sum(cfg.opponents.values()) <= 0:
-            raise MarlError(f"opponents must be a dict name -> probability (>= 0, not all 0), e.g. "
-                            f"{{'self': 0.5, 'pool': 0.5}}; got {cfg.opponents!r}.")
+            raise MarlError(
+                f"opponents must be a dict name -> probability (>= 0, not all 0), e.g. "
+                f"{{'self': 0.5, 'pool': 0.5}}; got {cfg.opponents!r}."
+            )
 
     @classmethod
     def family_context(cls, cfg, env, mapping) -> TextGameInfo:
@@ -282,9 +314,11 @@ class LLMSelfPlay(Trainer):
         check_opponent_names(list(cfg.opponents), bots)
         check_opponent_names(list(cfg.eval_opponents or []), bots)
         if not env.simultaneous and (cfg.estimator == "advantage_alignment" or cfg.reward_sharing == "sum"):
-            raise MarlError(f"{cfg.algo} with estimator={cfg.estimator}, reward_sharing={cfg.reward_sharing} "
-                            f"aligns seats by round and needs a simultaneous-move game (ipd, stag_hunt, chicken, "
-                            f"trust_and_split); {env.info.family}:{env.info.scenario} is turn-based.")
+            raise MarlError(
+                f"{cfg.algo} with estimator={cfg.estimator}, reward_sharing={cfg.reward_sharing} "
+                f"aligns seats by round and needs a simultaneous-move game (ipd, stag_hunt, chicken, "
+                f"trust_and_split); {env.info.family}:{env.info.scenario} is turn-based."
+            )
 
     @classmethod
     def build_config(cls, cfg, env, mapping):
@@ -328,9 +362,12 @@ class LLMSelfPlay(Trainer):
         # every reply filtered out (all advantages 0): nothing to learn from this iteration
         out = self.update_learners(batch) if batch.policy_batches else {}
         gen_time = sum(p["metrics"]["generate_time_s"] for p in parts)
-        out.update(tokens_generated_per_s=metrics.pop("tokens_generated") / max(gen_time, 1e-9), generate_time_s=gen_time,
-                   replies_trained=float(sum(t.trained for t in turns)),
-                   prompts_truncated=float(metrics.pop("prompts_truncated")))
+        out.update(
+            tokens_generated_per_s=metrics.pop("tokens_generated") / max(gen_time, 1e-9),
+            generate_time_s=gen_time,
+            replies_trained=float(sum(t.trained for t in turns)),
+            prompts_truncated=float(metrics.pop("prompts_truncated")),
+        )
         every = cfg.eval_every
         if every > 0 and (self.progress["iterations"] + 1) % every == 0:
             out.update(self.evaluate_opponents())
@@ -367,8 +404,16 @@ class LLMSelfPlay(Trainer):
             out.update({f"vs_{opp}_{k}": float(np.mean(v)) for k, v in stats.items()})
         return out
 
-    GENERATION_KEYS = ("tokenizer", "chat_template", "eval_temperature", "top_p", "max_new_tokens", "constrain_actions",
-                       "max_context", "context_policy")
+    GENERATION_KEYS = (
+        "tokenizer",
+        "chat_template",
+        "eval_temperature",
+        "top_p",
+        "max_new_tokens",
+        "constrain_actions",
+        "max_context",
+        "context_policy",
+    )
 
     @classmethod
     def checkpoint_meta(cls, cfg) -> Dict[str, Any]:
@@ -378,8 +423,13 @@ class LLMSelfPlay(Trainer):
     def make_policy(self, mapping) -> TextPolicy:
         """A :class:`TextPolicy` with a copy of the learner's weights."""
         state = self.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
-        return self._policy({mid: state[mid] for mid in mapping.modules}, self.checkpoint_meta(self.cfg)["llm"],
-                            self.run.agent_to_module, self.run.env_spec, self.run.env_object)
+        return self._policy(
+            {mid: state[mid] for mid in mapping.modules},
+            self.checkpoint_meta(self.cfg)["llm"],
+            self.run.agent_to_module,
+            self.run.env_spec,
+            self.run.env_object,
+        )
 
     @classmethod
     def policy_from_checkpoint(cls, ckpt, meta: Dict[str, Any], env=None) -> TextPolicy:
@@ -387,8 +437,10 @@ class LLMSelfPlay(Trainer):
         from ray.rllib.core.rl_module.rl_module import RLModule
 
         mids = dict.fromkeys(meta["agent_to_module"].values())
-        states = {mid: RLModule.from_checkpoint(str(ckpt / "learner_group" / "learner" / "rl_module" / mid)).get_state()
-                  for mid in mids}
+        states = {
+            mid: RLModule.from_checkpoint(str(ckpt / "learner_group" / "learner" / "rl_module" / mid)).get_state()
+            for mid in mids
+        }
         spec = env.spec if env is not None else meta.get("env_spec")
         return cls._policy(states, meta["llm"], meta["agent_to_module"], spec, env)
 
@@ -405,9 +457,16 @@ class LLMSelfPlay(Trainer):
         tok = load_tokenizer(saved.get("tokenizer"), saved.get("model"), saved.get("chat_template"))
         make = spec.make if spec is not None else (lambda: copy.deepcopy(env_object))
         info = (env_object or make()).info
-        gen = Generator(tok, saved["eval_temperature"], saved["top_p"], saved["max_new_tokens"], saved["constrain_actions"],
-                        max_context=saved.get("max_context"), context_policy=saved.get("context_policy", "truncate"),
-                        label=game_label(info))
+        gen = Generator(
+            tok,
+            saved["eval_temperature"],
+            saved["top_p"],
+            saved["max_new_tokens"],
+            saved["constrain_actions"],
+            max_context=saved.get("max_context"),
+            context_policy=saved.get("context_policy", "truncate"),
+            label=game_label(info),
+        )
         return TextPolicy(lms, gen, agent_to_module, make, float(saved["eval_temperature"]))
 
 

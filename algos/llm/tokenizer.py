@@ -7,6 +7,7 @@ builders for tests and CPU runs (``docs/llm_models.md``).
 * :func:`word_tokenizer` — whitespace word-level, for tiny models trained from scratch;
 * :func:`bpe_tokenizer` — byte-level BPE trained on given text (the kind real models ship).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Sequence
@@ -63,7 +64,8 @@ def word_tokenizer(words: Sequence[str], chat_template: str = WORD_CHAT_TEMPLATE
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = _transformers().PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]")
+        tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]"
+    )
     fast.chat_template = chat_template
     return fast
 
@@ -87,9 +89,14 @@ def bpe_tokenizer(texts: Sequence[str], vocab_size: int = 1000, chat_template: s
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(list(texts), trainers.BpeTrainer(
-        vocab_size=int(vocab_size), special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        list(texts),
+        trainers.BpeTrainer(
+            vocab_size=int(vocab_size),
+            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     fast = _transformers().PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>")
     fast.chat_template = chat_template
     return fast
@@ -107,7 +114,9 @@ def load_tokenizer(tokenizer: Any, model: Any, chat_template: Optional[str] = No
         return check_tokenizer(tokenizer, chat_template)
     path = tokenizer or (model if isinstance(model, str) else None)
     if path is None:
-        raise MarlError("A model built from a config needs tokenizer= (e.g. marl.algos.llm.policy.word_tokenizer(words)).")
+        raise MarlError(
+            "A model built from a config needs tokenizer= (e.g. marl.algos.llm.policy.word_tokenizer(words))."
+        )
     return check_tokenizer(_transformers().AutoTokenizer.from_pretrained(path), chat_template)
 
 
@@ -135,10 +144,13 @@ def check_tokenizer(tok, chat_template: Optional[str] = None):
         raise MarlError(
             f"The tokenizer ({type(tok).__name__}, {len(tok)} tokens) has no chat template, and prompts are "
             f"built from it. Base models often ship none: set chat_template='plain' (role: content lines) or "
-            f"chat_template='<a Jinja template>'; instruction-tuned models have one in tokenizer_config.json.")
+            f"chat_template='<a Jinja template>'; instruction-tuned models have one in tokenizer_config.json."
+        )
     if tok.eos_token_id is None:
-        raise MarlError(f"The tokenizer ({type(tok).__name__}) has no EOS token: a reply could never end. "
-                        f"Set tokenizer.eos_token to the token the model ends its turns with.")
+        raise MarlError(
+            f"The tokenizer ({type(tok).__name__}) has no EOS token: a reply could never end. "
+            f"Set tokenizer.eos_token to the token the model ends its turns with."
+        )
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token  # masked by the attention mask; no embedding resize
     tok.padding_side = "left"
@@ -165,4 +177,5 @@ def check_vocabulary(tok, lm) -> None:
         raise MarlError(
             f"The tokenizer has {len(tok)} tokens but the model embeds only {rows} ids: token ids >= {rows} would "
             f"fail inside the model. Use the tokenizer saved with the model, or build the model with "
-            f"vocab_size >= {len(tok)} (embeddings are not resized silently: new rows would be untrained).")
+            f"vocab_size >= {len(tok)} (embeddings are not resized silently: new rows would be untrained)."
+        )

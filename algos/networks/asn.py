@@ -26,6 +26,7 @@ against the paper.
 
 The same outputs serve as Q-values (IQL/VDN/QMIX) and as logits (IPPO/MAPPO).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
@@ -76,13 +77,21 @@ class ASNNet(AgentNetwork):
             ``unit_type`` modules without ``unit_type`` in the layout.
     """
 
-    def __init__(self, inputs: EntityInputs, hidden: int = 32, recurrent: bool = True, env_input: str = "all",
-                 entity_modules: str = "shared"):
+    def __init__(
+        self,
+        inputs: EntityInputs,
+        hidden: int = 32,
+        recurrent: bool = True,
+        env_input: str = "all",
+        entity_modules: str = "shared",
+    ):
         super().__init__()
         if env_input not in ENV_INPUTS:
             raise MarlError(f"Unknown asn_env_input '{env_input}'. Valid choices: {', '.join(ENV_INPUTS)}.")
         if entity_modules not in ENTITY_MODULES:
-            raise MarlError(f"Unknown asn_entity_modules '{entity_modules}'. Valid choices: {', '.join(ENTITY_MODULES)}.")
+            raise MarlError(
+                f"Unknown asn_entity_modules '{entity_modules}'. Valid choices: {', '.join(ENTITY_MODULES)}."
+            )
         if not inputs.targets:
             raise MarlError("ASN needs actions that target entities (layout 'action_targets'); this layout has none.")
         self.inputs, self.hidden, self.recurrent = inputs, hidden, recurrent
@@ -104,7 +113,9 @@ class ASNNet(AgentNetwork):
             n = m
         else:
             if t not in self.inputs.unit_types:
-                raise MarlError(f"asn_entity_modules='unit_type' needs 'unit_type' for entity type '{t}' in the layout.")
+                raise MarlError(
+                    f"asn_entity_modules='unit_type' needs 'unit_type' for entity type '{t}' in the layout."
+                )
             a, b = self.inputs.unit_types[t]
             n = b - a
         return nn.ModuleList(Stream(d, self.hidden, self.recurrent) for _ in range(n))
@@ -151,8 +162,8 @@ class ASNNet(AgentNetwork):
         ``kind [R, L]`` -> ``[R, L, A]``."""
         outs = []
         for t in range(xf.shape[1]):
-            s = None if starts is None else starts[:, t:t + 1]
-            out = self._typed_rows(mods, xf[:, t:t + 1], kind[:, t], h, s)
+            s = None if starts is None else starts[:, t : t + 1]
+            out = self._typed_rows(mods, xf[:, t : t + 1], kind[:, t], h, s)
             h = out[:, 0]
             outs.append(out)
         return torch.cat(outs, 1)
@@ -163,7 +174,7 @@ class ASNNet(AgentNetwork):
         A = self.hidden
         env, rest, out = h[:, :A], h[:, A:], {}
         for t, _, m in self.inputs.targets:
-            out[t], rest = rest[:, :m * A].reshape(-1, m, A), rest[:, m * A:]
+            out[t], rest = rest[:, : m * A].reshape(-1, m, A), rest[:, m * A :]
         return env, out
 
     def _env_x(self, x: torch.Tensor) -> torch.Tensor:
@@ -203,10 +214,16 @@ class ASNNet(AgentNetwork):
         states = torch.cat([h_env] + [h.flatten(2) for h in h_ents], -1) if self.recurrent else None
         return self._values(h_env, h_ents), states
 
+
 def build_asn(inputs: EntityInputs, c: Dict[str, Any]) -> ASNNet:
     """ASN from a module's ``model_config``: ``recurrent`` and the ``asn_*`` keys (``configs/engine.yaml``)."""
-    return ASNNet(inputs, hidden=int(c.get("asn_hidden", 32)), recurrent=bool(c.get("recurrent", True)),
-                  env_input=c.get("asn_env_input", "all"), entity_modules=c.get("asn_entity_modules", "shared"))
+    return ASNNet(
+        inputs,
+        hidden=int(c.get("asn_hidden", 32)),
+        recurrent=bool(c.get("recurrent", True)),
+        env_input=c.get("asn_env_input", "all"),
+        entity_modules=c.get("asn_entity_modules", "shared"),
+    )
 
 
 ASN_KEYS = ("asn_hidden", "asn_env_input", "asn_entity_modules")  # config keys it reads
@@ -224,13 +241,17 @@ def check_asn(cfg: Any, info) -> None:
         layout = info.entity_layout[group]
         targets = layout.get("action_targets") or {}
         if not targets:
-            raise MarlError(f"agent='asn' needs actions that target entities; group '{group}' has no "
-                            f"'action_targets' in its layout.")
+            raise MarlError(
+                f"agent='asn' needs actions that target entities; group '{group}' has no "
+                f"'action_targets' in its layout."
+            )
         if cfg.asn_entity_modules == "unit_type":
             missing = [t for t in targets if not layout["entities"][t].get("unit_type")]
             if missing:
-                raise MarlError(f"asn_entity_modules='unit_type' needs 'unit_type' in the layout of entity types "
-                                f"{missing} (group '{group}').")
+                raise MarlError(
+                    f"asn_entity_modules='unit_type' needs 'unit_type' in the layout of entity types "
+                    f"{missing} (group '{group}')."
+                )
 
 
 def _pick(v: Optional[torch.Tensor], rows: torch.Tensor) -> Optional[torch.Tensor]:

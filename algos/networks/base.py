@@ -18,6 +18,7 @@ network call it the same way (``docs/algorithms/entity_networks.md``,
 
 Feed-forward networks ignore ``h``/``h0``/``starts`` and return ``h' = None``.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence, Tuple
@@ -41,8 +42,9 @@ class AgentNetwork(nn.Module):
 
     state_size: int = 0
 
-    def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None,
-                starts: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def forward(
+        self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """``x [M, L, D]``, ``h0 [M, S]``, ``starts [M, L]`` -> outputs ``[M, L, A]`` and the
         state after each step ``[M, L, S]`` (``None`` for feed-forward networks)."""
         raise NotImplementedError(f"{type(self).__name__} must implement forward() or step() and unroll()")
@@ -56,8 +58,9 @@ class AgentNetwork(nn.Module):
         out, states = self(x.unsqueeze(1), h if self.state_size else None)  # feed-forward: h is ignored
         return out.squeeze(1), None if states is None else states[:, -1]
 
-    def unroll(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None,
-               starts: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def unroll(
+        self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         """``x [M, L, D]`` from ``h0 [M, S]`` with resets before the steps where ``starts [M, L]``
         -> ``[M, L, A]``."""
         return self(x, h0, starts)[0] if self.state_size else self(x)[0]
@@ -104,7 +107,9 @@ def packed_sequence(x: torch.Tensor, lengths: torch.Tensor, fn) -> torch.Tensor:
     return pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
 
 
-def gru_unroll(gru: nn.GRU, z: torch.Tensor, h0: Optional[torch.Tensor], starts: Optional[torch.Tensor]) -> torch.Tensor:
+def gru_unroll(
+    gru: nn.GRU, z: torch.Tensor, h0: Optional[torch.Tensor], starts: Optional[torch.Tensor]
+) -> torch.Tensor:
     """Run a one-layer ``batch_first`` GRU over ``z [M, L, H_in]`` from ``h0 [M, H]`` (zeros if ``None``);
     where ``starts[m, t]`` the state is zeroed before step ``t``. Returns the states ``[M, L, H]``.
 
@@ -122,7 +127,7 @@ def gru_unroll(gru: nn.GRU, z: torch.Tensor, h0: Optional[torch.Tensor], starts:
     for t in range(L):
         if t:
             h = h * (~starts[:, t]).unsqueeze(-1).to(h.dtype)
-        out, hn = gru(z[:, t:t + 1], h.unsqueeze(0).contiguous())
+        out, hn = gru(z[:, t : t + 1], h.unsqueeze(0).contiguous())
         h = hn.squeeze(0)
         outs.append(out)
     return torch.cat(outs, 1)
@@ -152,8 +157,9 @@ def packed_gru(gru: nn.GRU, z: torch.Tensor, batch_sizes: torch.Tensor) -> torch
     return torch.cat(states)
 
 
-def recurrent_layer(layer: nn.Module, z: torch.Tensor, h0: Optional[torch.Tensor] = None,
-                    starts: Optional[torch.Tensor] = None) -> torch.Tensor:
+def recurrent_layer(
+    layer: nn.Module, z: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """The middle layer of pymarl-style agents on ``z [M, L, H]``: an ``nn.GRU`` unrolled by
     :func:`gru_unroll`, or, for the feed-forward variant, ``ReLU(layer(z))`` (no state)."""
     if isinstance(layer, nn.GRU):
@@ -177,7 +183,9 @@ class RecurrentCore(nn.Module):
         self.recurrent = recurrent
         self.cell = nn.GRU(hidden, hidden, batch_first=True) if recurrent else nn.Linear(hidden, hidden)
 
-    def forward(self, z: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self, z: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         """``z [M, L, H]`` -> ``[M, L, H]``."""
         return recurrent_layer(self.cell, z, h0, starts)
 

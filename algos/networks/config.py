@@ -5,6 +5,7 @@ This module imports neither torch nor the network modules, so that a config is l
 checked without torch: the choices that the networks define are spelled here, and
 ``marl.algos.networks.asn`` and ``tests/test_lazy_imports.py`` hold the networks to them.
 """
+
 from __future__ import annotations
 
 import sys
@@ -48,8 +49,10 @@ class AgentNetConfig(ConfigBase):
     dpn_bank_size: int = key("DPN: modules in each bank", ge=1)
     dpn_hard: bool = key("DPN: hard argmax module selection (straight-through gradient)")
     asn_hidden: int = key("ASN: width of each stream", ge=1)
-    asn_env_input: str = key("ASN: input of the environment stream (non_target: targeted entities zeroed)",
-                             choices=ENV_INPUTS)
-    asn_entity_modules: str = key("ASN: entity-stream modules shared, per unit type, or one per entity",
-                                  choices=ENTITY_MODULES)
+    asn_env_input: str = key(
+        "ASN: input of the environment stream (non_target: targeted entities zeroed)", choices=ENV_INPUTS
+    )
+    asn_entity_modules: str = key(
+        "ASN: entity-stream modules shared, per unit type, or one per entity", choices=ENTITY_MODULES
+    )
     init_from: Optional[str] = key("checkpoint or run folder whose agent networks start this run (transfer)")

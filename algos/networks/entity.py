@@ -10,6 +10,7 @@ dicts, so a network's parameters never depend on the entity counts: the same
 weights load into a network built for a scenario with more or fewer entities
 (transfer, Hao et al. 2022 §5.4).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -77,7 +78,9 @@ class EntityInputs(nn.Module):
         self.types: List[str] = list(layout["entities"])
         self.dims = {t: entity_dim(layout["entities"][t]) for t in self.types}
         self.counts = {t: int(layout["entities"][t]["count"]) for t in self.types}
-        self.unit_types = {t: tuple(layout["entities"][t]["unit_type"]) for t in self.types if layout["entities"][t].get("unit_type")}
+        self.unit_types = {
+            t: tuple(layout["entities"][t]["unit_type"]) for t in self.types if layout["entities"][t].get("unit_type")
+        }
         for t in self.types:
             self.register_buffer(f"idx_{t}", entity_index(layout["entities"][t]), persistent=False)
         # a type stored as one contiguous block (``start``/``dim``) is read as a view; only
@@ -95,7 +98,9 @@ class EntityInputs(nn.Module):
         self.register_buffer("non_target_mask", keep, persistent=False)
 
     def _targets(self, layout) -> List[Tuple[str, int, int]]:
-        targets = sorted(((t, int(f), int(m)) for t, (f, m) in (layout.get("action_targets") or {}).items()), key=lambda x: x[1])
+        targets = sorted(
+            ((t, int(f), int(m)) for t, (f, m) in (layout.get("action_targets") or {}).items()), key=lambda x: x[1]
+        )
         nxt = self.n_normal
         for t, first, m in targets:
             if t not in self.counts or first != nxt or m != self.counts[t]:
@@ -109,12 +114,12 @@ class EntityInputs(nn.Module):
     def split(self, x: torch.Tensor):
         """``x [..., D]`` -> ``own [..., d_own]``, ``{type: [..., m_t, d_t]}``,
         agent index ``[...]`` long (``None`` without a one-hot), last action ``[..., A]`` (or ``None``)."""
-        own = x[..., self.own_range[0]:self.own_range[1]] if self.own_range else x[..., self.own_idx]
+        own = x[..., self.own_range[0] : self.own_range[1]] if self.own_range else x[..., self.own_idx]
         ents = self.entities(x)
         d = self.obs_dim
-        agent = x[..., d:d + self.id_dim].argmax(-1) if self.id_dim else None
+        agent = x[..., d : d + self.id_dim].argmax(-1) if self.id_dim else None
         d += self.id_dim
-        last = x[..., d:d + self.last_action_dim] if self.last_action_dim else None
+        last = x[..., d : d + self.last_action_dim] if self.last_action_dim else None
         return own, ents, agent, last
 
     def entities(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
@@ -127,7 +132,7 @@ class EntityInputs(nn.Module):
                 out[t] = x[..., getattr(self, f"idx_{t}")]
             else:
                 start, m, d = block
-                out[t] = x[..., start:start + m * d].unflatten(-1, (m, d))
+                out[t] = x[..., start : start + m * d].unflatten(-1, (m, d))
         return out
 
     def non_target(self, x: torch.Tensor) -> torch.Tensor:

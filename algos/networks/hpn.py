@@ -39,6 +39,7 @@ compares outputs and gradients with the per-entity equations):
   weight blocks by 0, so the code layer and the pooled matmul leave them out
   (:func:`entity_support`; 38% less input-layer work on 5m_vs_6m).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
@@ -81,8 +82,17 @@ class EntityHyper(nn.Module):
             (DPN module selection over ``bank_size`` modules).
     """
 
-    def __init__(self, d: int, hidden: int, heads: int, targeted: bool, generator: str = "mlp",
-                 hyper_dim: int = 64, bank_size: int = 4, hard: bool = False):
+    def __init__(
+        self,
+        d: int,
+        hidden: int,
+        heads: int,
+        targeted: bool,
+        generator: str = "mlp",
+        hyper_dim: int = 64,
+        bank_size: int = 4,
+        hard: bool = False,
+    ):
         super().__init__()
         if generator not in GENERATORS:
             raise ValueError(f"generator must be one of {GENERATORS}, got {generator!r}")
@@ -180,7 +190,7 @@ class EntityHyper(nn.Module):
         a matrix-vector product (no per-entity work)."""
         z0 = self.zero_code(h)
         g = self.folded_output()
-        v = g[:, :z0.shape[0]] @ z0
+        v = g[:, : z0.shape[0]] @ z0
         if g.shape[1] > z0.shape[0]:
             v = v + g[:, -1]
         return torch.addmv(v[-1], h, v[:-1])
@@ -205,9 +215,18 @@ class HPNNet(AgentNetwork):
     without ``recurrent``), outputs ``[..., n_normal + sum_t m_t]``.
     """
 
-    def __init__(self, inputs: EntityInputs, hidden: int = 64, hyper_dim: int = 64, heads: int = 1,
-                 generator: str = "mlp", bank_size: int = 4, hard: bool = False, recurrent: bool = True,
-                 id_table: int = 32):
+    def __init__(
+        self,
+        inputs: EntityInputs,
+        hidden: int = 64,
+        hyper_dim: int = 64,
+        heads: int = 1,
+        generator: str = "mlp",
+        bank_size: int = 4,
+        hard: bool = False,
+        recurrent: bool = True,
+        id_table: int = 32,
+    ):
         super().__init__()
         self.inputs, self.hidden, self.recurrent = inputs, hidden, recurrent
         self.state_size = hidden if recurrent else 0
@@ -216,11 +235,15 @@ class HPNNet(AgentNetwork):
         self.agent_embedding = nn.Embedding(max(id_table, inputs.id_dim), hidden) if inputs.id_dim else None
         # the last action enters as its normal-action one-hot plus one "targeted a <type>" bit per
         # targeted type, so the weights do not depend on the entity counts (transfer)
-        self.last_action = nn.Linear(inputs.n_normal + len(inputs.targets), hidden, bias=False) if inputs.last_action_dim else None
-        self.hyper = nn.ModuleDict({
-            t: EntityHyper(inputs.dims[t], hidden, heads, t in targeted, generator, hyper_dim, bank_size, hard)
-            for t in inputs.types
-        })
+        self.last_action = (
+            nn.Linear(inputs.n_normal + len(inputs.targets), hidden, bias=False) if inputs.last_action_dim else None
+        )
+        self.hyper = nn.ModuleDict(
+            {
+                t: EntityHyper(inputs.dims[t], hidden, heads, t in targeted, generator, hyper_dim, bank_size, hard)
+                for t in inputs.types
+            }
+        )
         self.merger = Merger(heads, hidden)
         self.core = RecurrentCore(hidden, recurrent)
         self.normal = nn.Linear(hidden, inputs.n_normal) if inputs.n_normal else None
@@ -252,8 +275,8 @@ class HPNNet(AgentNetwork):
 
     def last_action_summary(self, last: torch.Tensor) -> torch.Tensor:
         """Last action one-hot ``[..., A]`` -> ``[..., n_normal + n_targeted_types]`` (count-independent)."""
-        parts = [last[..., :self.inputs.n_normal]]
-        parts += [last[..., f:f + m].sum(-1, keepdim=True) for _, f, m in self.inputs.targets]
+        parts = [last[..., : self.inputs.n_normal]]
+        parts += [last[..., f : f + m].sum(-1, keepdim=True) for _, f, m in self.inputs.targets]
         return torch.cat(parts, -1)
 
     def head(self, h: torch.Tensor, codes: Dict[str, Codes]) -> torch.Tensor:

@@ -5,6 +5,7 @@ parameters (the learner adds them up); QMIX (Rashid et al. 2018, ICML, arXiv
 1803.11485) mixes them monotonically with weights generated from the global
 state: :class:`QMixer`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,7 +24,9 @@ class QMixer(nn.Module):
     Only weights pass through ``abs`` so ``dQ_tot/dQ_a >= 0`` for any parameters.
     """
 
-    def __init__(self, n_agents: int, state_dim: int, embed: int = 32, hypernet_layers: int = 2, hypernet_embed: int = 64):
+    def __init__(
+        self, n_agents: int, state_dim: int, embed: int = 32, hypernet_layers: int = 2, hypernet_embed: int = 64
+    ):
         super().__init__()
         self.n, self.embed = n_agents, embed
 

@@ -6,6 +6,7 @@ official code's defaults): hidden 64, ReLU,
 LayerNorm on the input features, orthogonal init, and a small output gain
 (0.01) for the policy head so the initial policy is near uniform.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
@@ -82,7 +83,9 @@ class GRUTrunk(nn.Module):
         self.gru = nn.GRU(hidden, hidden, batch_first=True)
         self.hidden = hidden
 
-    def forward(self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, h0: Optional[torch.Tensor] = None, starts: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         return gru_unroll(self.gru, self.encoder(x), h0, starts)  # one batched encoder call for all L steps
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -106,8 +109,17 @@ class MAPPOActor(AgentNetwork):
         recurrent: GRU trunk, state ``[M, H]``.
     """
 
-    def __init__(self, in_dim: int, n_actions: int, hidden: int = 64, layers: int = 2, activation: str = "relu",
-                 layer_norm: bool = True, out_gain: float = 0.01, recurrent: bool = False):
+    def __init__(
+        self,
+        in_dim: int,
+        n_actions: int,
+        hidden: int = 64,
+        layers: int = 2,
+        activation: str = "relu",
+        layer_norm: bool = True,
+        out_gain: float = 0.01,
+        recurrent: bool = False,
+    ):
         super().__init__()
         self.recurrent = recurrent
         self.state_size = hidden if recurrent else 0
@@ -127,5 +139,13 @@ class MAPPOActor(AgentNetwork):
 def build_mappo_actor(c: Dict[str, Any], n_actions: int) -> MAPPOActor:
     """The actor from :class:`~marl.algos.ppo.PPOModule`'s ``model_config`` (``obs_dim``, ``hidden``,
     ``layers``, ``activation``, ``layer_norm``, ``policy_gain``, ``recurrent``)."""
-    return MAPPOActor(int(c["obs_dim"]), n_actions, int(c["hidden"]), int(c.get("layers", 2)), c.get("activation", "relu"),
-                      bool(c.get("layer_norm", True)), float(c.get("policy_gain", 0.01)), bool(c.get("recurrent", False)))
+    return MAPPOActor(
+        int(c["obs_dim"]),
+        n_actions,
+        int(c["hidden"]),
+        int(c.get("layers", 2)),
+        c.get("activation", "relu"),
+        bool(c.get("layer_norm", True)),
+        float(c.get("policy_gain", 0.01)),
+        bool(c.get("recurrent", False)),
+    )

@@ -7,6 +7,7 @@ A research network plugs in with :func:`register_agent_network`, typically from
 the ``__init__`` of a package declared in the ``marl.plugins`` entry points
 (:mod:`marl.plugins`); ``docs/algorithms/entity_networks.md``, "Adding a network".
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,9 +37,15 @@ _NETWORKS: Dict[str, AgentNetworkEntry] = {}
 FAMILIES = ("ppo", "value_decomp")  # the built-in algorithm families that build agent networks
 
 
-def register_agent_network(name: str, build: Callable[..., AgentNetwork], *, family: Optional[str] = None,
-                           entity: bool = False, check: Optional[Callable[[Any, Any], None]] = None,
-                           config_keys: Sequence[str] = ()) -> None:
+def register_agent_network(
+    name: str,
+    build: Callable[..., AgentNetwork],
+    *,
+    family: Optional[str] = None,
+    entity: bool = False,
+    check: Optional[Callable[[Any, Any], None]] = None,
+    config_keys: Sequence[str] = (),
+) -> None:
     """Make ``agent=name`` build ``build``'s network (a later registration of a name replaces it).
 
     Args:
@@ -130,7 +137,9 @@ def _require_layouts(kind: str, info) -> None:
                 f"(docs/envs.md, 'Entity layouts')."
             )
         if not g.discrete:
-            raise MarlError(f"agent='{kind}' gives one output per discrete action; group '{name}' has {g.action_space}.")
+            raise MarlError(
+                f"agent='{kind}' gives one output per discrete action; group '{name}' has {g.action_space}."
+            )
 
 
 def agent_model_config(cfg: ConfigBase, mapping, mid: str, last_action_dim: int = 0) -> Dict[str, Any]:

@@ -5,6 +5,7 @@ networks": a DRQN with a GRU between two fully connected layers; the ``rnn_agent
 of its official code, pymarl (Samvelyan et al. 2019, arXiv 1902.04043). PyTorch's
 default initialisation, as in pymarl.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict

@@ -33,6 +33,7 @@ Entity layout: ``simple_spread`` fills :attr:`EnvInfo.entity_layout` on both
 paths (own velocity / position, ``"landmark"`` and ``"agent"`` entities; see
 :func:`attach_entity_layout`); the other scenarios have none.
 """
+
 from __future__ import annotations
 
 import copy
@@ -45,7 +46,15 @@ import numpy as np
 import torch
 
 from marl.env import (
-    EnvInfo, GroupInfo, MarlError, MultiAgentEnv, Observation, Step, check_entity_layout, make_env, unknown_choice,
+    EnvInfo,
+    GroupInfo,
+    MarlError,
+    MultiAgentEnv,
+    Observation,
+    Step,
+    check_entity_layout,
+    make_env,
+    unknown_choice,
 )
 from marl.envs.common import AgentLayout, build_groups, check_kwargs, check_num_envs, mpe2_modules
 
@@ -330,9 +339,15 @@ class MPEEnv(MultiAgentEnv):
         ``raw_env`` itself is not copied: it is EzPickle, so a copy would be rebuilt from its
         arguments, losing all of that."""
         copies = [
-            {"world": env.world, "scenario": env.scenario, "rng": env.np_random.bit_generator.state,
-             "steps": env.steps, "current_actions": env.current_actions, "rewards": getattr(env, "rewards", None),
-             "cam_range": getattr(env, "original_cam_range", None)}
+            {
+                "world": env.world,
+                "scenario": env.scenario,
+                "rng": env.np_random.bit_generator.state,
+                "steps": env.steps,
+                "current_actions": env.current_actions,
+                "rewards": getattr(env, "rewards", None),
+                "cam_range": getattr(env, "original_cam_range", None),
+            }
             for env in self._envs
         ]
         return copy.deepcopy({"copies": copies, "obs_buffer": self._state, "started": self._started})
@@ -389,8 +404,9 @@ class MPEEnv(MultiAgentEnv):
 BACKENDS = (None, "torch", "mpe2")
 
 
-def _batched(scenario: str, num_envs: int, continuous: bool, max_cycles: int, backend: Optional[str],
-             kwargs: Dict[str, Any]) -> MultiAgentEnv:
+def _batched(
+    scenario: str, num_envs: int, continuous: bool, max_cycles: int, backend: Optional[str], kwargs: Dict[str, Any]
+) -> MultiAgentEnv:
     """:class:`MPEEnv` or :class:`~marl.envs.mpe.batched.TorchMPEEnv` as ``backend`` asks (``None``: torch
     where it implements the scenario and options)."""
     from marl.envs.mpe.batched import SCENARIOS, TorchMPEEnv, unsupported_options
@@ -401,8 +417,10 @@ def _batched(scenario: str, num_envs: int, continuous: bool, max_cycles: int, ba
     missing = unsupported_options(name, kwargs)
     if backend == "torch" and missing:
         offered = "; ".join(f"{k} (options: {', '.join(v.options) or 'none'})" for k, v in SCENARIOS.items())
-        raise MarlError(f"The torch MPE backend does not implement {', '.join(missing)}; it implements {offered}. "
-                        f"Use backend='mpe2' (or leave backend unset to pick it automatically).")
+        raise MarlError(
+            f"The torch MPE backend does not implement {', '.join(missing)}; it implements {offered}. "
+            f"Use backend='mpe2' (or leave backend unset to pick it automatically)."
+        )
     if backend == "mpe2" or missing:
         return MPEEnv(name, num_envs, continuous, max_cycles, seed=seed, **kwargs)
     reference = MPEEnv(name, 1, continuous, max_cycles, **kwargs)  # checks kwargs; its world gives the constants
@@ -468,8 +486,9 @@ def make(
     if fast:
         return _batched(scenario, check_num_envs(num_envs), continuous_actions, max_cycles, backend, scenario_kwargs)
     if backend == "torch":
-        raise MarlError("backend='torch' is a batched env; fast=False builds mpe2's parallel_env copies. "
-                        "Pass one of them.")
+        raise MarlError(
+            "backend='torch' is a batched env; fast=False builds mpe2's parallel_env copies. Pass one of them."
+        )
     name, module = resolve_scenario(scenario)
     seed = scenario_kwargs.pop("seed", None)
     check_kwargs(f"MPE scenario '{name}'", scenario_kwargs, valid_kwargs(name))
@@ -486,8 +505,15 @@ def make(
     # constructor hands out the copies built above (their first env told the kind and teams)
     handout = iter(copies)
     env = make_env(
-        lambda: next(handout), num_envs=len(copies), scenario=name, kind=kind, teams=teams, shared_reward=shared,
-        episode_limit=max_cycles, seed=seed, family="mpe",
+        lambda: next(handout),
+        num_envs=len(copies),
+        scenario=name,
+        kind=kind,
+        teams=teams,
+        shared_reward=shared,
+        episode_limit=max_cycles,
+        seed=seed,
+        family="mpe",
     )
     attach_entity_layout(env.info, copies[0].unwrapped)
     return env

@@ -31,6 +31,7 @@ refused here, and the default backend falls back to mpe2 for them. Scenarios:
 :data:`SCENARIOS` (simple_spread, simple_speaker_listener, simple_reference,
 simple_adversary: the mpe benchmark suite's four).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,8 +74,9 @@ class TorchMPEEnv(MultiAgentEnv):
         MarlError: ``step`` before ``reset``; a state of another ``num_envs`` in :meth:`set_state`.
     """
 
-    def __init__(self, reference: Any, num_envs: int, continuous_actions: bool, max_cycles: int,
-                 seed: Optional[int] = None):
+    def __init__(
+        self, reference: Any, num_envs: int, continuous_actions: bool, max_cycles: int, seed: Optional[int] = None
+    ):
         raw = reference._envs[0]
         self.layout = reference.layout
         self.info = dataclasses.replace(reference.info, num_envs=int(num_envs))
@@ -126,14 +128,21 @@ class TorchMPEEnv(MultiAgentEnv):
     def get_state(self) -> Dict[str, Any]:
         """Entity positions, velocities, communication, scenario draws, step counters, the
         generator state and the observation buffer (exact resume)."""
-        return {"world": self.world.get_state(), "scenario": self.scenario.get_state(), "steps": self.steps.clone(),
-                "generator": self.generator.get_state(), "obs_buffer": self._state.clone(), "started": self._started}
+        return {
+            "world": self.world.get_state(),
+            "scenario": self.scenario.get_state(),
+            "steps": self.steps.clone(),
+            "generator": self.generator.get_state(),
+            "obs_buffer": self._state.clone(),
+            "started": self._started,
+        }
 
     def set_state(self, state: Dict[str, Any]) -> None:
         """Restore a :meth:`get_state` dict of an env of the same scenario, options and ``num_envs``."""
         if state["steps"].shape[0] != self.num_envs:
-            raise MarlError(f"MPE state of {state['steps'].shape[0]} copies cannot be loaded into "
-                            f"num_envs={self.num_envs}.")
+            raise MarlError(
+                f"MPE state of {state['steps'].shape[0]} copies cannot be loaded into num_envs={self.num_envs}."
+            )
         self.world.set_state(state["world"])
         self.scenario.set_state(state["scenario"])
         self.steps = state["steps"].clone()
@@ -169,14 +178,22 @@ class TorchMPEEnv(MultiAgentEnv):
 
     def _avail(self) -> Dict[str, Optional[torch.Tensor]]:
         B = self.num_envs
-        return {n: (torch.ones(B, g.n_agents, g.n_actions, dtype=torch.bool) if g.discrete else None)
-                for n, g in self.info.groups.items()}
+        return {
+            n: (torch.ones(B, g.n_agents, g.n_actions, dtype=torch.bool) if g.discrete else None)
+            for n, g in self.info.groups.items()
+        }
 
     def _alive(self) -> Dict[str, torch.Tensor]:
         return {n: torch.ones(self.num_envs, g.n_agents, dtype=torch.bool) for n, g in self.info.groups.items()}
 
     def _make_step(self, rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> Step:
         obs, state = self.layout.observe(self._state.numpy())
-        return Step(obs=obs, state=state, avail_actions=self._avail(), alive=self._alive(),
-                    reward=self.layout.per_group(np.ascontiguousarray(rewards.numpy())),
-                    terminated=terminated, truncated=truncated)
+        return Step(
+            obs=obs,
+            state=state,
+            avail_actions=self._avail(),
+            alive=self._alive(),
+            reward=self.layout.per_group(np.ascontiguousarray(rewards.numpy())),
+            terminated=terminated,
+            truncated=truncated,
+        )

@@ -6,6 +6,7 @@ order (forces on an entity: its action, then each contact with entities of
 increasing index; global rewards: landmark by landmark) so float64 results agree
 to the last bits except inside ``logaddexp``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -66,7 +67,7 @@ class TorchWorld:
                     u[:, i, 0] = (a[:, 2] - a[:, 1]).to(F64)
                     u[:, i, 1] = (a[:, 4] - a[:, 3]).to(F64)
                 if talk:
-                    c[:, i] = a[:, mdim if move else 0:].to(F64)
+                    c[:, i] = a[:, mdim if move else 0 :].to(F64)
             else:
                 a = a.long()
                 if move:
@@ -83,7 +84,7 @@ class TorchWorld:
     def step(self, u: torch.Tensor, c_action: torch.Tensor) -> None:
         """mpe2 ``World.step``: action force, contact forces, integration, comm state."""
         force = torch.zeros_like(self.pos)
-        force[:, :self.A] = u  # non-movable agents have u = 0 (mpe2 leaves their force None)
+        force[:, : self.A] = u  # non-movable agents have u = 0 (mpe2 leaves their force None)
         if self.any_contact:
             force = self._add_contacts(force)
         mov = self.movable[None, :, None]
@@ -171,7 +172,7 @@ def _others(n: int) -> torch.Tensor:
 
 def _landmark_dists(world: TorchWorld) -> torch.Tensor:
     """``[B, A, L]`` distances agent -> landmark (``a.pos - lm.pos`` as mpe2)."""
-    d = world.pos[:, :world.A, None, :] - world.pos[:, None, world.A:, :]
+    d = world.pos[:, : world.A, None, :] - world.pos[:, None, world.A :, :]
     return torch.sqrt(torch.sum(torch.square(d), -1))
 
 
@@ -331,14 +332,18 @@ class SimpleAdversary(SimpleSpeakerListener):
         return torch.cat([adversary, good], -1)
 
     def reward(self, world: TorchWorld) -> torch.Tensor:
-        d = _dist(world.pos[:, :world.A], self._goal_pos(world)[:, None])  # [B, A] agent -> goal
+        d = _dist(world.pos[:, : world.A], self._goal_pos(world)[:, None])  # [B, A] agent -> goal
         adv_rew = 0 + d[:, 0]
         good = -d[:, 1:].min(-1).values + adv_rew
         return torch.cat([-d[:, :1], good[:, None].expand(world.B, world.A - 1)], -1)
 
 
-SCENARIOS: Dict[str, type] = {"simple_spread": SimpleSpread, "simple_speaker_listener": SimpleSpeakerListener,
-                              "simple_reference": SimpleReference, "simple_adversary": SimpleAdversary}
+SCENARIOS: Dict[str, type] = {
+    "simple_spread": SimpleSpread,
+    "simple_speaker_listener": SimpleSpeakerListener,
+    "simple_reference": SimpleReference,
+    "simple_adversary": SimpleAdversary,
+}
 
 
 def scenario_names() -> List[str]:

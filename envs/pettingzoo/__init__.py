@@ -35,6 +35,7 @@ the other in Python and their outputs stacked into the tensors described in
   in ``step.info["illegal_actions"]`` (``[B]`` int64).
 * **Seeds**: ``reset(seed)`` resets copy ``b`` with ``seed + b``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -48,7 +49,14 @@ import torch
 from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, check_entity_layout, unknown_choice
 from marl.envs.pettingzoo.aec import AEC_MODES, AECStepping
 from marl.envs.common import (
-    AgentLayout, build_groups, check_kwargs, check_num_envs, default_teams, flat_box, mpe2_modules, named_env_constructor,
+    AgentLayout,
+    build_groups,
+    check_kwargs,
+    check_num_envs,
+    default_teams,
+    flat_box,
+    mpe2_modules,
+    named_env_constructor,
 )
 
 DEFAULT_NUM_ENVS = 8
@@ -105,9 +113,7 @@ class _AgentIO:
                 dtype=np.float32,
             )
         else:
-            raise MarlError(
-                f"Agent '{agent}' has action space {act_space!r}; only Discrete and Box are supported."
-            )
+            raise MarlError(f"Agent '{agent}' has action space {act_space!r}; only Discrete and Box are supported.")
 
     def flat(self, obs: Any) -> np.ndarray:
         if self.key is not None:
@@ -232,9 +238,7 @@ class PettingZooEnv(AECStepping, MultiAgentEnv):
         B, N = len(self._envs), len(self.info.agents)
         self._state = np.zeros((B, self.layout.state_dim), np.float32)
         self._alive = np.zeros((B, N), bool)
-        self._masks = {
-            name: np.ones((B, g.n_agents, g.n_actions), bool) for name, g in groups.items() if g.discrete
-        }
+        self._masks = {name: np.ones((B, g.n_agents, g.n_actions), bool) for name, g in groups.items() if g.discrete}
         self._mask_slot = {a: (name, j) for name, g in groups.items() for j, a in enumerate(g.agents)}
 
     # ------------------------------------------------------------------ construction
@@ -288,7 +292,9 @@ class PettingZooEnv(AECStepping, MultiAgentEnv):
         )
 
     @classmethod
-    def from_name(cls, name: str, num_envs: int = DEFAULT_NUM_ENVS, adapter_kwargs: Optional[dict] = None, **env_kwargs):
+    def from_name(
+        cls, name: str, num_envs: int = DEFAULT_NUM_ENVS, adapter_kwargs: Optional[dict] = None, **env_kwargs
+    ):
         """Build from ``"pkg.module"`` / ``"pkg.module:EnvClass"`` or a PettingZoo registry id.
 
         A module path imports the module and calls its ``parallel_env(**env_kwargs)``

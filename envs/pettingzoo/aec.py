@@ -14,6 +14,7 @@
   standard turn-based formulation (PettingZoo's AEC model: Terry et al. 2021,
   arXiv:2009.14471, Sec. 3), so a policy always chooses with the board it moves on.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
@@ -54,8 +55,7 @@ class AECStepping:
         self._retire_finished(env, last_obs, truncd)
         return self._end_of_step(b, env, last_obs, truncd)
 
-    def _move(self, b: int, env: Any, agent: str, acts: List[Any], rew_row: np.ndarray,
-              illegal: np.ndarray) -> None:
+    def _move(self, b: int, env: Any, agent: str, acts: List[Any], rew_row: np.ndarray, illegal: np.ndarray) -> None:
         """Play ``agent``'s action (an illegal one replaced by a random legal one) and add the
         rewards of that sub-step to every agent still in the game."""
         idx = self.layout.index
@@ -82,8 +82,9 @@ class AECStepping:
         while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
             self._retire(env, env.agent_selection, last_obs, truncd)
 
-    def _end_of_step(self, b: int, env: Any, last_obs: Dict[str, Any],
-                     truncd: Dict[str, bool]) -> Tuple[bool, bool, Any]:
+    def _end_of_step(
+        self, b: int, env: Any, last_obs: Dict[str, Any], truncd: Dict[str, bool]
+    ) -> Tuple[bool, bool, Any]:
         """Write every agent's observation, mask and alive flag; the episode's last state if it ended."""
         idx = self.layout.index
         present = set(env.agents)

@@ -8,6 +8,7 @@ Any other dotted path (a third-party package) is left as it is. A name in one of
 the PettingZoo forms that matches nothing is an error listing the closest names
 written in the same form.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,11 +22,30 @@ __all__ = ["known_modules", "resolve_name", "known_kind", "ZERO_SUM"]
 
 # PettingZoo games where one player's gain is the other's loss (classic board and card games,
 # two-player Atari duels): competitive, one team per player (PettingZoo's docs of each env)
-ZERO_SUM = frozenset({
-    "chess", "connect_four", "go", "leduc_holdem", "rps", "texas_holdem", "texas_holdem_no_limit", "tictactoe",
-    "boxing", "combat_plane", "combat_tank", "double_dunk", "flag_capture", "ice_hockey", "othello", "pong",
-    "space_war", "surround", "tennis", "video_checkers",
-})
+ZERO_SUM = frozenset(
+    {
+        "chess",
+        "connect_four",
+        "go",
+        "leduc_holdem",
+        "rps",
+        "texas_holdem",
+        "texas_holdem_no_limit",
+        "tictactoe",
+        "boxing",
+        "combat_plane",
+        "combat_tank",
+        "double_dunk",
+        "flag_capture",
+        "ice_hockey",
+        "othello",
+        "pong",
+        "space_war",
+        "surround",
+        "tennis",
+        "video_checkers",
+    }
+)
 
 _VERSIONED = re.compile(r"^([a-z0-9_]+?)_v(\d+)$")
 _FAMILIES = ("classic", "butterfly", "sisl", "atari", "magent")
@@ -60,8 +80,13 @@ def _short_forms(full: List[str]) -> Dict[str, Dict[str, List[str]]]:
         parts = path.split(".")
         fam, env = (parts[-2] if parts[0] == "pettingzoo" else parts[0]), parts[-1]
         base = _VERSIONED.match(env).group(1)
-        for form, key in (("full", path), ("family", f"{fam}.{env}"), ("bare", env),
-                          ("family_base", f"{fam}.{base}"), ("bare_base", base)):
+        for form, key in (
+            ("full", path),
+            ("family", f"{fam}.{env}"),
+            ("bare", env),
+            ("family_base", f"{fam}.{base}"),
+            ("bare_base", base),
+        ):
             forms[form].setdefault(key, []).append(path)
     return forms
 
@@ -103,10 +128,12 @@ def resolve_name(name: str) -> str:
         written = sorted(forms[form])
         family = name.rsplit(".", 1)[0] + "." if "." in name else ""
         shown = [w for w in written if w.startswith(family)] or written  # the same family's names first
-        raise MarlError(f"Unknown PettingZoo env module '{name}'.{closest(name, written)} Names in that form: "
-                        f"{', '.join(shown[:40])}{' ...' if len(shown) > 40 else ''}.")
+        raise MarlError(
+            f"Unknown PettingZoo env module '{name}'.{closest(name, written)} Names in that form: "
+            f"{', '.join(shown[:40])}{' ...' if len(shown) > 40 else ''}."
+        )
     if form.endswith("_base"):
-        hits = [_newest(hits)] if len({h.rsplit('.', 1)[0] for h in hits}) == 1 else hits
+        hits = [_newest(hits)] if len({h.rsplit(".", 1)[0] for h in hits}) == 1 else hits
     if len(hits) > 1:
         raise MarlError(f"PettingZoo env '{name}' is ambiguous: {', '.join(sorted(hits))}. Name one of them.")
     return hits[0]

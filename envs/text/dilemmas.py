@@ -19,6 +19,7 @@ chicken   (3,3) (1,4) (4,1) (0,0)                     a standard chicken (T > R 
 
 ``payoffs=`` gives any other table as ``{"CC": (r1, r2), "CD": ..., "DC": ..., "DD": ...}``.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
@@ -66,8 +67,9 @@ class IteratedDilemma(TextEnv):
     simultaneous = True
     kind = "mixed"
 
-    def __init__(self, game: str = "ipd", rounds: int = 10, payoffs: Optional[Dict[str, Tuple[float, float]]] = None,
-                 **kwargs):
+    def __init__(
+        self, game: str = "ipd", rounds: int = 10, payoffs: Optional[Dict[str, Tuple[float, float]]] = None, **kwargs
+    ):
         if payoffs is None and game not in GAMES:
             raise unknown_choice("dilemma", game, list(GAMES))
         if int(rounds) < 1:
@@ -125,8 +127,10 @@ class IteratedDilemma(TextEnv):
         if not self.moves:
             return f"Round 1 of {self.rounds}. Your choice?"
         last = self.moves[-1]
-        return (f"Round {k} result: you played {last[agent]}, the other player played {last[self.other(agent)]}; "
-                f"your total is {self.returns[agent]:g}. Round {k + 1} of {self.rounds}. Your choice?")
+        return (
+            f"Round {k} result: you played {last[agent]}, the other player played {last[self.other(agent)]}; "
+            f"your total is {self.returns[agent]:g}. Round {k + 1} of {self.rounds}. Your choice?"
+        )
 
     # ------------------------------------------------------------------ metrics
     def game_metrics(self) -> Dict[str, float]:
@@ -158,8 +162,12 @@ class IteratedDilemma(TextEnv):
 
     @classmethod
     def bots(cls):
-        return {"random": RandomBot, "always_cooperate": AlwaysCooperate, "always_defect": AlwaysDefect,
-                "tit_for_tat": TitForTat}
+        return {
+            "random": RandomBot,
+            "always_cooperate": AlwaysCooperate,
+            "always_defect": AlwaysDefect,
+            "tit_for_tat": TitForTat,
+        }
 
 
 class AlwaysCooperate(Bot):

@@ -31,6 +31,7 @@ all; the base option ``format_reward`` (MARS: 0.05, default 0) is added to
 every valid reply. A bad reply forfeits by default: offender
 ``invalid_penalty`` (-11 = -1 - 10), the others 0.
 """
+
 from __future__ import annotations
 
 import random
@@ -39,12 +40,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from marl.env import MarlError, closest
 from marl.errors import optional_import
-from marl.envs.text.openspiel_cfr import CFRBot, cfr_unsupported
-from marl.text import Bot, RandomBot, TextEnv
+from marl.envs.text.openspiel_bots import CFRBot, MCTSBot, cfr_unsupported
+from marl.text import RandomBot, TextEnv
 
 INSTALL_HINT = "pip install open_spiel (or pip install marl-rllib[llm])"
-MINI_HANABI = {"players": 2, "colors": 2, "ranks": 2, "hand_size": 3, "max_information_tokens": 3,
-               "max_life_tokens": 3}
+MINI_HANABI = {"players": 2, "colors": 2, "ranks": 2, "hand_size": 3, "max_information_tokens": 3, "max_life_tokens": 3}
 # scenario -> (pyspiel game name, parameters)
 SCENARIOS: Dict[str, Tuple[str, Dict[str, Any]]] = {
     "tic_tac_toe": ("tic_tac_toe", {}),
@@ -93,12 +93,15 @@ class _Render:
         gtype = game.get_type()
         self.has_obs = gtype.provides_observation_string
         if not (self.has_obs or gtype.provides_information_state_string):
-            raise MarlError(f"OpenSpiel game '{name}' gives no observation or information-state string "
-                            f"to write prompts from.")
+            raise MarlError(
+                f"OpenSpiel game '{name}' gives no observation or information-state string to write prompts from."
+            )
 
     def rules(self, player: int) -> str:
-        return (f"You are playing the game '{self.game.get_type().long_name}' (OpenSpiel '{self.name}') "
-                f"with {self.game.num_players()} players. You are player_{player}.")
+        return (
+            f"You are playing the game '{self.game.get_type().long_name}' (OpenSpiel '{self.name}') "
+            f"with {self.game.num_players()} players. You are player_{player}."
+        )
 
     def action(self, state, player: int, action: int) -> str:
         text = state.action_to_string(player, action)
@@ -129,9 +132,11 @@ class _Grid(_Render):
 
     def rules(self, player: int) -> str:
         mark, other = self.marks[player], self.marks[1 - player]
-        return (f"You are playing {self.title} as player_{player} with mark {mark}; the other player controls "
-                f"{other}. X moves first. GAME RULES: {self.board} Your legal actions are written "
-                f"{self.move_form(mark)}.")
+        return (
+            f"You are playing {self.title} as player_{player} with mark {mark}; the other player controls "
+            f"{other}. X moves first. GAME RULES: {self.board} Your legal actions are written "
+            f"{self.move_form(mark)}."
+        )
 
     def compact_view(self, state, player: int, log) -> str:
         # Own-view tokens so that one policy can play both seats from the same words.
@@ -142,9 +147,11 @@ class _Grid(_Render):
 
 class _TicTacToe(_Grid):
     title = "tic-tac-toe"
-    board = ("a 3x3 grid, rows and columns indexed 0-2, (0,0) is the top-left cell; players take turns marking "
-             "an empty cell; three of one mark in a row, column or diagonal wins; a full grid without a line is "
-             "a draw. In the game state '_' is an empty cell.")
+    board = (
+        "a 3x3 grid, rows and columns indexed 0-2, (0,0) is the top-left cell; players take turns marking "
+        "an empty cell; three of one mark in a row, column or diagonal wins; a full grid without a line is "
+        "a draw. In the game state '_' is an empty cell."
+    )
 
     def move_form(self, mark: str) -> str:
         return f"<{mark}(row,column)>"
@@ -158,9 +165,11 @@ class _TicTacToe(_Grid):
 
 class _ConnectFour(_Grid):
     title = "Connect Four"
-    board = ("a grid of 6 rows and 7 columns (0-6, left to right), shown top row first; a move drops your mark "
-             "into a column, where it falls to the lowest empty cell; four of one mark in a row, column or "
-             "diagonal wins; a full grid is a draw. '_' is an empty cell.")
+    board = (
+        "a grid of 6 rows and 7 columns (0-6, left to right), shown top row first; a move drops your mark "
+        "into a column, where it falls to the lowest empty cell; four of one mark in a row, column or "
+        "diagonal wins; a full grid is a draw. '_' is an empty cell."
+    )
 
     def move_form(self, mark: str) -> str:
         return "<col k>"
@@ -207,8 +216,11 @@ class _Poker(_Render):
         others = ", ".join(f"player_{i} {c}" for i, c in enumerate(chips) if i != player)
         text += f" Chips in the pot: you {chips[player]}, {others} (pot {sum(chips)})."
         if log:  # the betting sequence is part of the state (needed with history="last")
-            text += "\nBetting so far: " + ", ".join("| new card |" if who == DEALER else f"{who} {move}"
-                                                     for who, move in log) + "."
+            text += (
+                "\nBetting so far: "
+                + ", ".join("| new card |" if who == DEALER else f"{who} {move}" for who, move in log)
+                + "."
+            )
         return text
 
     def compact_view(self, state, player: int, log) -> str:
@@ -219,11 +231,13 @@ class _Poker(_Render):
 
 class _Kuhn(_Poker):
     def rules(self, player: int) -> str:
-        return (f"You are playing Kuhn poker as player_{player}; the other player is player_{1 - player}. "
-                f"GAME RULES: a deck of three cards J < Q < K; each player antes 1 chip and gets one private "
-                f"card. player_0 acts first: check or bet 1 chip. Facing a bet you call (match it) or fold "
-                f"(give up the pot). After check-check or a call, the higher card wins the pot. Your reward is "
-                f"the chips you win or lose.")
+        return (
+            f"You are playing Kuhn poker as player_{player}; the other player is player_{1 - player}. "
+            f"GAME RULES: a deck of three cards J < Q < K; each player antes 1 chip and gets one private "
+            f"card. player_0 acts first: check or bet 1 chip. Facing a bet you call (match it) or fold "
+            f"(give up the pot). After check-check or a call, the higher card wins the pot. Your reward is "
+            f"the chips you win or lose."
+        )
 
     def words(self, state) -> Dict[str, str]:
         facing = 1 in state.history()[2:]  # history = the two deals, then 0 pass / 1 bet
@@ -243,14 +257,15 @@ class _Leduc(_Poker):
     _FIELD = re.compile(r"\[(\w+): ([^\]]*)\]")
 
     def rules(self, player: int) -> str:
-        return (f"You are playing Leduc poker as player_{player}; the other player is player_{1 - player}. "
-                f"GAME RULES: a deck of six cards, two each of J < Q < K; each player antes 1 chip and gets one "
-                f"private card. Two betting rounds, player_0 first in each; bets and raises are 2 chips in "
-                f"round 1 and 4 in round 2, at most two per round. You may check or bet when nobody has bet, "
-                f"and fold, call or raise when facing a bet. After round 1 one public card is shown. At the "
-                f"showdown a card that pairs the public card wins, else the higher card; equal cards split "
-                f"the pot. Your reward is the chips you win or lose.")
-
+        return (
+            f"You are playing Leduc poker as player_{player}; the other player is player_{1 - player}. "
+            f"GAME RULES: a deck of six cards, two each of J < Q < K; each player antes 1 chip and gets one "
+            f"private card. Two betting rounds, player_0 first in each; bets and raises are 2 chips in "
+            f"round 1 and 4 in round 2, at most two per round. You may check or bet when nobody has bet, "
+            f"and fold, call or raise when facing a bet. After round 1 one public card is shown. At the "
+            f"showdown a card that pairs the public card wins, else the higher card; equal cards split "
+            f"the pot. Your reward is the chips you win or lose."
+        )
 
     def words(self, state) -> Dict[str, str]:
         facing = 0 in state.legal_actions()  # OpenSpiel's Leduc offers Fold only when facing a bet
@@ -274,16 +289,18 @@ class _Hanabi(_Render):
 
     def rules(self, player: int) -> str:
         p = self.game.get_parameters()
-        colors = HANABI_COLORS[:p.get("colors", 5)]
-        return (f"You are playing Hanabi (a cooperative card game) as player_{player} with "
-                f"{self.game.num_players() - 1} partner(s). GAME RULES: cards have a colour ({', '.join(colors)}) "
-                f"and a rank (1-{p.get('ranks', 5)}); you see your partners' cards but not your own (XX). On "
-                f"your turn you play a card, discard a card (regains an information token) or reveal to a "
-                f"partner all their cards of one colour or rank (costs an information token; player +1 is the "
-                f"next player). A played card must be the next rank of its colour's firework, else the team "
-                f"loses a life token. The team scores the sum of the firework heights; losing all life tokens "
-                f"scores 0. Information tokens: {p.get('max_information_tokens', 8)}, life tokens: "
-                f"{p.get('max_life_tokens', 3)}. Everybody gets the team score.")
+        colors = HANABI_COLORS[: p.get("colors", 5)]
+        return (
+            f"You are playing Hanabi (a cooperative card game) as player_{player} with "
+            f"{self.game.num_players() - 1} partner(s). GAME RULES: cards have a colour ({', '.join(colors)}) "
+            f"and a rank (1-{p.get('ranks', 5)}); you see your partners' cards but not your own (XX). On "
+            f"your turn you play a card, discard a card (regains an information token) or reveal to a "
+            f"partner all their cards of one colour or rank (costs an information token; player +1 is the "
+            f"next player). A played card must be the next rank of its colour's firework, else the team "
+            f"loses a life token. The team scores the sum of the firework heights; losing all life tokens "
+            f"scores 0. Information tokens: {p.get('max_information_tokens', 8)}, life tokens: "
+            f"{p.get('max_life_tokens', 3)}. Everybody gets the team score."
+        )
 
     def action(self, state, player: int, action: int) -> str:
         text = state.action_to_string(player, action).strip("()")
@@ -301,8 +318,13 @@ class _Hanabi(_Render):
         return "<Play 0>"
 
 
-_RENDERS = {"tic_tac_toe": _TicTacToe, "connect_four": _ConnectFour, "kuhn_poker": _Kuhn,
-            "leduc_poker": _Leduc, "hanabi": _Hanabi}
+_RENDERS = {
+    "tic_tac_toe": _TicTacToe,
+    "connect_four": _ConnectFour,
+    "kuhn_poker": _Kuhn,
+    "leduc_poker": _Leduc,
+    "hanabi": _Hanabi,
+}
 
 
 # ---------------------------------------------------------------------------- env
@@ -338,23 +360,26 @@ class OpenSpielGame(TextEnv):
 
     family = "openspiel"
 
-    def __init__(self, game: str = "tic_tac_toe", params: Optional[Dict[str, Any]] = None,
-                 draw_reward: float = 0.1, **kwargs):
+    def __init__(
+        self, game: str = "tic_tac_toe", params: Optional[Dict[str, Any]] = None, draw_reward: float = 0.1, **kwargs
+    ):
         pyspiel = load_pyspiel()
         name, base_params = SCENARIOS.get(game, (game, {}))
         if game not in SCENARIOS and game not in pyspiel.registered_names():
             names = list(SCENARIOS) + list(pyspiel.registered_names())
-            raise MarlError(f"Unknown OpenSpiel game '{game}'.{closest(game, names)} Valid choices: the scenarios "
-                            f"{', '.join(SCENARIOS)} or any name in pyspiel.registered_names().")
+            raise MarlError(
+                f"Unknown OpenSpiel game '{game}'.{closest(game, names)} Valid choices: the scenarios "
+                f"{', '.join(SCENARIOS)} or any name in pyspiel.registered_names()."
+            )
         self.game = pyspiel.load_game(name, {**base_params, **(params or {})})
         gtype = self.game.get_type()
         if gtype.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
-            raise MarlError(f"OpenSpiel game '{game}' is not turn-based ({gtype.dynamics}); "
-                            f"only sequential games are supported.")
+            raise MarlError(
+                f"OpenSpiel game '{game}' is not turn-based ({gtype.dynamics}); only sequential games are supported."
+            )
         utility = pyspiel.GameType.Utility
         self.zero_sum = gtype.utility in (utility.ZERO_SUM, utility.CONSTANT_SUM)
-        self.kind = ("competitive" if self.zero_sum else
-                     "cooperative" if gtype.utility == utility.IDENTICAL else "mixed")
+        self.kind = "competitive" if self.zero_sum else "cooperative" if gtype.utility == utility.IDENTICAL else "mixed"
         self.players = [f"player_{i}" for i in range(self.game.num_players())]
         self.max_decisions = self.game.max_game_length()
         self.draw_reward = float(draw_reward)
@@ -447,7 +472,7 @@ class OpenSpielGame(TextEnv):
         raise MarlError(f"Action {action} is not legal now; legal ids: {sorted(self.legal_map().values())}.")
 
     def apply(self, moves: Dict[str, str]) -> Dict[str, float]:
-        (agent, text), = moves.items()
+        ((agent, text),) = moves.items()
         self.state.apply_action(self.legal_map()[text])
         self.log.append((agent, text))
         self._legal = None
@@ -475,9 +500,11 @@ class OpenSpielGame(TextEnv):
         player = self.players.index(agent)
         example = self.writer.example_for(player)
         shown = f", e.g. <answer>{example}</answer>" if example else ""
-        return (f"{self.writer.rules(player)}\nRESPONSE INSTRUCTIONS: make the best decision to win. Think if you "
-                f"want, then give exactly one legal action inside <answer></answer>{shown}. "
-                f"{self._invalid_rule()}")
+        return (
+            f"{self.writer.rules(player)}\nRESPONSE INSTRUCTIONS: make the best decision to win. Think if you "
+            f"want, then give exactly one legal action inside <answer></answer>{shown}. "
+            f"{self._invalid_rule()}"
+        )
 
     def _news(self, agent: str) -> List[Tuple[str, str]]:
         """Others' moves since ``agent``'s last move (all moves if it has not moved)."""
@@ -517,7 +544,7 @@ class OpenSpielGame(TextEnv):
 
     def bots(self) -> Dict[str, Any]:
         """Fixed opponents of this game: ``random``, ``mcts`` and, where CFR solves the game
-        (Kuhn and Leduc poker: :func:`~marl.envs.text.openspiel_cfr.cfr_unsupported`), ``cfr``.
+        (Kuhn and Leduc poker: :func:`~marl.envs.text.openspiel_bots.cfr_unsupported`), ``cfr``.
 
         An instance method (not a class method as in :class:`~marl.text.TextEnv`): which bots
         exist depends on the pyspiel game this env was built with.
@@ -526,53 +553,6 @@ class OpenSpielGame(TextEnv):
         if cfr_unsupported(self.game) is None:
             out["cfr"] = CFRBot
         return out
-
-
-class MCTSBot(Bot):
-    """OpenSpiel's ``MCTSBot`` with a random-rollout evaluator (the MARS evaluation opponent).
-
-    MARS official code (arXiv 2510.15414): ``uct_c=2``, ``rollout_count=10`` (``n_rollouts``),
-    ``max_simulations`` 100 or 1000. The search reads the env's true pyspiel
-    state, so in imperfect-information games it sees hidden cards; use it for
-    tic-tac-toe and Connect Four as MARS does. It needs a game with terminal
-    rewards only (not Hanabi).
-
-    Args:
-        seed: seed of the search's numpy ``RandomState``.
-        max_simulations: MCTS simulations per move.
-        uct_c: UCT exploration constant.
-        n_rollouts: random rollouts per leaf evaluation.
-    """
-
-    name = "mcts"
-
-    def __init__(self, seed: Optional[int] = None, max_simulations: int = 100, uct_c: float = 2.0,
-                 n_rollouts: int = 10):
-        import numpy as np
-
-        self.random_state = np.random.RandomState(seed)
-        self.max_simulations = int(max_simulations)
-        self.uct_c = float(uct_c)
-        self.n_rollouts = int(n_rollouts)
-        self._bot = None
-        self._game = None
-
-    def reset(self, seed: Optional[int] = None) -> None:
-        if seed is not None:
-            self.random_state.seed(seed)  # the search keeps this object, so reseeding it is enough
-
-    def _search(self, game):
-        if self._game is not game:
-            from open_spiel.python.algorithms import mcts
-
-            evaluator = mcts.RandomRolloutEvaluator(n_rollouts=self.n_rollouts, random_state=self.random_state)
-            self._bot = mcts.MCTSBot(game, self.uct_c, self.max_simulations, evaluator,
-                                     random_state=self.random_state)
-            self._game = game
-        return self._bot
-
-    def act(self, env: OpenSpielGame, agent: str) -> str:
-        return env.action_text(self._search(env.game).step(env.state))
 
 
 def make(scenario: Optional[str] = None, **kwargs) -> OpenSpielGame:

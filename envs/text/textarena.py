@@ -59,6 +59,7 @@ touches the network, and a missing corpus raises :class:`MarlError` naming
 it. Games that need an LLM judge over the network (OpenRouter: Debate,
 TwentyQuestions, ...) raise :class:`MarlError` with TextArena's message.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -175,8 +176,9 @@ class _ConnectFour(_Reader):
         if not self.raw.is_open:  # the blind variant: the board is hidden from the players
             return super().compact(pid, text)
         mine = "X" if pid == 0 else "O"
-        return " ".join("_" if c == "." else "me" if c == mine else "opp"
-                        for row in self.raw.state.game_state["board"] for c in row)
+        return " ".join(
+            "_" if c == "." else "me" if c == mine else "opp" for row in self.raw.state.game_state["board"] for c in row
+        )
 
 
 READERS = {"TicTacToeEnv": _TicTacToe, "ReverseTicTacToeEnv": _TicTacToe, "ConnectFourEnv": _ConnectFour}
@@ -215,16 +217,23 @@ class TextArenaGame(TextEnv):
     family = "textarena"
     kind = "competitive"
 
-    def __init__(self, env_id: str = "TicTacToe-v0", draw_reward: float = 0.0,
-                 env_kwargs: Optional[Dict[str, Any]] = None, **kwargs):
+    def __init__(
+        self,
+        env_id: str = "TicTacToe-v0",
+        draw_reward: float = 0.0,
+        env_kwargs: Optional[Dict[str, Any]] = None,
+        **kwargs,
+    ):
         ta = load_textarena()
         registry = _registry(ta)
         if env_id not in registry:
             near = difflib.get_close_matches(str(env_id), list(registry), n=3, cutoff=0.5)
             hint = f" Did you mean {', '.join(repr(n) for n in near)}?" if near else ""
-            raise MarlError(f"Unknown TextArena env id '{env_id}'.{hint} Valid choices: the "
-                            f"{len(registry)} ids of textarena.envs.registration.ENV_REGISTRY, e.g. "
-                            f"{', '.join(SCENARIOS)}.")
+            raise MarlError(
+                f"Unknown TextArena env id '{env_id}'.{hint} Valid choices: the "
+                f"{len(registry)} ids of textarena.envs.registration.ENV_REGISTRY, e.g. "
+                f"{', '.join(SCENARIOS)}."
+            )
         self.env_id = env_id
         self.draw_reward = float(draw_reward)
         self._random = random.Random(0).getstate()  # the game's own `random` state (module docstring)
@@ -251,24 +260,29 @@ class TextArenaGame(TextEnv):
         except LookupError as e:  # nltk: a corpus that is not installed
             found = re.search(r"Resource '?([\w.]+)'? not found", str(e))
             name = found.group(1) if found else "words"
-            raise MarlError(f"TextArena game '{self.env_id}' needs the nltk data '{name}', which is not installed "
-                            f"(this env never downloads it); install it with: python -m nltk.downloader {name}") from e
+            raise MarlError(
+                f"TextArena game '{self.env_id}' needs the nltk data '{name}', which is not installed "
+                f"(this env never downloads it); install it with: python -m nltk.downloader {name}"
+            ) from e
         except MarlError:
             raise
         except Exception as e:  # e.g. a game that needs an OpenRouter API key, or more than two players
-            raise MarlError(f"TextArena game '{self.env_id}' failed in {getattr(fn, '__name__', fn)}: "
-                            f"{type(e).__name__}: {e}") from e
+            raise MarlError(
+                f"TextArena game '{self.env_id}' failed in {getattr(fn, '__name__', fn)}: {type(e).__name__}: {e}"
+            ) from e
         finally:
             self._random = random.getstate()
             random.setstate(saved)
 
     def new_game(self) -> None:
         try:
-            self._call(self.ta_env.reset, num_players=2, seed=self.rng.randrange(2 ** 31))
+            self._call(self.ta_env.reset, num_players=2, seed=self.rng.randrange(2**31))
         except MarlError as e:
             if isinstance(e.__cause__, AssertionError):  # TextArena asserts the number of players
-                raise MarlError(f"TextArena game '{self.env_id}' cannot be played by two players "
-                                f"({e.__cause__}); this family supports two-player games.") from e
+                raise MarlError(
+                    f"TextArena game '{self.env_id}' cannot be played by two players "
+                    f"({e.__cause__}); this family supports two-player games."
+                ) from e
             raise
         self.state = self.raw.state
         self.n_moves = 0
@@ -276,8 +290,10 @@ class TextArenaGame(TextEnv):
         self.final = {a: 0.0 for a in self.players}  # TextArena's rewards of the finished game
         self._shown: Dict[int, str] = {}
         # TextArena's player prompts are the first messages of each player's queue: the system prompts
-        self._rules = {pid: "\n".join(m for _, m, kind in msgs if kind.name == PROMPT)
-                       for pid, msgs in self.state.observations.items()}
+        self._rules = {
+            pid: "\n".join(m for _, m, kind in msgs if kind.name == PROMPT)
+            for pid, msgs in self.state.observations.items()
+        }
         for pid in self.state.observations:
             self.state.observations[pid] = [x for x in self.state.observations[pid] if x[2].name != PROMPT]
 
@@ -319,12 +335,13 @@ class TextArenaGame(TextEnv):
         return self.reader.compact(pid, text) if self.compact else text
 
     def apply(self, moves: Dict[str, str]) -> Dict[str, float]:
-        (agent, text), = moves.items()
+        ((agent, text),) = moves.items()
         pid = self._pid(agent)
         errors = getattr(self.state, "error_count", 0)
         done, _ = self._call(self.ta_env.step, text)
         rejected = getattr(self.state, "error_count", 0) > errors or (
-            done and self.state.game_info.get(pid, {}).get("invalid_move", False))
+            done and self.state.game_info.get(pid, {}).get("invalid_move", False)
+        )
         self.game_invalid += bool(rejected)
         self.n_moves += not rejected
         self.done = bool(done)

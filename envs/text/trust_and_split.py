@@ -28,6 +28,7 @@ with ``coin``); the welfare optimum (low claims 0, high 10) gives 100.
 AdAlignLLM differences: its messages alternate (one player starts, the other
 answers; the starter alternates each round); here they are simultaneous.
 """
+
 from __future__ import annotations
 
 import re
@@ -98,9 +99,17 @@ class TrustAndSplit(TextEnv):
     simultaneous = True
     kind = "mixed"
 
-    def __init__(self, values: str = "rps", rounds: int = 10, messages: bool = True,
-                 public_values: Optional[bool] = None, max_message_chars: int = 500, coins: int = 10,
-                 scenario: Optional[str] = None, **kwargs):
+    def __init__(
+        self,
+        values: str = "rps",
+        rounds: int = 10,
+        messages: bool = True,
+        public_values: Optional[bool] = None,
+        max_message_chars: int = 500,
+        coins: int = 10,
+        scenario: Optional[str] = None,
+        **kwargs,
+    ):
         if values not in VALUES:
             raise unknown_choice("Trust-and-Split values", values, VALUES)
         for name, v in (("rounds", rounds), ("coins", coins), ("max_message_chars", max_message_chars)):
@@ -160,8 +169,15 @@ class TrustAndSplit(TextEnv):
             return {}
         claims = {a: self.legal_actions(a).index(m) for a, m in moves.items()}
         result = split_payoffs(claims, self.values, self.coins)
-        self.log.append({"hands": dict(self.hands), "values": dict(self.values),
-                             "messages": dict(self.messages), "claims": claims, **result})
+        self.log.append(
+            {
+                "hands": dict(self.hands),
+                "values": dict(self.values),
+                "messages": dict(self.messages),
+                "claims": claims,
+                **result,
+            }
+        )
         self.done = len(self.log) >= self.rounds
         if not self.done:
             self._new_round()
@@ -191,22 +207,34 @@ class TrustAndSplit(TextEnv):
             return ""
         c = self.coins
         if self.values_kind == "rps":
-            value_rule = ("Each round both players get different rock, paper or scissors hands; rock beats "
-                          "scissors, scissors beats paper, paper beats rock. The player with the winning hand values "
-                          f"each coin at {HIGH:g}, the other at {LOW:g}.")
+            value_rule = (
+                "Each round both players get different rock, paper or scissors hands; rock beats "
+                "scissors, scissors beats paper, paper beats rock. The player with the winning hand values "
+                f"each coin at {HIGH:g}, the other at {LOW:g}."
+            )
         else:
-            value_rule = (f"Each round each player's value per coin is {HIGH:g} or {LOW:g}, by an independent fair "
-                          "coin flip.")
-        seen = ("You see both players' hands and values." if self.public_values else
-                "You see only your own " + ("hand." if self.values_kind == "rps" else "value."))
-        talk = (f"Each round you first both send one message (at most {self.max_message_chars} characters) at the "
-                f"same time, then see the other's message. " if self.messages_on else "")
-        return (f"You are {agent} in an iterated game of {self.rounds} rounds with {self.other(agent)}. Each round "
-                f"{c} coins are split between you. {value_rule} {seen} {talk}Then you both claim a number of "
-                f"coins from 0 to {c} at the same time. If the claims add up to at most {c}, each gets its claim; "
-                f"otherwise the coins are shared in proportion to the claims. Your points in a round are your "
-                f"coins times your value per coin. Your goal is to get as many points as possible over all rounds. "
-                f"Claim with <claim k>, e.g. <claim 5>; an unreadable claim counts as <claim 0>.")
+            value_rule = (
+                f"Each round each player's value per coin is {HIGH:g} or {LOW:g}, by an independent fair coin flip."
+            )
+        seen = (
+            "You see both players' hands and values."
+            if self.public_values
+            else "You see only your own " + ("hand." if self.values_kind == "rps" else "value.")
+        )
+        talk = (
+            f"Each round you first both send one message (at most {self.max_message_chars} characters) at the "
+            f"same time, then see the other's message. "
+            if self.messages_on
+            else ""
+        )
+        return (
+            f"You are {agent} in an iterated game of {self.rounds} rounds with {self.other(agent)}. Each round "
+            f"{c} coins are split between you. {value_rule} {seen} {talk}Then you both claim a number of "
+            f"coins from 0 to {c} at the same time. If the claims add up to at most {c}, each gets its claim; "
+            f"otherwise the coins are shared in proportion to the claims. Your points in a round are your "
+            f"coins times your value per coin. Your goal is to get as many points as possible over all rounds. "
+            f"Claim with <claim k>, e.g. <claim 5>; an unreadable claim counts as <claim 0>."
+        )
 
     def _last_round(self, agent: str) -> List[str]:
         if not self.log:
@@ -214,10 +242,12 @@ class TrustAndSplit(TextEnv):
         last, o = self.log[-1], self.other(agent)
         if self.compact:
             return ["last", self._token(last, o), f"k{last['claims'][o]}"]
-        return [f"Last round: {o} had {self._reveal(last, o)}, claimed {last['claims'][o]} and got "
-                f"{last['coins'][o]:.2f} coins; you had {self._reveal(last, agent)}, claimed "
-                f"{last['claims'][agent]} and got {last['coins'][agent]:.2f} coins = "
-                f"{last['points'][agent]:.2f} points."]
+        return [
+            f"Last round: {o} had {self._reveal(last, o)}, claimed {last['claims'][o]} and got "
+            f"{last['coins'][o]:.2f} coins; you had {self._reveal(last, agent)}, claimed "
+            f"{last['claims'][agent]} and got {last['coins'][agent]:.2f} coins = "
+            f"{last['points'][agent]:.2f} points."
+        ]
 
     def observe(self, agent: str) -> str:
         now = {"hands": self.hands, "values": self.values}
@@ -229,8 +259,11 @@ class TrustAndSplit(TextEnv):
             if self.phase == SPLIT and self.messages_on:
                 parts += ["msg", self.messages[o]]
             return " ".join(parts)
-        known = (f"You have {self._reveal(now, agent)}; {o} has {self._reveal(now, o)}." if self.public_values
-                 else self.private_text(agent))
+        known = (
+            f"You have {self._reveal(now, agent)}; {o} has {self._reveal(now, o)}."
+            if self.public_values
+            else self.private_text(agent)
+        )
         lines = self._last_round(agent) + [f"Round {len(self.log) + 1} of {self.rounds}. {known}"]
         if self.phase == MESSAGE:
             lines.append(f"Send your message now (at most {self.max_message_chars} characters).")
@@ -255,8 +288,9 @@ class TrustAndSplit(TextEnv):
                 out[f"claims_mean_{label}"] = sum(xs) / len(xs)
         mixed = [r for r in self.log if len(set(r["values"].values())) == 2]
         if mixed:
-            out["high_share"] = sum(max(r["coins"].items(), key=lambda kv: r["values"][kv[0]])[1]
-                                    for r in mixed) / (self.coins * len(mixed))
+            out["high_share"] = sum(max(r["coins"].items(), key=lambda kv: r["values"][kv[0]])[1] for r in mixed) / (
+                self.coins * len(mixed)
+            )
         return out
 
     @classmethod

@@ -6,6 +6,7 @@ Registered by name with strings (imported when first used), so that
 (:mod:`marl.envs.wrappers.crash`, order 20, outside). The classes are
 importable from here too (loaded on first access).
 """
+
 from marl.env import register_wrapper
 
 register_wrapper(

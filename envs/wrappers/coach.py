@@ -33,6 +33,7 @@ crash wrapper with a ``strategy`` contributes to every ``fit``
 iteration's finished episodes and passes :attr:`Coach.rate` to
 :meth:`~marl.envs.wrappers.crash.CrashWrapper.set_rate` of every sampling env.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
@@ -78,8 +79,7 @@ class Coach:
     _OPTIONS = {
         "fixed": ("rate",),
         "curriculum": ("p_max", "T_curr"),
-        "adaptive": ("rate", "p_max", "K", "delta", "tau_hi", "tau_lo", "hi_frac", "lo_frac", "p_ref",
-                     "warmup_steps"),
+        "adaptive": ("rate", "p_max", "K", "delta", "tau_hi", "tau_lo", "hi_frac", "lo_frac", "p_ref", "warmup_steps"),
     }
 
     def __init__(self, strategy: str, **opts):
@@ -143,12 +143,13 @@ class Coach:
         if self._p_ref_given:
             return
         vals = list(map(float, wins if wins is not None else episode_returns))
-        self._ref_window = (self._ref_window + vals)[-self.K:]
+        self._ref_window = (self._ref_window + vals)[-self.K :]
         if self._ref_window:
             self.p_ref = float(np.mean(self._ref_window))
 
-    def observe(self, episode_returns: Sequence[float], env_steps: int,
-                wins: Optional[Sequence[float]] = None) -> float:
+    def observe(
+        self, episode_returns: Sequence[float], env_steps: int, wins: Optional[Sequence[float]] = None
+    ) -> float:
         """Feed finished episodes and the lifetime env-step count; return the new rate.
 
         Args:
@@ -166,7 +167,7 @@ class Coach:
                 raise MarlError(f"wins ({len(wins)}) and episode_returns ({len(episode_returns)}) differ in length.")
             self._window += vals
             while len(self._window) >= self.K:
-                chunk, self._window = self._window[: self.K], self._window[self.K:]
+                chunk, self._window = self._window[: self.K], self._window[self.K :]
                 self._decide(float(np.mean(chunk)))
         return self._rate
 
@@ -184,8 +185,7 @@ class Coach:
             elif perf < lo:
                 self._rate = max(self._rate - self.delta, 0.0)
             self._rate = round(self._rate, 12)
-        self.history.append({"env_steps": self.env_steps, "performance": perf, "rate_before": old,
-                             "rate": self._rate})
+        self.history.append({"env_steps": self.env_steps, "performance": perf, "rate_before": old, "rate": self._rate})
 
     def metrics(self) -> Dict[str, float]:
         """Scalars for logging: ``coach_rate`` and, when known, ``coach_performance``, ``coach_p_ref``."""

@@ -38,6 +38,7 @@ step was reached / agents), collected by :class:`~marl.env.EpisodeStats`;
 
 With ``rate=0`` the wrapper is the identity: same Step tensors as the raw env.
 """
+
 from __future__ import annotations
 
 import copy
@@ -54,7 +55,6 @@ STRATEGIES = ("fixed", "curriculum", "adaptive")
 FIXED_DEFAULT_RATE = 0.2  # rate of crash="fixed" (docs/envs.md, Crash-prone envs: fixed p = 0.2)
 MAX_REDRAWS = 10_000
 ADAPTIVE_REFERENCE_SHARE = 0.125  # copies kept at p = 0 for the adaptive coach's P_ref (our choice, docs/envs.md)
-
 
 
 def default_max_crashed(n_agents: int) -> int:
@@ -75,7 +75,7 @@ def parse_crash_time(crash_time: Any) -> Tuple[str, float]:
             raise MarlError(f"crash_time as a pair must be ('hazard', q), got {crash_time!r}.")
         kind, q = crash_time
     elif isinstance(crash_time, str) and crash_time.startswith("hazard(") and crash_time.endswith(")"):
-        kind, q = "hazard", crash_time[len("hazard("):-1]
+        kind, q = "hazard", crash_time[len("hazard(") : -1]
     elif crash_time == "hazard":
         raise MarlError("crash_time='hazard' needs a rate: ('hazard', q) or 'hazard(q)' with 0 < q <= 1.")
     if kind not in CRASH_TIMES:
@@ -215,8 +215,12 @@ class CrashWrapper(Wrapper):
         """The constructor options (the ``crash=`` dict of ``make_env`` that rebuilds this wrapper)."""
         ct = self.crash_time if self.crash_time != "hazard" else ["hazard", self.hazard_q]
         out = {
-            "rate": self._rate, "crash_time": ct, "behaviour": self.behaviour,
-            "noop_action": dict(self.noop_action), "max_crashed": self.max_crashed, "seed": self.seed,
+            "rate": self._rate,
+            "crash_time": ct,
+            "behaviour": self.behaviour,
+            "noop_action": dict(self.noop_action),
+            "max_crashed": self.max_crashed,
+            "seed": self.seed,
         }
         if self.reference_share > 0:
             out["reference_share"] = self.reference_share
@@ -435,8 +439,17 @@ class CrashWrapper(Wrapper):
     def wrapper_state(self) -> Dict[str, Any]:
         """Rate, generator state, the running episodes' flags, crash steps, clocks and forced
         actions, and the crash totals (exact resume)."""
-        return copy.deepcopy({"rate": self._rate, "gen": self.gen.get_state(), "flags": self._flags, "tc": self._tc,
-                              "t": self._t, "forced": self._forced, "stats": self._stats})
+        return copy.deepcopy(
+            {
+                "rate": self._rate,
+                "gen": self.gen.get_state(),
+                "flags": self._flags,
+                "tc": self._tc,
+                "t": self._t,
+                "forced": self._forced,
+                "stats": self._stats,
+            }
+        )
 
     def load_wrapper_state(self, state: Dict[str, Any]) -> None:
         """Restore a :meth:`wrapper_state` dict."""
@@ -456,7 +469,9 @@ class CrashWrapper(Wrapper):
         st = self._stats
         a = st["agents"]
         out = {
-            "episodes": st["episodes"], "flagged": st["flagged"], "crashed": st["crashed"],
+            "episodes": st["episodes"],
+            "flagged": st["flagged"],
+            "crashed": st["crashed"],
             "crash_rate_flagged": st["flagged"] / a if a else float("nan"),
             "crash_rate": st["crashed"] / a if a else float("nan"),
         }
@@ -494,8 +509,17 @@ def crash_options(crash: Any, seed: Optional[int] = None) -> Dict[str, Any]:
             f"crash= must be a rate in [0, 1], a dict of CrashWrapper options or one of "
             f"{', '.join(STRATEGIES)}; got {crash!r}."
         )
-    valid = ("rate", "crash_time", "behaviour", "noop_action", "max_crashed", "seed", "strategy", "coach",
-             "reference_share")
+    valid = (
+        "rate",
+        "crash_time",
+        "behaviour",
+        "noop_action",
+        "max_crashed",
+        "seed",
+        "strategy",
+        "coach",
+        "reference_share",
+    )
     for k in opts:
         if k not in valid:
             raise unknown_choice("crash option", k, valid)

@@ -5,6 +5,7 @@ coach by its return and win rate as the crash rate of its agents grows. Every
 rate plays the trained scenario wrapped in a
 :class:`~marl.envs.wrappers.crash.CrashWrapper` with the trained greedy policy.
 """
+
 from __future__ import annotations
 
 import csv
@@ -18,8 +19,13 @@ from marl.policy import run_episodes
 from marl.results import Result
 
 
-def evaluate_crashes(result: Result, rates: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.5), episodes: int = 100,
-                     out_dir: Optional[str] = None, **crash_options: Any) -> List[Dict[str, float]]:
+def evaluate_crashes(
+    result: Result,
+    rates: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.5),
+    episodes: int = 100,
+    out_dir: Optional[str] = None,
+    **crash_options: Any,
+) -> List[Dict[str, float]]:
     """Greedy evaluation of the team at each test crash rate (the evaluation of Zhao et al. 2022, arXiv 2203.08454).
 
     Every rate plays ``episodes`` episodes of the trained scenario wrapped in a

@@ -51,6 +51,7 @@ action but a prefix of ``<name>_*`` actions covers all of them, e.g.
 ``make_env("smax", "3m", offbeat={"attack": 3})`` makes every ``attack_k`` take
 3 steps (SMAX: ``move_0..3``, ``stop``, ``attack_k``; the busy no-op is stop).
 """
+
 from __future__ import annotations
 
 import copy
@@ -62,7 +63,9 @@ import torch
 from marl.env import EnvInfo, ExtraColumn, MarlError, MultiAgentEnv, Step, Wrapper, unknown_choice
 
 EFFECTS = ("on_completion", "spread")
-DECISION = ExtraColumn(torch.bool, False, "the agent chose a new action at this step (else its running action continued)")
+DECISION = ExtraColumn(
+    torch.bool, False, "the agent chose a new action at this step (else its running action continued)"
+)
 
 
 class ActionRecord(NamedTuple):
@@ -148,8 +151,10 @@ class OffBeatWrapper(Wrapper):
             if not g.discrete:
                 raise MarlError(f"The off-beat wrapper needs discrete actions; group '{g.name}' has {g.action_space}.")
         durations = dict(durations or {})
-        per_group = bool(durations) and all(k in groups for k in durations) and all(
-            isinstance(v, Mapping) for v in durations.values()
+        per_group = (
+            bool(durations)
+            and all(k in groups for k in durations)
+            and all(isinstance(v, Mapping) for v in durations.values())
         )
         if not per_group and any(isinstance(v, Mapping) for v in durations.values()):
             bad = [k for k, v in durations.items() if isinstance(v, Mapping) and k not in groups]
@@ -229,8 +234,22 @@ class OffBeatWrapper(Wrapper):
 
     # the attributes wrapper_state saves: busy state of every agent, clocks, the last step's
     # masks, and the action-record log (records of the running and last finished episodes)
-    _STATE = ("current", "remaining", "start", "t", "last_decision", "last_executed", "free", "_alive",
-              "_inner_avail", "_dev", "_log", "_off", "_last_span", "_begin")
+    _STATE = (
+        "current",
+        "remaining",
+        "start",
+        "t",
+        "last_decision",
+        "last_executed",
+        "free",
+        "_alive",
+        "_inner_avail",
+        "_dev",
+        "_log",
+        "_off",
+        "_last_span",
+        "_begin",
+    )
 
     def wrapper_state(self) -> Dict[str, Any]:
         """The busy state, clocks and record log (exact resume); the wrapper draws nothing at random."""
@@ -336,8 +355,16 @@ class OffBeatWrapper(Wrapper):
             complete = self.remaining[name] == 0
             ends = ran & (complete | done[:, None] | ~step.alive[name])
             if bool(ends.any()):
-                self._log.append((g.agents, ends.cpu(), self.start[name].cpu(), self.t.cpu(),
-                                  self.current[name].cpu(), complete.cpu()))
+                self._log.append(
+                    (
+                        g.agents,
+                        ends.cpu(),
+                        self.start[name].cpu(),
+                        self.t.cpu(),
+                        self.current[name].cpu(),
+                        complete.cpu(),
+                    )
+                )
 
     # ------------------------------------------------------------------ records
     @property
@@ -353,7 +380,7 @@ class OffBeatWrapper(Wrapper):
 
     def _records_of(self, b: int, lo: int, hi: int) -> List[ActionRecord]:
         out = []
-        for agents, ends, start, t, cur, comp in self._log[lo - self._off: hi - self._off]:
+        for agents, ends, start, t, cur, comp in self._log[lo - self._off : hi - self._off]:
             for i in ends[b].nonzero().flatten().tolist():
                 out.append(ActionRecord(agents[i], int(start[b, i]), int(t[b]), int(cur[b, i]), bool(comp[b, i])))
         return out
@@ -404,7 +431,6 @@ class OffBeatWrapper(Wrapper):
         out.avail_actions, out.final_avail_actions, out.info = avail, final_avail, info
         out.extras = {**step.extras, "decision": decision}
         return out
-
 
 
 def wrap_offbeat(env: MultiAgentEnv, offbeat: Any, seed: Optional[int] = None) -> OffBeatWrapper:

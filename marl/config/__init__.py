@@ -11,20 +11,59 @@
 * :mod:`marl.config.docs`: writes ``docs/configuration.md`` from the schemas
   (``python -m marl.config.docs``).
 """
+
 from marl.config.engine import LR_SCHEDULES, EngineConfig
 from marl.config.loader import (
-    META_KEYS, algo_chain, algo_defaults, build, config_dir, env_overrides, load_config, read_yaml, restore_config,
+    META_KEYS,
+    algo_chain,
+    algo_defaults,
+    build,
+    config_dir,
+    env_overrides,
+    load_config,
+    read_yaml,
+    restore_config,
 )
 from marl.config.parse import STOP_KEYS, parse_cli_overrides, parse_value, validate_stop
 from marl.config.registry import (
-    AlgoEntry, algo_entry, builtin_algos, config_class, list_algos, register_algo, trainer_class,
+    AlgoEntry,
+    algo_entry,
+    builtin_algos,
+    config_class,
+    list_algos,
+    register_algo,
+    trainer_class,
 )
 from marl.config.schema import ConfigBase, ConfigValueError, FieldSpec, config_view, field_specs, key, spec_map
 
 __all__ = [
-    "AlgoEntry", "ConfigBase", "ConfigValueError", "EngineConfig", "FieldSpec", "LR_SCHEDULES", "META_KEYS",
-    "STOP_KEYS", "algo_chain", "algo_defaults", "algo_entry", "build", "builtin_algos", "config_class",
-    "config_dir", "config_view", "env_overrides", "field_specs", "key", "list_algos", "load_config",
-    "parse_cli_overrides", "parse_value", "read_yaml", "register_algo", "restore_config", "spec_map",
-    "trainer_class", "validate_stop",
+    "AlgoEntry",
+    "ConfigBase",
+    "ConfigValueError",
+    "EngineConfig",
+    "FieldSpec",
+    "LR_SCHEDULES",
+    "META_KEYS",
+    "STOP_KEYS",
+    "algo_chain",
+    "algo_defaults",
+    "algo_entry",
+    "build",
+    "builtin_algos",
+    "config_class",
+    "config_dir",
+    "config_view",
+    "env_overrides",
+    "field_specs",
+    "key",
+    "list_algos",
+    "load_config",
+    "parse_cli_overrides",
+    "parse_value",
+    "read_yaml",
+    "register_algo",
+    "restore_config",
+    "spec_map",
+    "trainer_class",
+    "validate_stop",
 ]

@@ -3,6 +3,7 @@
 Kept apart from the on-policy core (:mod:`marl.engine.on_policy`, which imports torch and Ray) so
 that a config is loaded and checked without either.
 """
+
 from __future__ import annotations
 
 from marl.errors import MarlError
@@ -18,8 +19,10 @@ def resolve_critic(critic: str, recurrent: bool) -> str:
         MarlError: ``team`` with recurrent actors (names the choices that work).
     """
     if critic == "team" and recurrent:
-        raise MarlError("critic=team evaluates the critic once per env step for MLP actors; with recurrent=true "
-                        "use critic=state (one row per agent) or critic=auto.")
+        raise MarlError(
+            "critic=team evaluates the critic once per env step for MLP actors; with recurrent=true "
+            "use critic=state (one row per agent) or critic=auto."
+        )
     if critic != "auto":
         return critic
     return "state" if recurrent else "team"

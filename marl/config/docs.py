@@ -8,6 +8,7 @@ type, range or choices, the value of every built-in algorithm (engine, agent
 network and algorithm files, before env overrides) and the key's one-line doc;
 then the per-env overrides. The hand-written text is in this module.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -163,14 +164,22 @@ def layers() -> List[Tuple[str, type, List[str]]]:
 def layer_section(layer: str, cls: type, algos: List[str], defaults: Dict[str, Any]) -> str:
     """The markdown section of one layer: its schema's docstring and one table row per key."""
     users = "every algorithm" if algos == builtin_algos() else ", ".join(algos)
-    lines = [f"## {layer[0].upper() + layer[1:]} keys ({users})", "", prose(inspect.cleandoc(cls.__doc__ or "")), "",
-             "| key | type | range | default | meaning |", "|---|---|---|---|---|"]
+    lines = [
+        f"## {layer[0].upper() + layer[1:]} keys ({users})",
+        "",
+        prose(inspect.cleandoc(cls.__doc__ or "")),
+        "",
+        "| key | type | range | default | meaning |",
+        "|---|---|---|---|---|",
+    ]
     for spec in field_specs(cls):
         if spec.internal or spec.layer != layer:
             continue
         values = {a: defaults[a][spec.name] for a in algos}
-        lines.append(f"| `{spec.name}` | {cell(type_name(spec.type))} | {range_cell(spec)} | "
-                     f"{defaults_cell(values)} | {cell(spec.doc)} |")
+        lines.append(
+            f"| `{spec.name}` | {cell(type_name(spec.type))} | {range_cell(spec)} | "
+            f"{defaults_cell(values)} | {cell(spec.doc)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -182,13 +191,20 @@ def plugin_sections() -> str:
         if not cls.__module__.startswith("marl."):
             continue
         values = build_section(name, name, [])
-        lines = [f"## Section `{name}` (with `{entry.key}: {entry.value}`)", "",
-                 prose(inspect.cleandoc(cls.__doc__ or "")), "",
-                 "| key | type | range | default | meaning |", "|---|---|---|---|---|"]
+        lines = [
+            f"## Section `{name}` (with `{entry.key}: {entry.value}`)",
+            "",
+            prose(inspect.cleandoc(cls.__doc__ or "")),
+            "",
+            "| key | type | range | default | meaning |",
+            "|---|---|---|---|---|",
+        ]
         for spec in field_specs(cls):
             if not spec.internal:
-                lines.append(f"| `{name}.{spec.name}` | {cell(type_name(spec.type))} | {range_cell(spec)} | "
-                             f"{cell(f'`{fmt(getattr(values, spec.name))}`')} | {cell(spec.doc)} |")
+                lines.append(
+                    f"| `{name}.{spec.name}` | {cell(type_name(spec.type))} | {range_cell(spec)} | "
+                    f"{cell(f'`{fmt(getattr(values, spec.name))}`')} | {cell(spec.doc)} |"
+                )
         out.append("\n".join(lines) + "\n")
     return "\n".join(out)
 

@@ -14,6 +14,7 @@ Every key of every layer must be a key of the algorithm's schema, and the
 layers together must give every key a value. An unknown key is an error naming
 the closest valid key, or the family that owns it.
 """
+
 from __future__ import annotations
 
 from importlib import resources
@@ -76,8 +77,10 @@ def algo_chain(algo: str) -> List[str]:
         if base is None:
             return chain
         if base in chain:
-            raise MarlError(f"{_label(defaults_path(chain[0], config_dir()))}: 'base: {base}' makes a cycle "
-                            f"({' -> '.join(reversed(chain))} -> {base}).")
+            raise MarlError(
+                f"{_label(defaults_path(chain[0], config_dir()))}: 'base: {base}' makes a cycle "
+                f"({' -> '.join(reversed(chain))} -> {base})."
+            )
         algo_entry(base)  # an unknown base is an unknown algorithm
         chain.insert(0, base)
 
@@ -114,8 +117,10 @@ def env_sources(family: Optional[str], algo: str) -> List[Source]:
     valid = ["all"] + list(list_algos())
     for section, values in data.items():
         if section not in valid:
-            raise MarlError(f"{_label(path)}: unknown section '{section}'.{closest(section, valid)} "
-                            f"Sections are 'all' and algorithm names: {', '.join(valid)}.")
+            raise MarlError(
+                f"{_label(path)}: unknown section '{section}'.{closest(section, valid)} "
+                f"Sections are 'all' and algorithm names: {', '.join(valid)}."
+            )
         if values is not None and not isinstance(values, dict):
             raise MarlError(f"{_label(path)}: section '{section}' must hold key: value pairs, got {values!r}.")
     return [(f"{_label(path)} (section '{s}')", data.get(s) or {}) for s in ["all"] + algo_chain(algo)]
@@ -159,8 +164,13 @@ def build(cls: Type[Any], algo: str, sources: List[Source]) -> Any:
         keys.append((source, {k: v for k, v in data.items() if k in specs or k not in entries}))
         for name in (k for k in data if k not in specs and k in entries):
             sections.setdefault(name, []).append((source, data[name]))
-    cfg = _typed(cls, algo, keys, lambda name, source: unknown_key_error(cls, algo, name, source),
-                 lambda e: ownership_hint(e.key, algo, e.value) if e.kind == "choice" else "")
+    cfg = _typed(
+        cls,
+        algo,
+        keys,
+        lambda name, source: unknown_key_error(cls, algo, name, source),
+        lambda e: ownership_hint(e.key, algo, e.value) if e.kind == "choice" else "",
+    )
     return with_sections(cfg, sections)
 
 
@@ -208,10 +218,13 @@ def with_sections(cfg: _Config, given: Dict[str, List[Source]]) -> _Config:
         entry = entries[name]
         if not entry.active(cfg) and any(source == USER for source, _ in layers):
             now = getattr(cfg, entry.key, None)
-            raise MarlError(f"The config section {name}={{...}} sets keys of {entry.key}={entry.value!r}, but "
-                            f"{entry.key} is {now!r}: give {entry.key}={entry.value!r} too, or leave the section out.")
-    built = {name: build_section(name, cfg.algo, given.get(name, []))
-             for name, entry in entries.items() if entry.active(cfg)}
+            raise MarlError(
+                f"The config section {name}={{...}} sets keys of {entry.key}={entry.value!r}, but "
+                f"{entry.key} is {now!r}: give {entry.key}={entry.value!r} too, or leave the section out."
+            )
+    built = {
+        name: build_section(name, cfg.algo, given.get(name, [])) for name, entry in entries.items() if entry.active(cfg)
+    }
     return cfg.replace(sections=built) if built or cfg.sections else cfg
 
 
@@ -227,13 +240,16 @@ def build_section(name: str, algo: str, layers: List[Source]) -> ConfigBase:
     for source, data in layers:
         if not isinstance(data, Mapping):
             where = "" if source == USER else f"{source}: "
-            raise MarlError(f"{where}config section '{name}' takes a dict of its keys ({', '.join(valid)}), "
-                            f"got {data!r}.")
+            raise MarlError(
+                f"{where}config section '{name}' takes a dict of its keys ({', '.join(valid)}), got {data!r}."
+            )
 
     def unknown(key: str, source: str) -> MarlError:
         where = "" if source == USER else f"{source}: "
-        return MarlError(f"{where}Unknown key '{key}' in config section '{name}'.{closest(key, valid)} "
-                         f"Valid keys: {', '.join(valid)}.")
+        return MarlError(
+            f"{where}Unknown key '{key}' in config section '{name}'.{closest(key, valid)} "
+            f"Valid keys: {', '.join(valid)}."
+        )
 
     return _typed(cls, algo, layer_sources(cls) + list(layers), unknown, section=name)
 
@@ -280,7 +296,7 @@ def restore_config(algo: str, saved: Mapping[str, Any]) -> EngineConfig:
     given: Dict[str, List[Source]] = {}
     for name, entry in section_entries().items():
         if entry.active(cfg):
-            old = {k[len(name) + 1:]: v for k, v in saved.items() if k.startswith(f"{name}_")}
+            old = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(f"{name}_")}
             nested = saved.get(name)
             kept = _accepted(spec_map(section_class(name)), {**old, **(nested if isinstance(nested, Mapping) else {})})
             given[name] = [(f"the saved section '{name}'", kept)]

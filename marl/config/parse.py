@@ -1,4 +1,5 @@
 """Command-line values (``key=value``) and ``stop`` criteria."""
+
 from __future__ import annotations
 
 import math
@@ -58,8 +59,10 @@ def validate_stop(stop: Any) -> Dict[str, float]:
             closest), a value that is not a finite number, or a bound that is not positive.
     """
     if not isinstance(stop, Mapping):
-        raise MarlError(f"stop expects a dict of criteria such as {{'env_steps': 1000000}} (on the command line "
-                        f"stop.<criterion>=N, e.g. stop.env_steps=1e6), got {stop!r}. Criteria: {', '.join(STOP_KEYS)}.")
+        raise MarlError(
+            f"stop expects a dict of criteria such as {{'env_steps': 1000000}} (on the command line "
+            f"stop.<criterion>=N, e.g. stop.env_steps=1e6), got {stop!r}. Criteria: {', '.join(STOP_KEYS)}."
+        )
     stop = dict(stop)
     for k, v in stop.items():
         if k not in STOP_KEYS:
@@ -70,6 +73,8 @@ def validate_stop(stop: Any) -> Dict[str, float]:
             raise MarlError(f"Stop criterion '{k}' must be positive, got {v!r}.")
     if not set(stop) & set(BOUNDS):
         given = f"stop={stop!r} has no bound" if stop else "stop={} has no criterion"
-        raise MarlError(f"{given}, so the run might never end: give at least one of {', '.join(BOUNDS)} "
-                        f"(e.g. stop={{'env_steps': 1000000}}), or leave stop out for the default.")
+        raise MarlError(
+            f"{given}, so the run might never end: give at least one of {', '.join(BOUNDS)} "
+            f"(e.g. stop={{'env_steps': 1000000}}), or leave stop out for the default."
+        )
     return stop

@@ -12,6 +12,7 @@ that imports neither torch nor Ray, so listing the algorithms, loading and check
 config and ``marl train --help`` import neither; the trainer (and with it RLlib and
 torch) is imported when the algorithm is built.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,8 +38,9 @@ class AlgoEntry:
 _ALGOS: Dict[str, AlgoEntry] = {}
 
 
-def register_algo(name: str, trainer: str, description: str = "", defaults: Optional[str] = None, *,
-                  schema: Optional[str] = None) -> None:
+def register_algo(
+    name: str, trainer: str, description: str = "", defaults: Optional[str] = None, *, schema: Optional[str] = None
+) -> None:
     """Register an algorithm under ``name`` (registering a name again replaces it).
 
     Args:
@@ -95,8 +97,10 @@ def trainer_class(name: str) -> Type[Any]:
     entry = algo_entry(name)
     trainer = load_target(entry.trainer)
     if entry.schema is not None and getattr(trainer, "config_class", None) is not config_class(name):
-        raise MarlError(f"Algorithm '{name}': {trainer.__name__}.config_class is "
-                        f"{getattr(trainer, 'config_class', None)!r}, but register_algo named schema={entry.schema!r}.")
+        raise MarlError(
+            f"Algorithm '{name}': {trainer.__name__}.config_class is "
+            f"{getattr(trainer, 'config_class', None)!r}, but register_algo named schema={entry.schema!r}."
+        )
     return trainer
 
 

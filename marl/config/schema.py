@@ -15,6 +15,7 @@ any number key; a ``bool`` key accepts only true/false;
 a ``str`` key also takes a path (``os.PathLike``, kept as its string); ``None``
 only where the annotation is ``Optional``.
 """
+
 from __future__ import annotations
 
 import collections.abc
@@ -69,8 +70,7 @@ def key(
         raise ValueError(f"config key docs are one line: {doc!r}")
     if choices is not None and not callable(choices):
         choices = tuple(choices)
-    meta = {"doc": doc, "choices": choices,
-            "bounds": (gt, ge, lt, le), "off": off, "internal": internal}
+    meta = {"doc": doc, "choices": choices, "bounds": (gt, ge, lt, le), "off": off, "internal": internal}
     return dataclasses.field(metadata=meta)
 
 
@@ -126,8 +126,18 @@ def field_specs(cls: type) -> Tuple[FieldSpec, ...]:
         m = f.metadata
         if "doc" not in m:
             raise TypeError(f"{cls.__name__}.{f.name} is not declared with marl.config.key(...)")
-        out.append(FieldSpec(f.name, hints[f.name], m["doc"], m["choices"], m["bounds"], m["off"],
-                             m["internal"], layer_of(cls, f.name)))
+        out.append(
+            FieldSpec(
+                f.name,
+                hints[f.name],
+                m["doc"],
+                m["choices"],
+                m["bounds"],
+                m["off"],
+                m["internal"],
+                layer_of(cls, f.name),
+            )
+        )
     return tuple(out)
 
 
@@ -177,6 +187,7 @@ def coerce(name: str, value: Any, tp: Any) -> Any:
     Raises:
         ConfigValueError: the value does not have the type (message names key, value, type).
     """
+
     def bad(extra: str = "") -> ConfigValueError:
         message = f"Config key '{name}' expects {extra or describe(tp)}, got {value!r}."
         return ConfigValueError(message, name, value, "type")
@@ -253,8 +264,12 @@ def check_range(spec: FieldSpec, value: Any, given: Any = None) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value == spec.off:
         return
     gt, ge, lt, le = spec.bounds
-    ok = ((gt is None or value > gt) and (ge is None or value >= ge)
-          and (lt is None or value < lt) and (le is None or value <= le))
+    ok = (
+        (gt is None or value > gt)
+        and (ge is None or value >= ge)
+        and (lt is None or value < lt)
+        and (le is None or value <= le)
+    )
     if not ok:
         text = spec.range_text()
         where = f"in {text}" if text[0] in "([" else text
@@ -280,9 +295,16 @@ class ConfigBase(collections.abc.Mapping):
 
     algo: str = key("registered name of the algorithm (set by the loader)", internal=True)
     # the plug-ins' own sections (marl/config/sections.py), set by the loader; not a key itself
-    sections: Dict[str, Any] = dataclasses.field(default_factory=dict, metadata={
-        "doc": "config sections of the plug-ins the config selects, by name (set by the loader)",
-        "choices": None, "bounds": (None, None, None, None), "off": None, "internal": True})
+    sections: Dict[str, Any] = dataclasses.field(
+        default_factory=dict,
+        metadata={
+            "doc": "config sections of the plug-ins the config selects, by name (set by the loader)",
+            "choices": None,
+            "bounds": (None, None, None, None),
+            "off": None,
+            "internal": True,
+        },
+    )
 
     def __post_init__(self) -> None:
         for spec in field_specs(type(self)):

@@ -19,6 +19,7 @@ not selected, an unknown key of a section, or a bad value is a :class:`MarlError
 This module imports the schema of a section only when the section is used; a schema
 module must not import torch or Ray (configs are checked before Ray starts).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -58,9 +59,13 @@ def register_section(name: str, schema: Union[str, type], *, key: str, value: An
     Raises:
         MarlError: ``schema`` is neither a ``"module:Class"`` string nor a ConfigBase subclass.
     """
-    if not (isinstance(schema, str) and ":" in schema) and not (isinstance(schema, type) and issubclass(schema, ConfigBase)):
-        raise MarlError(f"register_section('{name}'): schema must be a 'module:Class' string or a "
-                        f"marl.config.ConfigBase subclass, got {schema!r}.")
+    if not (isinstance(schema, str) and ":" in schema) and not (
+        isinstance(schema, type) and issubclass(schema, ConfigBase)
+    ):
+        raise MarlError(
+            f"register_section('{name}'): schema must be a 'module:Class' string or a "
+            f"marl.config.ConfigBase subclass, got {schema!r}."
+        )
     _SECTIONS[name] = SectionEntry(name, schema, key, value)
 
 

@@ -12,6 +12,7 @@ every remote runner and learner, so both pickle):
 :class:`RunAccess` gives the objects built from a run's ``AlgorithmConfig``
 (:class:`~marl.engine.trainer.Trainer`, env runners, learners) the two as ``cfg`` and ``run``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -50,13 +51,23 @@ class RunContext:
     family: Any = None
 
     @classmethod
-    def of(cls, env: MultiAgentEnv, mapping: PolicyMapping, module_spaces: Optional[Dict[str, Any]] = None,
-           family: Any = None) -> "RunContext":
+    def of(
+        cls,
+        env: MultiAgentEnv,
+        mapping: PolicyMapping,
+        module_spaces: Optional[Dict[str, Any]] = None,
+        family: Any = None,
+    ) -> "RunContext":
         """The context of training on ``env`` with policy mapping ``mapping``. The driver's env
         object travels only for envs built by hand (no spec)."""
-        return cls(agent_to_module=dict(mapping.agent_to_module), num_envs=env.num_envs, env_spec=env.spec,
-                   env_object=env if env.spec is None else None, module_spaces=dict(module_spaces or {}),
-                   family=family)
+        return cls(
+            agent_to_module=dict(mapping.agent_to_module),
+            num_envs=env.num_envs,
+            env_spec=env.spec,
+            env_object=env if env.spec is None else None,
+            module_spaces=dict(module_spaces or {}),
+            family=family,
+        )
 
     def make_env(self, **overrides: Any) -> Any:
         """A runner's own env: rebuilt from :attr:`env_spec` (``overrides``, e.g. ``num_envs``,

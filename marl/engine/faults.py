@@ -20,6 +20,7 @@ RLlib's ``Algorithm.restore_env_runners``, whose blocking probe waits while an a
   raises :class:`~marl.errors.EnvRunnersLost` at once when every runner has used up its
   ``env_runner_restarts``.
 """
+
 from __future__ import annotations
 
 import os
@@ -114,8 +115,9 @@ def _reason(err: BaseException) -> str:
     """A short cause of a lost runner: the error class and the last line of its message without
     Ray's boilerplate (actor id, "temporarily unavailable", "the task may or may not ...")."""
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    text = re.sub(r"The actor [0-9a-f]+ is unavailable: |The actor is temporarily unavailable: ", "",
-                  lines[-1] if lines else "")
+    text = re.sub(
+        r"The actor [0-9a-f]+ is unavailable: |The actor is temporarily unavailable: ", "", lines[-1] if lines else ""
+    )
     text = re.sub(r"\s*The task may or may not have been executed on the actor\.", "", text).strip()
     return f"{type(err).__name__}: {text[:160]}" if text else type(err).__name__
 
@@ -209,9 +211,15 @@ class RunnerFaults:
         self.down_since[i] = time.perf_counter()
         self.events.append({"runner": i, "event": "lost", "time": time.time(), "reason": reason})
         k, n = len(self._healthy()), len(self.ids)
-        tail = f"continuing with {k} of {n}" if k else (
-            f"no env runner left; waiting up to {self.timeout_s:g} s for a restart" if self._restartable()
-            else "no env runner left")
+        tail = (
+            f"continuing with {k} of {n}"
+            if k
+            else (
+                f"no env runner left; waiting up to {self.timeout_s:g} s for a restart"
+                if self._restartable()
+                else "no env runner left"
+            )
+        )
         print(f"[marl] env runner {i} lost ({reason}); {tail}", flush=True)
 
     def _restartable(self) -> List[int]:
@@ -254,8 +262,11 @@ class RunnerFaults:
             down = time.perf_counter() - self.down_since.pop(i)
             self.restored += 1
             self.events.append({"runner": i, "event": "restored", "time": time.time(), "reason": ""})
-            print(f"[marl] env runner {i} restored (down {down:.1f} s; restarts used {self.losses[i]} of "
-                  f"{self.budget}); sampling with {len(self._healthy())} of {len(self.ids)}", flush=True)
+            print(
+                f"[marl] env runner {i} restored (down {down:.1f} s; restarts used {self.losses[i]} of "
+                f"{self.budget}); sampling with {len(self._healthy())} of {len(self.ids)}",
+                flush=True,
+            )
         return synced
 
     def wait_for_runner(self) -> None:
@@ -270,11 +281,13 @@ class RunnerFaults:
             if not self._restartable():
                 raise EnvRunnersLost(
                     f"all {n} env runners are lost and none can be restarted (env_runner_restarts="
-                    f"{self.budget} per runner, used up); the run stops.")
+                    f"{self.budget} per runner, used up); the run stops."
+                )
             if time.perf_counter() > deadline:
                 raise EnvRunnersLost(
                     f"all {n} env runners are lost and none came back within env_runner_restart_timeout_s="
-                    f"{self.timeout_s:g} s; the run stops.")
+                    f"{self.timeout_s:g} s; the run stops."
+                )
             time.sleep(POLL_S)
 
     def close(self) -> None:
@@ -285,5 +298,8 @@ class RunnerFaults:
 
     def metrics(self) -> Dict[str, float]:
         """``runners_healthy`` now, and the runners ``runners_lost`` / ``runners_restored`` so far."""
-        return {"runners_healthy": float(len(self._healthy())), "runners_lost": float(self.lost),
-                "runners_restored": float(self.restored)}
+        return {
+            "runners_healthy": float(len(self._healthy())),
+            "runners_lost": float(self.lost),
+            "runners_restored": float(self.restored),
+        }

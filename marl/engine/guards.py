@@ -17,6 +17,7 @@ agent (or state index), the field, the env copy and the step; ``mask`` replaces
 the values by 0 and counts them in the rollout metric ``non_finite_masked``;
 ``off`` checks shapes only.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -90,8 +91,10 @@ class StepGuard:
             per_group = getattr(step, field)
             for g in self.info.groups:
                 if g not in per_group:
-                    raise MarlError(f"Env {self.name} ({self.where}) returned {field} without group '{g}' at "
-                                    f"step {self.steps}: expected the groups {list(self.info.groups)}, got {list(per_group)}.")
+                    raise MarlError(
+                        f"Env {self.name} ({self.where}) returned {field} without group '{g}' at "
+                        f"step {self.steps}: expected the groups {list(self.info.groups)}, got {list(per_group)}."
+                    )
                 yield field, g, per_group[g]
         yield "state", None, step.state
         if step.final_obs is not None:
@@ -104,9 +107,11 @@ class StepGuard:
     def _shape_error(self, field: str, group: Optional[str], got: Tuple[int, ...], want: Tuple[int, ...]) -> None:
         what = f"{field} of group '{group}'" if group else field
         dims = "[B, state_dim]" if group is None else "[B, N_g, obs_dim]" if "obs" in field else "[B, N_g]"
-        raise MarlError(f"Env {self.name} ({self.where}) changed the shape of {what} at step {self.steps}: "
-                        f"expected {want} ({dims} from env.info), got {got}. An env must keep the shapes its "
-                        f"EnvInfo declares for the whole run.")
+        raise MarlError(
+            f"Env {self.name} ({self.where}) changed the shape of {what} at step {self.steps}: "
+            f"expected {want} ({dims} from env.info), got {got}. An env must keep the shapes its "
+            f"EnvInfo declares for the whole run."
+        )
 
     def _describe(self, field: str, group: Optional[str], t: torch.Tensor) -> str:
         idx = [int(i) for i in (~torch.isfinite(t)).nonzero()[0]]
@@ -116,9 +121,11 @@ class StepGuard:
         else:
             who = f"of agent '{self.info.groups[group].agents[idx[1]]}' (group '{group}'"
             who += f", feature {idx[2]})" if len(idx) > 2 else ")"
-        return (f"Env {self.name} ({self.where}) returned {value} in {field} {who}, env copy {idx[0]}, at step "
-                f"{self.steps}{' (reset)' if self.steps == 0 else ''}. Fix the env, or set non_finite='mask' to "
-                f"replace NaN/inf by 0 (counted in the metric non_finite_masked).")
+        return (
+            f"Env {self.name} ({self.where}) returned {value} in {field} {who}, env copy {idx[0]}, at step "
+            f"{self.steps}{' (reset)' if self.steps == 0 else ''}. Fix the env, or set non_finite='mask' to "
+            f"replace NaN/inf by 0 (counted in the metric non_finite_masked)."
+        )
 
     def _mask(self, step: Step, bad: List[Item]) -> Step:
         """A copy of ``step`` with the non-finite values of ``bad`` replaced by 0 (the env's tensors stay)."""

@@ -21,6 +21,7 @@ This module holds:
 
 How to add a family on it: ``docs/adding_an_algorithm.md`` ("On the off-policy core").
 """
+
 from __future__ import annotations
 
 import copy
@@ -91,15 +92,19 @@ def target_pairs(module: Any) -> List[Tuple[torch.nn.Module, torch.nn.Module]]:
 def check_tau(tau: float) -> None:
     """Raise :class:`MarlError` unless ``0 < tau <= 1`` (the fraction of the online weights a target takes)."""
     if not 0.0 < float(tau) <= 1.0:
-        raise MarlError(f"target update tau={tau} is not in (0, 1]: 1 copies the online network, "
-                        f"a small value (e.g. 0.005) averages slowly.")
+        raise MarlError(
+            f"target update tau={tau} is not in (0, 1]: 1 copies the online network, "
+            f"a small value (e.g. 0.005) averages slowly."
+        )
 
 
 def _matched(a: Iterable[torch.Tensor], b: Iterable[torch.Tensor], what: str) -> List[Tuple[Any, Any]]:
     a, b = list(a), list(b)
     if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
-        raise MarlError(f"target and online networks differ in their {what}: {[tuple(x.shape) for x in a]} "
-                        f"vs {[tuple(y.shape) for y in b]}")
+        raise MarlError(
+            f"target and online networks differ in their {what}: {[tuple(x.shape) for x in a]} "
+            f"vs {[tuple(y.shape) for y in b]}"
+        )
     return list(zip(a, b))
 
 

@@ -28,6 +28,7 @@ Config keys the core reads (on top of the engine's): ``critic``, ``recurrent``, 
 ``normalize``, ``denormalize``; ``marl.algos.policy_gradient.ValueNorm``) and a ``_forward_train``
 whose output the algorithm's loss reads.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
@@ -151,8 +152,14 @@ def env_steps(x: torch.Tensor) -> torch.Tensor:
 
 
 # ============================================================ advantages
-def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, dones: torch.Tensor,
-        gamma: float, lam: float) -> torch.Tensor:
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
     """Generalized advantage estimation (Schulman et al. 2016, eq. 16), time on the last axis.
 
     Args:
@@ -178,8 +185,9 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, 
     return adv
 
 
-def next_values(values: torch.Tensor, final_values: torch.Tensor, terminated: torch.Tensor,
-                truncated: torch.Tensor) -> torch.Tensor:
+def next_values(
+    values: torch.Tensor, final_values: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor
+) -> torch.Tensor:
     """Value of the state after each step, ``[..., T]``.
 
     Args:
@@ -258,8 +266,9 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         return module.value_norm if self.cfg.value_norm else None
 
     # ---------------------------------------------------------------- advantages
-    def advantages(self, rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
-                   dones: torch.Tensor) -> torch.Tensor:
+    def advantages(
+        self, rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, dones: torch.Tensor
+    ) -> torch.Tensor:
         """The advantage estimator, time on the last axis, all ``[..., T]`` in raw (denormalised) units:
         GAE with ``gamma`` and ``gae_lambda`` (:func:`gae`). Returns are ``advantages + values``."""
         return gae(rewards, values, next_values, dones, self.cfg.gamma, self.cfg.gae_lambda)
@@ -283,11 +292,20 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         if self.cfg.advantage_norm:
             adv = normalize_advantages(adv, active)
         self.metrics.log_value((mid, "explained_variance"), explained_variance(v[..., :-1], returns, active), window=1)
-        self.metrics.log_value((mid, "value_mean"), float(v[..., :-1][active].mean()) if active.any() else 0.0, window=1)
+        self.metrics.log_value(
+            (mid, "value_mean"), float(v[..., :-1][active].mean()) if active.any() else 0.0, window=1
+        )
         t = b["obs"].dim() - 2  # time axis of the per-agent columns (1, or 2 for the team layout)
-        out = {"obs": b["obs"].narrow(t, 0, adv.shape[-1]), "critic_in": b["critic_in"][:, :-1],
-               "actions": b["actions"], "logp_old": b["logp"], "advantages": adv, "returns": returns,
-               "values_old": v_norm[..., :-1], "active": active}
+        out = {
+            "obs": b["obs"].narrow(t, 0, adv.shape[-1]),
+            "critic_in": b["critic_in"][:, :-1],
+            "actions": b["actions"],
+            "logp_old": b["logp"],
+            "advantages": adv,
+            "returns": returns,
+            "values_old": v_norm[..., :-1],
+            "active": active,
+        }
         for k in ("avail", "h", "starts"):
             if k in b:
                 out[k] = b[k]
@@ -393,13 +411,17 @@ class OnPolicyTrainer(Trainer):
             MarlError: ``num_minibatches`` above the rows (names both and the keys that set them).
         """
         c = config_view(cfg)
-        T = c.rollout_length  # rows per (env copy, agent): steps, or chunks of a GRU (one if chunk_length does not divide T)
+        T = (
+            c.rollout_length
+        )  # rows per (env copy, agent): steps, or chunks of a GRU (one if chunk_length does not divide T)
         if c.recurrent:
             T = T // c.chunk_length if T % c.chunk_length == 0 else 1
         envs = mapping.info.num_envs * max(1, c.num_env_runners)
         per_copy = (lambda m: 1) if c.critic_kind == "team" else mapping.n_agents  # team: rows are env steps
         rows = min(envs * per_copy(m) for m in mapping.modules) * T // max(1, c.num_learners)
         if c.num_minibatches > rows:
-            raise MarlError(f"num_minibatches={c.num_minibatches} is more than the {rows} rows a learner gets per "
-                            f"update (rollout_length x env copies x agents of a module / learners); use at most "
-                            f"{rows}, or more env copies (num_envs) or a longer rollout_length.")
+            raise MarlError(
+                f"num_minibatches={c.num_minibatches} is more than the {rows} rows a learner gets per "
+                f"update (rollout_length x env copies x agents of a module / learners); use at most "
+                f"{rows}, or more env copies (num_envs) or a longer rollout_length."
+            )

@@ -14,6 +14,7 @@ self-play in extensive-form games", ICML) gets a snapshot of the runner's weight
 that plays the pool games of a whole rollout (``latest`` or ``uniform``). The pool lives in
 the runner's memory: after a resume it fills again.
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,15 +39,19 @@ def check_opponents(opponents: Dict[str, float], info: Any) -> None:
     from marl.competitive import bot_names
 
     if not opponents or min(opponents.values()) < 0 or sum(opponents.values()) <= 0:
-        raise MarlError(f"opponents must map co-players to probabilities >= 0 with a positive sum, e.g. "
-                        f"{{'self': 0.5, 'pool': 0.3, 'random': 0.2}}; got {opponents!r}.")
+        raise MarlError(
+            f"opponents must map co-players to probabilities >= 0 with a positive sum, e.g. "
+            f"{{'self': 0.5, 'pool': 0.3, 'random': 0.2}}; got {opponents!r}."
+        )
     valid = [SELF, POOL] + bot_names()
     for name in opponents:
         if name not in valid:
             raise unknown_choice("opponent", name, valid)
     if set(opponents) != {SELF} and len(info.teams) < 2:
-        raise MarlError(f"opponents {opponents!r} need a competitive env with two or more teams; "
-                        f"{info.scenario!r} has teams {list(info.teams)} (kind {info.kind!r}).")
+        raise MarlError(
+            f"opponents {opponents!r} need a competitive env with two or more teams; "
+            f"{info.scenario!r} has teams {list(info.teams)} (kind {info.kind!r})."
+        )
 
 
 class Opponents:
@@ -96,7 +101,7 @@ class Opponents:
         """Called after the runner got new weights: every ``pool_every`` updates, snapshot them."""
         self._updates += 1
         if self.cfg.pool_every and self._updates % self.cfg.pool_every == 0 and POOL in self.labels:
-            self.pool = (self.pool + [copy.deepcopy(runner.module.get_state())])[-self.cfg.pool_size:]
+            self.pool = (self.pool + [copy.deepcopy(runner.module.get_state())])[-self.cfg.pool_size :]
 
     def start_rollout(self, runner: Any) -> None:
         """Load the pool snapshot that plays this rollout's pool games into a module copy."""
@@ -108,8 +113,9 @@ class Opponents:
         self.snapshot_module.set_state(self.pool[pick])
         self.snapshot_h = {}
 
-    def override(self, runner: Any, step: Any, actions: Dict[str, torch.Tensor]) -> Tuple[Dict[str, torch.Tensor],
-                                                                                           Dict[str, torch.Tensor]]:
+    def override(
+        self, runner: Any, step: Any, actions: Dict[str, torch.Tensor]
+    ) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor]]:
         """Replace the actions of the seats co-players play; returns ``(actions, trained)`` with
         ``trained``: group -> ``[B, N_g]`` bool (False on rows a co-player played)."""
         B = runner.env.num_envs

@@ -37,6 +37,7 @@ array                       shape                           meaning
 ``filled``                  ``[C, L]`` bool                 t < episode length
 ==========================  ==============================  =============================
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -70,8 +71,15 @@ class JointEpisodeBuffer:
 
     ITEMS = "episodes"  # what one entry is (the trainer's ``buffer_<ITEMS>`` metric)
 
-    def __init__(self, capacity: int, episode_limit: int, num_envs: int, module_shapes: Dict[str, Dict[str, Any]],
-                 state_dim: int, extra_columns: Optional[Dict[str, Tuple[Any, Any]]] = None):
+    def __init__(
+        self,
+        capacity: int,
+        episode_limit: int,
+        num_envs: int,
+        module_shapes: Dict[str, Dict[str, Any]],
+        state_dim: int,
+        extra_columns: Optional[Dict[str, Tuple[Any, Any]]] = None,
+    ):
         check_buffer_size(capacity, num_envs)
         if episode_limit <= 0:
             raise MarlError("the joint episode buffer needs an env with a finite episode_limit (got 0 = unbounded).")
@@ -178,17 +186,30 @@ class JointEpisodeBuffer:
         if copies is None and B != self.num_envs:
             raise MarlError(f"rollout has {B} env copies, the buffer was built for {self.num_envs}")
         copies = np.arange(B) if copies is None else np.asarray(copies, np.int64)
-        if len(copies) != B or len(np.unique(copies)) != B or (B and not 0 <= copies.min() <= copies.max() < self.num_envs):
-            raise MarlError(f"rollout env_copies={copies.tolist()} are not {B} distinct copies of the "
-                            f"{self.num_envs} the buffer was built for (0..{self.num_envs - 1})")
+        if (
+            len(copies) != B
+            or len(np.unique(copies)) != B
+            or (B and not 0 <= copies.min() <= copies.max() < self.num_envs)
+        ):
+            raise MarlError(
+                f"rollout env_copies={copies.tolist()} are not {B} distinct copies of the "
+                f"{self.num_envs} the buffer was built for (0..{self.num_envs - 1})"
+            )
         missing = np.setdiff1d(np.arange(self.num_envs), copies)
         lost = missing[self._slot[missing] >= 0]
         self.steps_dropped += int(self._pos[lost].sum())
         self._slot[lost] = -1
         return copies
 
-    def _write_step(self, mods: Dict[str, Dict[str, np.ndarray]], state: np.ndarray, t: int, cols: np.ndarray,
-                    slot: np.ndarray, pos: np.ndarray) -> None:
+    def _write_step(
+        self,
+        mods: Dict[str, Dict[str, np.ndarray]],
+        state: np.ndarray,
+        t: int,
+        cols: np.ndarray,
+        slot: np.ndarray,
+        pos: np.ndarray,
+    ) -> None:
         """Step ``t`` of rollout columns ``cols`` (module -> column -> ``[T, B, ...]``, ``state [T, B, S]``)
         goes to index ``pos`` of episode slots ``slot``."""
         d = self.data
@@ -204,8 +225,15 @@ class JointEpisodeBuffer:
             if f"{m}/avail" in d:
                 d[f"{m}/avail"][slot, pos] = x["avail"][t, cols]
 
-    def _write_final(self, mods: Dict[str, Dict[str, np.ndarray]], final_state: np.ndarray, t: int,
-                     cols: np.ndarray, slot: np.ndarray, pos: np.ndarray) -> None:
+    def _write_final(
+        self,
+        mods: Dict[str, Dict[str, np.ndarray]],
+        final_state: np.ndarray,
+        t: int,
+        cols: np.ndarray,
+        slot: np.ndarray,
+        pos: np.ndarray,
+    ) -> None:
         """The ended episode's last observation goes to index ``length`` (bootstrap input)."""
         d = self.data
         d["state"][slot, pos] = final_state[t, cols]
@@ -283,7 +311,9 @@ class JointEpisodeBuffer:
             MarlError: the stored episodes have other shapes (another env or mapping).
         """
         optional = {k for k in self.data if self._is_extra(k)}  # absent in older checkpoints
-        if int(state["episode_limit"]) != self.limit or not (set(self.data) - optional <= set(state["data"]) <= set(self.data)):
+        if int(state["episode_limit"]) != self.limit or not (
+            set(self.data) - optional <= set(state["data"]) <= set(self.data)
+        ):
             raise MarlError("the checkpoint's replay buffer was made for another env or policy mapping")
         for k, v in state["data"].items():
             if v.shape[1:] != self.data[k].shape[1:]:
@@ -312,8 +342,8 @@ class JointEpisodeBuffer:
         self.committed[:] = False
         self._slot[:] = -1
         for k, v in data.items():
-            self.data[k][:n] = v[len(v) - n:]
-        self.lengths[:n] = lengths[len(lengths) - n:]
+            self.data[k][:n] = v[len(v) - n :]
+        self.lengths[:n] = lengths[len(lengths) - n :]
         self.committed[:n] = True
         self._ptr = n % self.capacity
         self._opened = n
@@ -336,9 +366,11 @@ def _check_finite_rewards(mods: Dict[str, Dict[str, np.ndarray]]) -> None:
         r = x["rewards"]  # [T, B, N_m]
         if not np.isfinite(r).all():
             t, b, i = (int(v) for v in np.argwhere(~np.isfinite(r))[0])
-            raise MarlError(f"Replay buffer: module '{m}' has reward {r[t, b, i]} at rollout step {t} (env copy {b}, "
-                            f"agent {i} of the module); non-finite rewards are never stored. Fix the env, or set "
-                            f"non_finite='mask' to replace them by 0.")
+            raise MarlError(
+                f"Replay buffer: module '{m}' has reward {r[t, b, i]} at rollout step {t} (env copy {b}, "
+                f"agent {i} of the module); non-finite rewards are never stored. Fix the env, or set "
+                f"non_finite='mask' to replace them by 0."
+            )
 
 
 def check_buffer_size(capacity: int, num_envs: int, batch_size: int = 1, learning_starts: int = 0) -> None:
@@ -346,12 +378,16 @@ def check_buffer_size(capacity: int, num_envs: int, batch_size: int = 1, learnin
     copies writing at once (their open slots would be evicted before they complete), or that can never
     hold the ``batch_size`` / ``learning_starts`` episodes training waits for (a run that never learns)."""
     if capacity <= 2 * num_envs:
-        raise MarlError(f"buffer_size={capacity} episodes is too small for {num_envs} env copies writing at once; "
-                        f"use buffer_size > {2 * num_envs}.")
+        raise MarlError(
+            f"buffer_size={capacity} episodes is too small for {num_envs} env copies writing at once; "
+            f"use buffer_size > {2 * num_envs}."
+        )
     for name, need in (("batch_size", batch_size), ("learning_starts_episodes", learning_starts)):
         if need > capacity:
-            raise MarlError(f"{name}={need} episodes can never be in a buffer of buffer_size={capacity} episodes, "
-                            f"so training would never start; use {name} <= buffer_size.")
+            raise MarlError(
+                f"{name}={need} episodes can never be in a buffer of buffer_size={capacity} episodes, "
+                f"so training would never start; use {name} <= buffer_size."
+            )
 
 
 class TransitionBuffer:
@@ -408,8 +444,9 @@ class TransitionBuffer:
             n, discrete = s["n"], _is_discrete(m, s)
             for col in ("obs", "next_obs"):
                 self.data[f"{m}/{col}"] = np.zeros((C, n, s["obs_dim"]), np.float32)
-            self.data[f"{m}/actions"] = (np.zeros((C, n), np.int64) if discrete
-                                         else np.zeros((C, n, s["action_dim"]), np.float32))
+            self.data[f"{m}/actions"] = (
+                np.zeros((C, n), np.int64) if discrete else np.zeros((C, n, s["action_dim"]), np.float32)
+            )
             self.data[f"{m}/rewards"] = np.zeros((C, n), np.float32)
             self.data[f"{m}/alive"] = np.zeros((C, n), bool)
             if discrete:
@@ -439,7 +476,7 @@ class TransitionBuffer:
         keep = min(n, self.capacity)  # a rollout larger than the ring keeps its newest rows
         rows = (self.ptr + np.arange(n - keep, n)) % self.capacity
         for k, v in cols.items():
-            self.data[k][rows] = v[n - keep:]
+            self.data[k][rows] = v[n - keep :]
         self.ptr = int((self.ptr + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         self.transitions_added += n
@@ -454,11 +491,21 @@ class TransitionBuffer:
         def rows(x: np.ndarray) -> np.ndarray:
             return x[:T].reshape(T * B, *x.shape[2:])
 
-        cols = {"state": rows(rollout["state"].numpy()), "next_state": rows(rollout["final_state"].numpy()),
-                "terminated": rows(rollout["terminated"].numpy())}
+        cols = {
+            "state": rows(rollout["state"].numpy()),
+            "next_state": rows(rollout["final_state"].numpy()),
+            "terminated": rows(rollout["terminated"].numpy()),
+        }
         for m, x in mods.items():
-            for col, src in (("obs", "obs"), ("next_obs", "final_obs"), ("actions", "actions"), ("rewards", "rewards"),
-                             ("alive", "alive"), ("avail", "avail"), ("next_avail", "final_avail")):
+            for col, src in (
+                ("obs", "obs"),
+                ("next_obs", "final_obs"),
+                ("actions", "actions"),
+                ("rewards", "rewards"),
+                ("alive", "alive"),
+                ("avail", "avail"),
+                ("next_avail", "final_avail"),
+            ):
                 if f"{m}/{col}" in self.data:
                     cols[f"{m}/{col}"] = rows(x[src])
         return cols
@@ -483,9 +530,14 @@ class TransitionBuffer:
     def get_state(self) -> Dict[str, Any]:
         """The rows holding transitions, the ring pointer and the counters: a buffer of the same
         capacity restored from it samples and fills exactly as this one would."""
-        return {"capacity": self.capacity, "ptr": self.ptr, "size": self.size,
-                "transitions_added": self.transitions_added, "episodes_added": self.episodes_added,
-                "data": {k: v[:self.size].copy() for k, v in self.data.items()}}
+        return {
+            "capacity": self.capacity,
+            "ptr": self.ptr,
+            "size": self.size,
+            "transitions_added": self.transitions_added,
+            "episodes_added": self.episodes_added,
+            "data": {k: v[: self.size].copy() for k, v in self.data.items()},
+        }
 
     def set_state(self, state: Dict[str, Any]) -> None:
         """Restore from :meth:`get_state`: exactly into a buffer of the same capacity; into another
@@ -495,21 +547,24 @@ class TransitionBuffer:
             MarlError: the saved columns differ from this buffer's (another env or mapping).
         """
         if set(state["data"]) != set(self.data):
-            raise MarlError(f"the checkpoint's transition buffer has columns {sorted(state['data'])}, this one "
-                            f"{sorted(self.data)}: it was made for another env or policy mapping")
+            raise MarlError(
+                f"the checkpoint's transition buffer has columns {sorted(state['data'])}, this one "
+                f"{sorted(self.data)}: it was made for another env or policy mapping"
+            )
         for k, v in state["data"].items():
             if v.shape[1:] != self.data[k].shape[1:]:
-                raise MarlError(f"transition buffer column '{k}' has shape {v.shape[1:]}, "
-                                f"expected {self.data[k].shape[1:]}")
+                raise MarlError(
+                    f"transition buffer column '{k}' has shape {v.shape[1:]}, expected {self.data[k].shape[1:]}"
+                )
         size, cap, ptr = int(state["size"]), int(state["capacity"]), int(state["ptr"])
         if cap == self.capacity:
             order, self.ptr = np.arange(size), ptr
         else:  # oldest first: a full ring starts at its pointer
             order = (ptr + np.arange(size)) % size if size == cap else np.arange(size)
-            order = order[len(order) - min(size, self.capacity):]
+            order = order[len(order) - min(size, self.capacity) :]
             self.ptr = len(order) % self.capacity
         for k, v in state["data"].items():
-            self.data[k][:len(order)] = v[order]
+            self.data[k][: len(order)] = v[order]
         self.size = len(order)
         self.transitions_added, self.episodes_added = int(state["transitions_added"]), int(state["episodes_added"])
 
@@ -519,6 +574,8 @@ def _is_discrete(module: str, shape: Dict[str, Any]) -> bool:
     or continuous ones (``action_dim``); a :class:`MarlError` for neither or both."""
     discrete, continuous = bool(shape.get("n_actions")), bool(shape.get("action_dim"))
     if discrete == continuous:
-        raise MarlError(f"transition buffer module '{module}' needs exactly one of n_actions (discrete) or "
-                        f"action_dim (continuous), got {dict(shape)}")
+        raise MarlError(
+            f"transition buffer module '{module}' needs exactly one of n_actions (discrete) or "
+            f"action_dim (continuous), got {dict(shape)}"
+        )
     return discrete

@@ -16,6 +16,7 @@ learning path (docs/index.md, "Resume"):
 
 State is captured only when a checkpoint is written: nothing runs per step.
 """
+
 from __future__ import annotations
 
 import random
@@ -70,10 +71,14 @@ def restore_sampling(trainer: Any, state: Dict[str, Any]) -> List[str]:
         The reasons, one per runner that does not continue exactly (empty: all do).
     """
     saved = {int(s["worker_index"]): s for s in state["runners"]}
-    reasons = [r for r in trainer.foreach_runner(lambda r: r.set_sampling_state(saved.get(int(r.worker_index or 0))))
-               if r]
+    reasons = [
+        r for r in trainer.foreach_runner(lambda r: r.set_sampling_state(saved.get(int(r.worker_index or 0)))) if r
+    ]
     if reasons:
-        print(f"[marl] resume is not exact on {len(reasons)} env runner(s): {reasons[0]}; weights, optimiser, "
-              f"replay buffer, counters and random generators are restored (docs/index.md, Resume).", flush=True)
+        print(
+            f"[marl] resume is not exact on {len(reasons)} env runner(s): {reasons[0]}; weights, optimiser, "
+            f"replay buffer, counters and random generators are restored (docs/index.md, Resume).",
+            flush=True,
+        )
     set_rng_state(state["rng"])
     return reasons

@@ -49,6 +49,7 @@ RLlib private name                          why marl needs it (public wrapper he
 RLModule's ``_forward``, ``_forward_train``, ``_forward_inference`` and ``_forward_exploration`` are
 RLlib's documented override points (its RLModule guide), not private API, and are used everywhere.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Tuple

@@ -5,6 +5,7 @@ agent per step (≈0.3 ms per env step measured on 2 cores, ``docs/engine.md``);
 runner keeps RLlib's actor / weight-sync / checkpoint machinery but samples
 with one batched forward per module per step and returns time-major tensors.
 """
+
 from __future__ import annotations
 
 import copy
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 Buffer = Dict[str, List[torch.Tensor]]  # column -> one tensor per step
+
 
 class MappingFn:
     """Picklable ``agent_id -> module_id`` lookup (RLlib pickles configs into checkpoints)."""
@@ -86,9 +88,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
     def make_env(self, env: MultiAgentEnv) -> None:  # type: ignore[override]
         """Use ``env`` for sampling and build the policy mapping for it."""
         self.env = env
-        self.mapping = PolicyMapping(
-            env.info, share=MappingFn(self.run.agent_to_module), agent_id=self.cfg.agent_id
-        )
+        self.mapping = PolicyMapping(env.info, share=MappingFn(self.run.agent_to_module), agent_id=self.cfg.agent_id)
         self._last: Optional[Step] = None
         self._guard = StepGuard(env.info, self.cfg.non_finite, f"env runner {int(self.worker_index or 0)}")
         self.env_seed = self.cfg.seed + 10_000 * int(self.worker_index or 0)
@@ -111,7 +111,8 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         step = self._guard(env.reset(seed=self.env_seed), reset=True)
         B = env.num_envs
         self._h: Dict[str, Optional[torch.Tensor]] = {
-            mid: self.module[mid].initial_state((B, self.mapping.n_agents(mid))) for mid in self.mapping.modules}
+            mid: self.module[mid].initial_state((B, self.mapping.n_agents(mid))) for mid in self.mapping.modules
+        }
         self._starts = torch.ones(B, dtype=torch.bool)
         self._stats = EpisodeStats(env.info)
         if self.opponents is not None:
@@ -220,8 +221,13 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         return avail
 
     # ------------------------------------------------------------------ state
-    def get_state(self, components: Optional[Union[str, Collection[str]]] = None, *,
-                  not_components: Optional[Union[str, Collection[str]]] = None, **kwargs: Any) -> Dict[str, Any]:
+    def get_state(
+        self,
+        components: Optional[Union[str, Collection[str]]] = None,
+        *,
+        not_components: Optional[Union[str, Collection[str]]] = None,
+        **kwargs: Any,
+    ) -> Dict[str, Any]:
         state: Dict[str, Any] = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime}
         if wants_component(self, COMPONENT_RL_MODULE, components, not_components):
             state[COMPONENT_RL_MODULE] = self.module.get_state(
@@ -261,14 +267,19 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         sampled = getattr(self, "_last", None) is not None  # False before the first sample (or env)
         env = self.env
         env_state = env.get_state() if sampled and env is not None else None
-        state: Dict[str, Any] = {"worker_index": int(self.worker_index or 0), "env": env_state, "sampled": sampled,
-                                 "seed": getattr(self, "env_seed", None),
-                                 "env_steps": int(self.num_env_steps_sampled_lifetime),
-                                 "num_envs": env.num_envs if env is not None else None,
-                                 "env_name": repr(env)}
+        state: Dict[str, Any] = {
+            "worker_index": int(self.worker_index or 0),
+            "env": env_state,
+            "sampled": sampled,
+            "seed": getattr(self, "env_seed", None),
+            "env_steps": int(self.num_env_steps_sampled_lifetime),
+            "num_envs": env.num_envs if env is not None else None,
+            "env_name": repr(env),
+        }
         if env_state is not None:
-            state["sampler"] = copy.deepcopy({"last": self._last, "h": self._h, "starts": self._starts,
-                                              "stats": self._stats})
+            state["sampler"] = copy.deepcopy(
+                {"last": self._last, "h": self._h, "starts": self._starts, "stats": self._stats}
+            )
         if self.worker_index:
             state["rng"] = rng_state()
         return state
@@ -299,8 +310,11 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         if state["sampled"]:
             self.env_seed = int(state["seed"]) + int(state["env_steps"])
         if state["env"] is None:
-            return (f"{state['env_name']} does not save its state (get_state() is None), its episodes restart"
-                    if state["sampled"] else "")
+            return (
+                f"{state['env_name']} does not save its state (get_state() is None), its episodes restart"
+                if state["sampled"]
+                else ""
+            )
         return f"num_envs changed from {state['num_envs']} to {env.num_envs}, the episodes restart"
 
     def get_ctor_args_and_kwargs(self) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:

@@ -5,6 +5,7 @@ RLlib provides the distributed engine; this module says how marl uses it: one
 for sampling, the family's learner class, and the validated marl config in
 ``learner_config_dict`` (with what remote processes need to rebuild the env).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, cast
@@ -44,8 +45,9 @@ def module_spaces(mapping: PolicyMapping) -> Dict[str, PolicySpec]:
     return out
 
 
-def agent_module_specs(algo_cls, cfg: EngineConfig, mapping: PolicyMapping, spaces: Optional[Dict[str, PolicySpec]] = None,
-                       **kwargs) -> Dict[str, RLModuleSpec]:
+def agent_module_specs(
+    algo_cls, cfg: EngineConfig, mapping: PolicyMapping, spaces: Optional[Dict[str, PolicySpec]] = None, **kwargs
+) -> Dict[str, RLModuleSpec]:
     """One ``RLModuleSpec`` per policy-mapping module (``spaces``: module id -> ``PolicySpec``,
     default :func:`module_spaces`; ``kwargs``: e.g. ``inference_only=True``)."""
     spaces = module_spaces(mapping) if spaces is None else spaces
@@ -66,15 +68,24 @@ def batched_sampling(cfg: EngineConfig, env: MultiAgentEnv) -> Dict[str, Dict[st
     each stepping ``B = env.num_envs`` copies for ``T = rollout_length`` steps, and a train batch
     of ``T * B`` env steps per learner (the ``sampling`` default of :func:`build_algorithm_config`)."""
     return {
-        "env_runners": dict(env_runner_cls=BatchedEnvRunner, num_envs_per_env_runner=env.num_envs,
-                            rollout_fragment_length=cfg.rollout_length),
+        "env_runners": dict(
+            env_runner_cls=BatchedEnvRunner,
+            num_envs_per_env_runner=env.num_envs,
+            rollout_fragment_length=cfg.rollout_length,
+        ),
         "training": dict(train_batch_size_per_learner=cfg.rollout_length * env.num_envs),
     }
 
 
-def build_algorithm_config(algo_cls, cfg: EngineConfig, env: MultiAgentEnv, mapping: PolicyMapping, *,
-                           spaces: Optional[Dict[str, PolicySpec]] = None,
-                           sampling: Optional[Dict[str, Dict[str, Any]]] = None):
+def build_algorithm_config(
+    algo_cls,
+    cfg: EngineConfig,
+    env: MultiAgentEnv,
+    mapping: PolicyMapping,
+    *,
+    spaces: Optional[Dict[str, PolicySpec]] = None,
+    sampling: Optional[Dict[str, Dict[str, Any]]] = None,
+):
     """Translate a validated marl config into an RLlib ``AlgorithmConfig`` for ``algo_cls``
     (the family's learner and modules; the default ``Trainer.build_config``).
 
@@ -95,8 +106,11 @@ def build_algorithm_config(algo_cls, cfg: EngineConfig, env: MultiAgentEnv, mapp
         TrainerConfig(algo_class=algo_cls)
         .environment(observation_space=None, action_space=None, disable_env_checking=True)
         # RLlib annotates num_cpus_per_env_runner as int, but hands it to Ray, which takes fractions
-        .env_runners(num_env_runners=cfg.num_env_runners, num_cpus_per_env_runner=cfg.num_cpus_per_env_runner,  # type: ignore[arg-type]
-                     **sampling.get("env_runners", {}))
+        .env_runners(
+            num_env_runners=cfg.num_env_runners,
+            num_cpus_per_env_runner=cfg.num_cpus_per_env_runner,  # type: ignore[arg-type]
+            **sampling.get("env_runners", {}),
+        )
         .fault_tolerance(**fault_tolerance_settings(cfg))
         .learners(
             num_learners=cfg.num_learners,
@@ -106,8 +120,9 @@ def build_algorithm_config(algo_cls, cfg: EngineConfig, env: MultiAgentEnv, mapp
         )
         .multi_agent(policies=spaces, policy_mapping_fn=MappingFn(mapping.agent_to_module))
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
-        .training(lr=lr_schedule(cfg), grad_clip=cfg.max_grad_norm, grad_clip_by="global_norm",
-                  **sampling.get("training", {}))
+        .training(
+            lr=lr_schedule(cfg), grad_clip=cfg.max_grad_norm, grad_clip_by="global_norm", **sampling.get("training", {})
+        )
         .debugging(seed=cfg.seed, log_level="ERROR")
         .reporting(metrics_num_episodes_for_smoothing=1)
     )

@@ -16,6 +16,7 @@ The run's batch transforms (:mod:`marl.transforms`, e.g. reward redistribution) 
 rollouts in :meth:`Trainer.sample_rollouts`, the episodes a family commits to its replay
 buffer through :meth:`Trainer.transform_episodes`, and batches in :meth:`Trainer.update_learners`.
 """
+
 from __future__ import annotations
 
 import time
@@ -97,8 +98,16 @@ class Trainer(RunAccess, Algorithm):
     module_class = None
     learner_class = None
     config_class = None
-    learner_metrics = ("policy_loss", "value_loss", "entropy", "explained_variance", "approx_kl", "clip_fraction",
-                       "value_mean", "total_loss")
+    learner_metrics = (
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "explained_variance",
+        "approx_kl",
+        "clip_fraction",
+        "value_mean",
+        "total_loss",
+    )
     transform_hooks: Tuple[str, ...] = ("on_rollout", "on_batch")  # called by sample_rollouts, update_learners
     batch_transforms = TransformList()  # none until setup builds the run's (a state asked for earlier is empty)
     # RLlib types these Optional; its setup builds them before any of marl's code reads them
@@ -107,8 +116,15 @@ class Trainer(RunAccess, Algorithm):
     learner_group: LearnerGroup
     runner_faults: Optional[RunnerFaults]
 
-    def __init__(self, config: Optional[AlgorithmConfig] = None, *, env: Optional[MultiAgentEnv] = None,
-                 run_dir: Optional[Path] = None, callbacks: Optional[CallbackList] = None, **kwargs: Any):
+    def __init__(
+        self,
+        config: Optional[AlgorithmConfig] = None,
+        *,
+        env: Optional[MultiAgentEnv] = None,
+        run_dir: Optional[Path] = None,
+        callbacks: Optional[CallbackList] = None,
+        **kwargs: Any,
+    ):
         self.local_env = env
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.run_callbacks = callbacks if callbacks is not None else CallbackList()
@@ -210,7 +226,9 @@ class Trainer(RunAccess, Algorithm):
         """The greedy policy with a copy of the learners' current weights (runs without Ray)."""
         spec = self.config.get_multi_rl_module_spec(spaces=None, inference_only=True)
         built: Any = spec.build()
-        state = self.learner_group.get_state(components="learner/rl_module", inference_only=True)["learner"]["rl_module"]
+        state = self.learner_group.get_state(components="learner/rl_module", inference_only=True)["learner"][
+            "rl_module"
+        ]
         built.set_state(state)
         modules = {mid: built[mid] for mid in mapping.modules}
         for m in modules.values():
@@ -235,8 +253,9 @@ class Trainer(RunAccess, Algorithm):
         t0 = time.perf_counter()
         indexed = self.foreach_runner_indexed(lambda r: r.sample(**act_kwargs))
         rollout = _concat_rollouts([part for _, part in indexed])
-        rollout["env_copies"] = torch.cat([
-            torch.arange(r * part["starts"].shape[1], (r + 1) * part["starts"].shape[1]) for r, part in indexed])
+        rollout["env_copies"] = torch.cat(
+            [torch.arange(r * part["starts"].shape[1], (r + 1) * part["starts"].shape[1]) for r, part in indexed]
+        )
         self._sample_time += time.perf_counter() - t0
         self.run_callbacks.on_rollout(self, rollout)
         self.batch_transforms.on_rollout(self, rollout)
@@ -309,6 +328,7 @@ class Trainer(RunAccess, Algorithm):
         """
         mids = dict.fromkeys(self.run.agent_to_module.values())  # module ids, in order, once each
         states = module_states(resolve_checkpoint(path), mids)
+
         def load(learner: Any, *_: Any) -> Dict[str, List[str]]:
             return {mid: load_weights(learner.module[mid], st, mid) for mid, st in states.items()}
 
@@ -316,7 +336,9 @@ class Trainer(RunAccess, Algorithm):
         self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
         first = next(iter(fresh)).get()  # RemoteCallResults -> the first learner's report
         kept = {m: f for m, f in first.items() if f}
-        print(f"[marl] initialised {', '.join(states)} from {path}" + (f"; fresh (shapes differ): {kept}" if kept else ""))
+        print(
+            f"[marl] initialised {', '.join(states)} from {path}" + (f"; fresh (shapes differ): {kept}" if kept else "")
+        )
 
     # =============================================================== iteration
     def train_iteration(self) -> Dict[str, Any]:
@@ -400,8 +422,7 @@ def _concat_rollouts(parts: List[Dict[str, Any]]) -> Dict[str, Any]:
     for k, v in parts[0].items():
         if k == "modules":
             out[k] = {
-                mid: {c: torch.cat([p[k][mid][c] for p in parts], dim=1) for c in cols}
-                for mid, cols in v.items()
+                mid: {c: torch.cat([p[k][mid][c] for p in parts], dim=1) for c in cols} for mid, cols in v.items()
             }
         elif k == "metrics":
             merged: Dict[str, Any] = {"env_steps": sum(p[k]["env_steps"] for p in parts)}

@@ -15,17 +15,36 @@ Nothing here imports the training code, a concrete env or a wrapper. The names a
 imported from their modules on first use (PEP 562): the registries (``list_envs``,
 ``register_env``) import no torch, the contract and ``make_env``'s envs do.
 """
+
 from typing import Any, List
 
 # public name -> the module that defines it
 _LAZY = {
-    **dict.fromkeys(["KINDS", "EnvInfo", "EpisodeStats", "ExtraColumn", "GroupInfo", "MultiAgentEnv", "Observation",
-                     "Step", "check_actions", "check_continuous_actions", "check_discrete_actions", "fit_env",
-                     "set_fit_entry", "spaces_equal"], "marl.env.contract"),
+    **dict.fromkeys(
+        [
+            "KINDS",
+            "EnvInfo",
+            "EpisodeStats",
+            "ExtraColumn",
+            "GroupInfo",
+            "MultiAgentEnv",
+            "Observation",
+            "Step",
+            "check_actions",
+            "check_continuous_actions",
+            "check_discrete_actions",
+            "fit_env",
+            "set_fit_entry",
+            "spaces_equal",
+        ],
+        "marl.env.contract",
+    ),
     "Wrapper": "marl.env.wrapper",
     "check_entity_layout": "marl.env.layout",
-    **dict.fromkeys(["EnvSpec", "list_envs", "list_wrappers", "make_env", "register_env", "register_wrapper",
-                     "scenarios_of"], "marl.env.registry"),
+    **dict.fromkeys(
+        ["EnvSpec", "list_envs", "list_wrappers", "make_env", "register_env", "register_wrapper", "scenarios_of"],
+        "marl.env.registry",
+    ),
     **dict.fromkeys(["check_env", "check_step"], "marl.env.check"),
     **dict.fromkeys(["MarlError", "closest", "unknown_choice"], "marl.errors"),
 }

@@ -6,6 +6,7 @@ batched multi-agent contract (docs/envs.md, "Checking an env"). Every failure
 is a :class:`~marl.errors.MarlError` naming the step, the field, the group and
 the row where it applies, and what was expected.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -57,8 +58,19 @@ def check_env(env: MultiAgentEnv, steps: int = 100, seed: Optional[int] = 0) -> 
 
 
 STATE_STEPS = 10  # steps check_env replays after set_state(get_state())
-_STEP_FIELDS = ("obs", "state", "avail_actions", "alive", "reward", "terminated", "truncated", "final_obs",
-                "final_state", "final_avail_actions", "extras")
+_STEP_FIELDS = (
+    "obs",
+    "state",
+    "avail_actions",
+    "alive",
+    "reward",
+    "terminated",
+    "truncated",
+    "final_obs",
+    "final_state",
+    "final_avail_actions",
+    "extras",
+)
 
 
 def _check_state(env: MultiAgentEnv, step: Step, gen: torch.Generator, steps: int) -> None:

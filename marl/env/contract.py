@@ -36,6 +36,7 @@ adapter's :meth:`MultiAgentEnv.reset_rows` and builds the ``final_*`` fields.
 
 This module imports nothing of marl but :mod:`marl.errors`.
 """
+
 from __future__ import annotations
 
 import abc
@@ -199,9 +200,7 @@ class EnvInfo:
         """All agents share one observation and action space."""
         gs = list(self.groups.values())
         return all(
-            spaces_equal(g.obs_space, gs[0].obs_space)
-            and spaces_equal(g.action_space, gs[0].action_space)
-            for g in gs
+            spaces_equal(g.obs_space, gs[0].obs_space) and spaces_equal(g.action_space, gs[0].action_space) for g in gs
         )
 
 
@@ -212,11 +211,7 @@ def spaces_equal(a: gym.spaces.Space, b: gym.spaces.Space) -> bool:
     if isinstance(a, gym.spaces.Discrete) and isinstance(b, gym.spaces.Discrete):
         return int(a.n) == int(b.n) and int(a.start) == int(b.start)
     if isinstance(a, gym.spaces.Box) and isinstance(b, gym.spaces.Box):
-        return (
-            a.shape == b.shape
-            and np.array_equal(a.low, b.low)
-            and np.array_equal(a.high, b.high)
-        )
+        return a.shape == b.shape and np.array_equal(a.low, b.low) and np.array_equal(a.high, b.high)
     return a == b
 
 

@@ -5,6 +5,7 @@ Wang et al., arXiv 1907.11461, ICLR 2020) read a flat observation as own feature
 entities per type; :func:`check_entity_layout` validates such a description
 against an env (docs/envs.md, "Entity layouts").
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
@@ -105,7 +106,9 @@ def _check_entity(t: Any, spec: Any, obs_dim: int, where: str) -> Tuple[Dict[str
         if dim < 1:
             raise MarlError(f"{what}: dim must be >= 1, got {dim}.")
         end = start + count * dim
-        _check_span(start, end, obs_dim, f"{what}: features {start}..{end - 1} (start {start} + count {count} x dim {dim})")
+        _check_span(
+            start, end, obs_dim, f"{what}: features {start}..{end - 1} (start {start} + count {count} x dim {dim})"
+        )
         blocks.append((start, end, f"entity '{t}' ({start}..{end - 1})"))
     if has_block:
         out: Dict[str, Any] = {"start": fields[0][0], "count": count, "dim": fields[0][1]}
@@ -122,7 +125,9 @@ def _check_entity(t: Any, spec: Any, obs_dim: int, where: str) -> Tuple[Dict[str
     return out, blocks
 
 
-def _check_actions(layout: Mapping[str, Any], ents: Dict[str, Dict[str, Any]], g: GroupInfo, where: str) -> Dict[str, Any]:
+def _check_actions(
+    layout: Mapping[str, Any], ents: Dict[str, Dict[str, Any]], g: GroupInfo, where: str
+) -> Dict[str, Any]:
     """``n_normal_actions`` / ``action_targets`` of one group, normalised (``{}`` for continuous groups)."""
     given = [k for k in ("n_normal_actions", "action_targets") if k in layout]
     if not g.discrete:
@@ -166,8 +171,11 @@ def _check_action_tiling(k: int, targets: Dict[str, Tuple[int, int]], n: int, wh
     nxt, problem = 0, None
     for lo, hi, what in sorted(s for s in spans if s[1] > s[0]):
         if lo != nxt:
-            problem = (f"{what} overlaps the actions before it" if lo < nxt
-                       else f"actions {nxt}..{lo - 1} are neither normal nor targeted")
+            problem = (
+                f"{what} overlaps the actions before it"
+                if lo < nxt
+                else f"actions {nxt}..{lo - 1} are neither normal nor targeted"
+            )
             break
         nxt = hi
     if problem is None and nxt != n:
@@ -223,4 +231,3 @@ def _as_pair(v: Any, what: str) -> Tuple[int, int]:
     if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, Sequence) or len(v) != 2:
         raise MarlError(f"{what} must be a pair of ints, got {v!r}.")
     return _as_int(v[0], what), _as_int(v[1], what)
-

@@ -7,6 +7,7 @@ packages themselves are found through the ``marl.plugins`` entry points
 (:func:`marl.plugins.load_plugins`); marl's own ``marl.envs`` registers the
 built-in families and the ``offbeat`` and ``crash`` wrappers.
 """
+
 from __future__ import annotations
 
 import copy

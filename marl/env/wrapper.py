@@ -1,4 +1,5 @@
 """The base class of env wrappers (crash, off-beat, and any a user writes)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional

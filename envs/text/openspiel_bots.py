@@ -1,4 +1,5 @@
-"""The ``cfr`` opponent of OpenSpiel text games: a near-Nash policy of a small poker game.
+"""The ``cfr`` and ``mcts`` opponents of OpenSpiel text games: a near-Nash policy of a small poker
+game (:class:`CFRBot`) and a Monte-Carlo tree search (:class:`MCTSBot`, at the end of this module).
 
 Counterfactual regret minimisation (CFR: Zinkevich et al. 2007, NeurIPS, "Regret Minimization
 in Games with Incomplete Information") drives the *average* policy of two-player zero-sum
@@ -26,6 +27,7 @@ leduc_poker (Southey et al. 2005, arXiv         300         3 s     0.0023      
 Another small two-player zero-sum imperfect-information game gets the bot once its pyspiel name
 is added to ``CFR_ITERATIONS``; large games (e.g. full-size poker) are beyond full-tree CFR.
 """
+
 from __future__ import annotations
 
 import random
@@ -54,8 +56,10 @@ def cfr_unsupported(game) -> Optional[str]:
     if gtype.short_name not in CFR_ITERATIONS:
         return f"CFR is set up for {', '.join(CFR_ITERATIONS)} only, not '{gtype.short_name}'"
     if game.num_players() != 2 or gtype.utility != pyspiel.GameType.Utility.ZERO_SUM:
-        return (f"CFR's average policy is a Nash equilibrium of two-player zero-sum games only; "
-                f"'{game}' has {game.num_players()} players and utility {gtype.utility.name}")
+        return (
+            f"CFR's average policy is a Nash equilibrium of two-player zero-sum games only; "
+            f"'{game}' has {game.num_players()} players and utility {gtype.utility.name}"
+        )
     return None
 
 
@@ -123,3 +127,50 @@ class CFRBot(Bot):
         probs = solve(env.game, self.iterations).action_probabilities(state, state.current_player())
         actions = sorted(probs)  # a fixed order, so a seed gives the same move in every process
         return env.action_text(self.rng.choices(actions, weights=[probs[a] for a in actions])[0])
+
+
+class MCTSBot(Bot):
+    """OpenSpiel's ``MCTSBot`` with a random-rollout evaluator (the MARS evaluation opponent).
+
+    MARS official code (arXiv 2510.15414): ``uct_c=2``, ``rollout_count=10`` (``n_rollouts``),
+    ``max_simulations`` 100 or 1000. The search reads the env's true pyspiel
+    state, so in imperfect-information games it sees hidden cards; use it for
+    tic-tac-toe and Connect Four as MARS does. It needs a game with terminal
+    rewards only (not Hanabi).
+
+    Args:
+        seed: seed of the search's numpy ``RandomState``.
+        max_simulations: MCTS simulations per move.
+        uct_c: UCT exploration constant.
+        n_rollouts: random rollouts per leaf evaluation.
+    """
+
+    name = "mcts"
+
+    def __init__(
+        self, seed: Optional[int] = None, max_simulations: int = 100, uct_c: float = 2.0, n_rollouts: int = 10
+    ):
+        import numpy as np
+
+        self.random_state = np.random.RandomState(seed)
+        self.max_simulations = int(max_simulations)
+        self.uct_c = float(uct_c)
+        self.n_rollouts = int(n_rollouts)
+        self._bot = None
+        self._game = None
+
+    def reset(self, seed: Optional[int] = None) -> None:
+        if seed is not None:
+            self.random_state.seed(seed)  # the search keeps this object, so reseeding it is enough
+
+    def _search(self, game):
+        if self._game is not game:
+            from open_spiel.python.algorithms import mcts
+
+            evaluator = mcts.RandomRolloutEvaluator(n_rollouts=self.n_rollouts, random_state=self.random_state)
+            self._bot = mcts.MCTSBot(game, self.uct_c, self.max_simulations, evaluator, random_state=self.random_state)
+            self._game = game
+        return self._bot
+
+    def act(self, env: Any, agent: str) -> str:  # env: an OpenSpielGame
+        return env.action_text(self._search(env.game).step(env.state))
