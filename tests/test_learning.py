@@ -98,11 +98,16 @@ RANDOM_LBF = 0.0055  # Foraging-8x8-2p-2f-coop-v3, time_limit 50, team sum (640 
 
 def test_mappo_learns_level_based_foraging(ray_session, run_dir):
     """Gymnasium multi-agent adapter on LBF (docs/competitive.md, "Measured"): both agents must
-    load each food item together, which random play almost never does."""
+    load each food item together, which random play almost never does (0.0055).
+
+    The step at which a seed finds the joint loading varies. Greedy return (100 episodes) of one run
+    per seed at 200k / 300k / 400k / 500k / 600k / 800k / 1M env steps:
+    seed 0: 0.19 / 0.53 / 0.78 / 0.92 / 1.0 / 1.0 / 1.0; seed 1: 0.0 / 0.015 / 0.02 / 0.11 / 0.11 / 0.83 / 0.96;
+    seed 2: 0.13 / 0.26 / 0.59 / 0.86 / 0.91 / 0.95 / 1.0. At 400k (the old budget) seed 1 is at random's level,
+    so the budget is 1M, where every seed is at 0.96 or more: the bar 0.5 leaves a margin of 0.46 (seed 0 runs
+    here: 0.99 in this test's own evaluation, 361 s on 2 quiet cores)."""
     pytest.importorskip("lbforaging")
     env = marl.make_env("gymnasium", "lbforaging:Foraging-8x8-2p-2f-coop-v3", num_envs=32, time_limit=50)
-    # seed 0 measured 0.455 at 400k env steps and 0.22 at 300k (0.92 at 1M); the step at which a seed finds the
-    # joint loading varies (seed 1: 0.055 at 400k), so the budget is where seed 0 has found it, with margin
-    res = env.fit("mappo", stop={"env_steps": 400_000}, log_dir=run_dir, progress=False, eval_episodes=100, seed=0)
-    print("greedy eval after 400k env steps:", res.eval)
-    assert res.eval["episode_return_mean"] >= 0.3, res.eval  # 1.0 = every food item collected; random play 0.0055
+    res = env.fit("mappo", stop={"env_steps": 1_000_000}, log_dir=run_dir, progress=False, eval_episodes=100, seed=0)
+    print("greedy eval after 1M env steps:", res.eval)
+    assert res.eval["episode_return_mean"] >= 0.5, res.eval  # 1.0 = every food item collected
