@@ -126,3 +126,46 @@ def listening_sockets(root_pid: int) -> List[Tuple[str, int, str]]:
                 address, port = f[1].rsplit(":", 1)
                 found.append((_hex_address(address), int(port, 16), owner[f[9]]))
     return found
+
+
+def ppo_module(
+    obs_dim: int = 4,
+    n_actions: int = 3,
+    discrete: bool = True,
+    recurrent: bool = False,
+    team: bool = False,
+    n_agents: int = 3,
+    critic_dim: int = 6,
+    policy_gain: float = 1.0,
+    inference_only: bool = False,
+):
+    """A small :class:`marl.algos.ppo.PPOModule` (hidden 16, 2 layers) for unit tests: ``obs_dim`` inputs,
+    ``n_actions`` discrete actions (or a ``[-1, 1]^n_actions`` Box), a critic on ``critic_dim`` inputs
+    (``team``: one value head per agent of ``n_agents``)."""
+    import gymnasium as gym
+    import numpy as np
+
+    from marl.algos.ppo import PPOModule
+
+    space = gym.spaces.Discrete(n_actions) if discrete else gym.spaces.Box(-1, 1, (n_actions,), np.float32)
+    cfg = dict(
+        obs_dim=obs_dim,
+        critic_dim=critic_dim,
+        critic_heads=n_agents if team else 1,
+        team_critic=team,
+        n_actions=n_actions,
+        discrete=discrete,
+        hidden=16,
+        layers=2,
+        activation="relu",
+        layer_norm=True,
+        recurrent=recurrent,
+        policy_gain=policy_gain,
+        log_std_init=-0.5,
+    )
+    return PPOModule(
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
+        action_space=space,
+        inference_only=inference_only,
+        model_config=cfg,
+    )

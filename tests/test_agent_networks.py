@@ -1,8 +1,6 @@
 """The agent-network protocol (algos/networks/base.py) for every registered network, the
 registry, and the MAPPO GRU actor's move from an nn.GRUCell loop to the shared nn.GRU unroll."""
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -12,6 +10,7 @@ from marl.algos.networks.base import AgentNetwork
 from marl.algos.networks.mlp import MLP, MAPPOActor
 from marl.algos.networks.registry import FAMILIES, agent_networks, build_agent_net, check_agent, register_agent_network
 from marl.errors import MarlError
+from run_helpers import ppo_module as small_ppo_module
 from test_entity_nets import N_NORMAL, layout, obs_dim, random_obs
 
 N_ID, N_ACT = 3, N_NORMAL + 3  # agent one-hot size; actions of the test layout (6 normal + 3 enemies)
@@ -171,27 +170,9 @@ def test_gru_actor_equals_the_old_gru_cell_actor_from_the_same_seed(activation, 
 
 
 def ppo_module(recurrent, seed, inference_only=False):
-    from marl.algos.ppo import PPOModule
-
-    cfg = dict(
-        obs_dim=10,
-        critic_dim=6,
-        n_actions=4,
-        discrete=True,
-        hidden=16,
-        layers=2,
-        activation="relu",
-        layer_norm=True,
-        recurrent=recurrent,
-        policy_gain=0.01,
-        log_std_init=-0.5,
-    )
     torch.manual_seed(seed)
-    return PPOModule(
-        observation_space=gym.spaces.Box(-np.inf, np.inf, (10,), np.float32),
-        action_space=gym.spaces.Discrete(4),
-        inference_only=inference_only,
-        model_config=cfg,
+    return small_ppo_module(
+        obs_dim=10, n_actions=4, recurrent=recurrent, policy_gain=0.01, inference_only=inference_only
     )
 
 

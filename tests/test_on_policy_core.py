@@ -4,12 +4,9 @@ learner's loss plumbing. No Ray: the learner's data path runs on a learner built
 
 from types import SimpleNamespace
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 
-from marl.algos.ppo import PPOModule
 from marl.config import load_config, restore_config
 from marl.engine.on_policy import (
     OnPolicyLearner,
@@ -26,6 +23,7 @@ from marl.engine.on_policy import (
 from marl.env import MarlError
 from marl.errors import TrainingDiverged
 from marl.mapping import PolicyMapping
+from run_helpers import ppo_module as small_ppo_module
 from toy_envs import MatchEnv
 
 
@@ -99,26 +97,7 @@ def layout(team=False, recurrent=False, **extra):
 
 
 def ppo_module(team=False, recurrent=False, n_agents=3, critic_dim=6):
-    cfg = dict(
-        obs_dim=4,
-        critic_dim=critic_dim,
-        critic_heads=n_agents if team else 1,
-        team_critic=team,
-        n_actions=3,
-        discrete=True,
-        hidden=16,
-        layers=2,
-        activation="relu",
-        layer_norm=True,
-        recurrent=recurrent,
-        policy_gain=1.0,
-        log_std_init=-0.5,
-    )
-    return PPOModule(
-        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
-        action_space=gym.spaces.Discrete(3),
-        model_config=cfg,
-    )
+    return small_ppo_module(team=team, recurrent=recurrent, n_agents=n_agents, critic_dim=critic_dim)
 
 
 def random_rollout(T=6, B=2, N=3, S=6, D=4, recurrent=False, seed=1):

@@ -3,13 +3,11 @@
 GAE, the time-limit bootstrap, advantage normalisation, critic inputs and the learner's data path are the
 on-policy core's (marl/engine/on_policy.py): tests/test_on_policy_core.py."""
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 
 from marl.algos.policy_gradient import ValueNorm, masked_mean, ppo_losses
-from marl.algos.ppo import PPOModule
+from run_helpers import ppo_module
 
 
 def test_value_norm_roundtrip_and_first_update_exact():
@@ -95,23 +93,7 @@ def test_inactive_rows_give_zero_gradient():
 
 
 def _module(discrete=True, recurrent=False, obs_dim=4, n_actions=3):
-    space = gym.spaces.Discrete(n_actions) if discrete else gym.spaces.Box(-1, 1, (n_actions,), np.float32)
-    cfg = dict(
-        obs_dim=obs_dim,
-        critic_dim=6,
-        n_actions=n_actions,
-        discrete=discrete,
-        hidden=16,
-        layers=2,
-        activation="relu",
-        layer_norm=True,
-        recurrent=recurrent,
-        policy_gain=1.0,
-        log_std_init=-0.5,
-    )
-    return PPOModule(
-        observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32), action_space=space, model_config=cfg
-    )
+    return ppo_module(obs_dim=obs_dim, n_actions=n_actions, discrete=discrete, recurrent=recurrent)
 
 
 def test_action_mask_gives_zero_probability_and_finite_logp():
