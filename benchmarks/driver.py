@@ -266,24 +266,18 @@ def _cancel(pending: Dict[Any, RunSpec], view: "ProgressView", grace_s: float = 
 
 
 class ProgressView:
-    """The live view: a tqdm bar over env steps of all runs (so its ETA counts partial runs),
-    with runs done / running / failed; a line per finished or failed run."""
+    """The live view (:class:`marl.logging.Progress`: a bar on a terminal, else a plain line every
+    10 s) over env steps of all runs (so its ETA counts partial runs), with runs done / running /
+    failed; a line per finished or failed run."""
 
     def __init__(self, suite: Suite, out_dir: Path, runs: List[RunSpec], todo: List[RunSpec], show: bool):
-        from tqdm import tqdm
+        from marl.logging import Progress
 
         self.suite, self.out_dir, self.show = suite, out_dir, show
         self.done, self.failed = len(runs) - len(todo), 0
         self.total = len(runs)
-        self.bar = tqdm(
-            total=len(runs) * suite.env_steps,
-            initial=self.done * suite.env_steps,
-            unit="step",
-            unit_scale=True,
-            disable=not show,
-            desc=f"benchmark {suite.name}",
-            dynamic_ncols=True,
-        )
+        steps = len(runs) * suite.env_steps
+        self.bar = Progress(steps, self.done * suite.env_steps, desc=f"benchmark {suite.name}", show=show)
         self._finished_steps = self.done * suite.env_steps
 
     def finished(self, spec: RunSpec, record: Dict[str, Any]) -> None:
@@ -300,18 +294,17 @@ class ProgressView:
         else:
             self.failed += status == "failed"
             msg = f"{status} {spec.key}: {record.get('error', '')[:300]}"
-        self.bar.write(f"[benchmark] {msg}") if self.show else print(f"[benchmark] {msg}", flush=True)
+        self.bar.write(f"[benchmark] {msg}")
 
     def refresh(self, pending: List[RunSpec]) -> None:
         """Update the bar; ``pending`` are the submitted runs not finished (running or queued)."""
         slots = [runner.slot_of(self.out_dir, s) for s in pending]
         running = sum((runner.read_record(slot) or {}).get("status") == "running" for slot in slots)
         partial = sum(min(runner.partial_steps(slot), self.suite.env_steps) for slot in slots)
-        self.bar.n = self._finished_steps + partial
-        self.bar.set_postfix_str(
-            f"runs done {self.done}/{self.total}, running {running}, "
-            f"queued {len(pending) - running}, failed {self.failed}"
-        )
+        n = self._finished_steps + partial
+        runs = f"runs done {self.done}/{self.total}, running {running}, queued {len(pending) - running}, failed {self.failed}"
+        total = self.total * self.suite.env_steps
+        self.bar.update(n, runs, f"[benchmark] {self.suite.name}: {n:,}/{total:,} env steps | {runs}")
 
     def close(self) -> None:
         self.bar.close()

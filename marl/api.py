@@ -20,6 +20,7 @@ from marl.config import EngineConfig, config_view, list_algos, load_config, trai
 from marl.env import MarlError, MultiAgentEnv, set_fit_entry
 from marl.errors import EnvRunnersLost, RunInterrupted, TrainingDiverged
 from marl.mapping import PolicyMapping
+from marl.noise import quiet_third_party
 from marl.results import Result, load
 from marl.rundir import RunFolder, StopOnSignal, open_resume, open_run, restore, write_yaml
 from marl.transforms import check_transforms
@@ -37,15 +38,22 @@ def start_ray(num_cpus: Optional[int] = None, **init_kwargs: Any) -> bool:
     binds to the loopback address) and keeps Ray's token authentication on. To use
     a cluster, call ``ray.init(address=...)`` before ``fit``: marl then starts nothing.
 
+    Third-party notices that say nothing about the run are filtered here and, through
+    Ray's ``worker_process_setup_hook``, in the workers of the Ray started here
+    (:mod:`marl.noise`; ``MARL_SHOW_THIRD_PARTY_WARNINGS=1`` shows them).
+
     Returns True if this call started it.
     """
     import ray
 
     from marl.engine.rllib_seam import init_loopback_ray
 
+    quiet_third_party()
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if ray.is_initialized():
         return False
+    runtime_env = dict(init_kwargs.pop("runtime_env", None) or {})
+    runtime_env.setdefault("worker_process_setup_hook", "marl.noise.worker_setup_hook")
     # address="local": a new Ray of this process, never a cluster a `ray start` left behind on this
     # machine (ray.init would join that one, and refuse num_cpus)
     init_kwargs.setdefault("address", "local")
@@ -54,6 +62,7 @@ def start_ray(num_cpus: Optional[int] = None, **init_kwargs: Any) -> bool:
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
+        runtime_env=runtime_env,
         **init_kwargs,
     )
     return True
@@ -242,6 +251,7 @@ def fit(
             the message names the checkpoint and the call that resumes; Ray is shut down if
             this call started it.
     """
+    quiet_third_party()
     stop = validate_stop(stop if stop is not None else DEFAULT_STOP)
     given = dict(overrides)  # as the user wrote them, for the resume hint
     overrides = _anneal_to_stop(stop, overrides)
@@ -280,7 +290,8 @@ def _fit_run(
         write_yaml(run.path / "config.yaml", _yaml_safe({**cfg.to_dict(), "stop": stop}))
         if cfg.progress:
             print(
-                f"[marl] {cfg.algo} on {env!r}; {mapping}; {run.describe()} (tensorboard --logdir {run.path / 'tb'})",
+                f"[marl] {cfg.algo}{_agent_net(cfg)} on {env!r}; {mapping}; {run.describe()} "
+                f"(tensorboard --logdir {run.path / 'tb'})",
                 flush=True,
             )
         trainer.run_callbacks.on_fit_start(trainer)
@@ -307,6 +318,12 @@ def _fit_run(
                 flush=True,
             )
     return result
+
+
+def _agent_net(cfg: EngineConfig) -> str:
+    """`` (agent=hpn)``: the agent network of the families that choose one (``agent`` key), else ``""``."""
+    agent = getattr(cfg, "agent", None)
+    return f" (agent={agent})" if agent else ""
 
 
 def _train(

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from marl.errors import MarlError, RunInterrupted
+from marl.noise import quiet_third_party
 from marl.plugins import load_plugins, load_target
 
 
@@ -169,7 +170,10 @@ def _eval(items: List[str]) -> int:
         return 0
     opponent = {"opponent": str(rest["opponent"])} if "opponent" in rest else {}
     stats = result.evaluate(episodes=episodes, env=env, **opponent)
-    print(json.dumps({"checkpoint": result.checkpoint, **stats}, indent=2))
+    played = stats.pop("episodes", episodes)  # the text games' policies play exactly `episodes` games
+    where = f"env={rest['env']}" if "env" in rest else "the scenario it trained on"
+    print(f"[marl] eval: played {played} greedy episodes ({where})", file=sys.stderr)
+    print(json.dumps({"checkpoint": result.checkpoint, "episodes": played, **stats}, indent=2))
     return 0
 
 
@@ -304,6 +308,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("command", choices=sorted(commands), help="what to do")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="key=value arguments of the command")
     ns = parser.parse_args(argv)
+    quiet_third_party()
     try:
         return commands[ns.command](ns.args)
     except MarlError as e:

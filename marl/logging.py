@@ -1,4 +1,5 @@
-"""Run logging: a progress bar (tqdm), TensorBoard scalars and a CSV of the same metrics.
+"""Run logging: progress (a tqdm bar on a terminal, plain lines in a pipe or file), TensorBoard
+scalars and a CSV of the same metrics.
 
 Both files stay consistent through crashes and resumes: every CSV row reaches the
 file as one whole line in one write (no torn lines), a header that grows is
@@ -14,8 +15,9 @@ import io
 import math
 import os
 import sys
+import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional, TextIO, Union
 
 from tqdm import tqdm
 
@@ -39,6 +41,82 @@ def _tag(key: str) -> str:
     return "train/" + key
 
 
+class Progress:
+    """Progress of a long job: a tqdm bar when stderr is a terminal, else plain lines.
+
+    In a pipe or a file a redrawn bar is unreadable (carriage returns, one line per
+    redraw), so there the view prints a whole line at the first update, then at most
+    one every ``every_s`` seconds, and the last one at :meth:`close`. ``fit`` and
+    ``marl benchmark run`` both show their progress through this class.
+
+    Args:
+        total: the count at the end (env steps, say); None when unknown.
+        initial: the count already done (a resumed job).
+        desc: the bar's label.
+        show: False shows nothing but the lines given to :meth:`write`.
+        every_s: seconds between two plain lines (not on a terminal).
+        tty: draw the bar; default ``sys.stderr.isatty()``.
+        out: the stream of plain lines (default ``sys.stdout``, read at each line).
+        clock: seconds (for tests); default ``time.monotonic``.
+    """
+
+    def __init__(
+        self,
+        total: Optional[int],
+        initial: int = 0,
+        *,
+        desc: Optional[str] = None,
+        show: bool = True,
+        every_s: float = 10.0,
+        tty: Optional[bool] = None,
+        out: Optional[TextIO] = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.show, self.every_s, self._out, self._clock = show, every_s, out, clock
+        self.tty = sys.stderr.isatty() if tty is None else tty
+        self.bar = None
+        if show and self.tty:
+            self.bar = tqdm(total=total, initial=initial, desc=desc, unit="step", unit_scale=True, dynamic_ncols=True)
+        self._last_print: Optional[float] = None
+        self._pending: Optional[str] = None  # the latest line not printed yet
+
+    def update(self, n: int, postfix: Union[Dict[str, Any], str], line: str) -> None:
+        """The job is at count ``n``: move the bar there with ``postfix``, or (no terminal)
+        print ``line`` if ``every_s`` passed since the last line printed."""
+        if not self.show:
+            return
+        if self.bar is not None:
+            self.bar.n = n
+            if isinstance(postfix, str):
+                self.bar.set_postfix_str(postfix)  # both refresh the bar
+            else:
+                self.bar.set_postfix(postfix)
+            return
+        now = self._clock()
+        self._pending = line
+        if self._last_print is None or now - self._last_print >= self.every_s:
+            self._print(line)
+            self._last_print = now
+
+    def write(self, msg: str) -> None:
+        """Print a message line (above the bar on a terminal), whether or not progress is shown."""
+        if self.bar is not None:
+            self.bar.write(msg)
+        else:
+            print(msg, file=self._out or sys.stdout, flush=True)
+
+    def _print(self, line: str) -> None:
+        print(line, file=self._out or sys.stdout, flush=True)
+        self._pending = None
+
+    def close(self) -> None:
+        """Close the bar, or print the last line if it was held back."""
+        if self.bar is not None:
+            self.bar.close()
+        elif self._pending is not None:
+            self._print(self._pending)
+
+
 def _steps(row: Dict[str, str]) -> float:
     """The env steps of a CSV row read back (a row without them counts as step 0)."""
     try:
@@ -49,17 +127,21 @@ def _steps(row: Dict[str, str]) -> float:
 
 class RunLogger:
     """Writes every iteration's metrics to TensorBoard (``<run>/tb``), ``<run>/progress.csv``
-    and a progress bar showing env steps, steps/s, mean return and time left.
+    and a :class:`Progress` view of env steps, steps/s, mean return and time left.
 
     Args:
         run_dir: folder of the run.
-        total: the ``stop`` criteria (used for the bar's length and time left).
-        show: draw the progress bar (a plain line per iteration when not a TTY).
+        stop: the ``stop`` criteria (used for the bar's length and time left).
+        show: show progress (a bar on a terminal, else a plain line every ``every_s`` seconds
+            and the last iteration's).
         initial_steps: env steps of the checkpoint the run resumed from (0: a new run);
             rows and TensorBoard points of later steps, left by the run before, are dropped.
+        every_s: seconds between two plain progress lines.
     """
 
-    def __init__(self, run_dir: Path, stop: Dict[str, float], show: bool = True, initial_steps: int = 0):
+    def __init__(
+        self, run_dir: Path, stop: Dict[str, float], show: bool = True, initial_steps: int = 0, every_s: float = 10.0
+    ):
         self.run_dir = Path(run_dir)
         self.tb_dir = self.run_dir / "tb"
         # purge_step: TensorBoard discards the events of earlier sessions from this step on
@@ -69,13 +151,8 @@ class RunLogger:
         self._fields: list = []
         self._rows: list = self._read_existing(initial_steps)
         self.stop = stop
-        self.show = show
-        self._tty = sys.stderr.isatty()
-        self.bar = None
-        if show and self._tty:
-            total = int(stop["env_steps"]) if "env_steps" in stop else None
-            self.bar = tqdm(total=total, initial=initial_steps, unit="step", unit_scale=True, dynamic_ncols=True)
-        self._last_steps = initial_steps
+        total = int(stop["env_steps"]) if "env_steps" in stop else None
+        self.progress = Progress(total, initial_steps, show=show, every_s=every_s)
 
     def _read_existing(self, initial_steps: int) -> list:
         """Rows of a resumed run's CSV up to ``initial_steps``, so the file keeps the whole
@@ -146,8 +223,6 @@ class RunLogger:
         return max(0.0, min(left)) if left else None
 
     def _show(self, m: Dict[str, Any]) -> None:
-        if not self.show:
-            return
         ret = m.get("episode_return_mean")
         left = self._time_left(m)
         desc = {
@@ -155,17 +230,12 @@ class RunLogger:
             "steps/s": f"{m['env_steps_per_s']:.0f}",
             "return": "-" if ret is None else f"{ret:.2f}",
         }
-        if self.bar is not None:
-            self.bar.update(int(m["env_steps"]) - self._last_steps)
-            self.bar.set_postfix(desc)
-        else:
-            eta = "" if left is None else f" left {left:.0f}s"
-            print(
-                f"[marl] it {m['iteration']:>5} | steps {m['env_steps']:>9} | {desc['steps/s']:>6} steps/s"
-                f" | return {desc['return']:>8}{eta}",
-                flush=True,
-            )
-        self._last_steps = int(m["env_steps"])
+        eta = "" if left is None else f" left {left:.0f}s"
+        line = (
+            f"[marl] it {m['iteration']:>5} | steps {m['env_steps']:>9} | {desc['steps/s']:>6} steps/s"
+            f" | return {desc['return']:>8}{eta}"
+        )
+        self.progress.update(int(m["env_steps"]), desc, line)
 
     def close(self) -> None:
         self.writer.flush()
@@ -173,5 +243,4 @@ class RunLogger:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        if self.bar is not None:
-            self.bar.close()
+        self.progress.close()

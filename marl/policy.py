@@ -101,7 +101,8 @@ class Policy:
         ``min(episodes, 32)``). On an env with two or more teams (a competitive game) the policy
         also plays ``episodes`` games in each seat against the bot ``opponent``
         (:func:`marl.competitive.versus`): ``vs_<opponent>/<seat>/win_rate``, ``draw_rate``,
-        ``loss_rate`` and ``score`` (win 1, draw 1/2), each in [0, 1].
+        ``loss_rate`` and ``score`` (win 1, draw 1/2), each in [0, 1]. ``episodes`` is the count of
+        episodes played (fewer than asked when some never ended within the step limit).
 
         Raises:
             MarlError: ``episodes`` is not a positive whole number, neither ``env`` nor
@@ -117,6 +118,7 @@ class Policy:
         check_env_fits(self.mapping.info, env)
         stats = run_episodes(env, self, episodes)
         out = {f"{k}_mean": float(np.mean(v)) for k, v in stats.items() if v}
+        out["episodes"] = len(stats.get("episode_return", []))  # played: fewer if some never ended
         if opponent is not None and len(env.info.teams) >= 2:
             from marl.competitive import versus_metrics
 
