@@ -61,6 +61,11 @@ setup(
         "gym-envs": ["lbforaging>=2.0", "rware>=2.0"],
         # TextArena's two-player games as text games (make_env("textarena", "TicTacToe-v0"))
         "textarena": ["textarena>=0.7"],
+        # experiment trackers as run callbacks (marl.loggers.WandbLogger / MLflowLogger; docs/logging.md).
+        # mlflow-skinny: the tracking client without the server, UI and ML flavours (full mlflow adds
+        # pyarrow, scikit-learn, SQLAlchemy, Flask; install it for a local sqlite:// store)
+        "wandb": ["wandb>=0.17"],
+        "mlflow": ["mlflow-skinny>=2.10"],
         # fast generation on GPU runners (generator="vllm")
         "vllm": ["transformers>=4.45", "peft>=0.13", "vllm"],
     },
