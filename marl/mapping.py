@@ -35,7 +35,10 @@ class ModuleSlot:
     rows: Tuple[int, ...]
 
 
-MODULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a file name and a metric prefix, without separators
+# a module id names a checkpoint folder and prefixes metrics: no path separator or control character,
+# not '.' or '..'; '__' starts RLlib's own ids ('__all_modules__')
+MODULE_ID = re.compile(r"(?!__)(?!\.{1,2}$)[^/\\\x00-\x1f]+")
+VALID_ID = "a non-empty string without '/', '\\' or control characters, not '.' or '..', not starting with '__'"
 
 
 def fn_name(fn: Callable) -> str:
@@ -48,9 +51,9 @@ def check_mapping_fn(fn: Callable, agents: Sequence[str]) -> Dict[str, str]:
     """``agent -> module id`` from a mapping function (``share=fn``), checked before anything uses it.
 
     ``fn`` is called with one argument, the agent id, twice per agent (in the env's agent order,
-    then in reverse), and must give a valid module id: a string of letters, digits, ``_``, ``-``
-    and ``.`` that starts with a letter or digit (module ids name checkpoint folders and metric
-    prefixes), the same both times.
+    then in reverse), and must give a valid module id (module ids name checkpoint folders and
+    prefix metrics: a non-empty string without ``/``, ``\\`` or control characters, not ``.`` or
+    ``..``, not starting with ``__`` as RLlib's own ids do), the same both times.
 
     Raises:
         MarlError: ``fn`` does not take exactly one positional argument, raises (chained, naming the
@@ -91,12 +94,11 @@ def _module_id(fn: Callable, name: str, agent: str) -> str:
         mid = fn(agent)
     except Exception as e:  # noqa: BLE001 - any error of the user's function, named with the agent
         raise MarlError(f"share={name} raised {type(e).__name__}: {e} for agent '{agent}'.") from e
-    if not isinstance(mid, str) or not MODULE_ID.fullmatch(mid) or mid.startswith("__"):
+    if not isinstance(mid, str) or not MODULE_ID.fullmatch(mid):
         kind = "a string" if isinstance(mid, str) else type(mid).__name__
         raise MarlError(
             f"share={name} returned {mid!r} ({kind}) for agent '{agent}'; a mapping function returns a module "
-            f"id: a string of letters, digits, '_', '-' and '.' that starts with a letter or digit (e.g. "
-            f"'shared', 'red'), not starting with '__'."
+            f"id (e.g. 'shared', 'red'): {VALID_ID}."
         )
     return str(mid)  # a str subclass (numpy's str_) as a plain string: it goes into YAML and checkpoints
 
