@@ -41,6 +41,8 @@ def no_ray_four_cpus(monkeypatch):
     monkeypatch.setattr(api, "start_ray", started)
     monkeypatch.setattr(checks, "available_cpus", lambda: (4.0, "this machine has"))
     monkeypatch.setattr(api.os, "cpu_count", lambda: 4)
+    registry.list_algos()  # the built-in and plug-in algorithms register on first use
+    monkeypatch.setattr(registry, "_ALGOS", dict(registry._ALGOS))  # algorithms a case registers go away
 
 
 def match():
@@ -60,8 +62,9 @@ def spread():
 
 
 def fit(make, algo, **kw):
-    """A thunk: ``marl.fit(make(), algo, ...)`` for one iteration."""
-    return lambda: marl.fit(make(), algo, stop={"iterations": 1}, **kw)
+    """A case: given the test's folder, the thunk ``marl.fit(make(), algo, ...)`` for one iteration,
+    with its run folders under ``<folder>/runs`` unless the case gives ``log_dir``."""
+    return lambda tmp: lambda: marl.fit(make(), algo, stop={"iterations": 1}, **{"log_dir": str(tmp / "runs"), **kw})
 
 
 def shared(fn, make=match, algo="mappo"):
@@ -119,7 +122,7 @@ MAPPING = [
     ),
     (
         "not deterministic (call order)",
-        lambda: marl.fit(match(), "mappo", stop={"iterations": 1}, share=order_dependent()),
+        lambda tmp: fit(match, "mappo", share=order_dependent())(tmp),  # a fresh function for every run
         ("is not deterministic", "agent 'agent_0' to module 'first', then to 'rest'"),
     ),
     ("two arguments", shared(lambda a, b: "x"), ("has the signature (a, b)", "takes one argument, the agent id")),
@@ -220,70 +223,98 @@ class Recorder(Callback):
     pass
 
 
-def with_callbacks(callbacks, log_dir):
-    return lambda: marl.fit(match(), "mappo", stop={"iterations": 1}, log_dir=log_dir, callbacks=callbacks)
+def with_callbacks(callbacks):
+    return fit(match, "mappo", callbacks=callbacks)
+
+
+def runs_as(wrap):
+    """A case whose ``log_dir`` is the test's run folder ``wrap``-ped into the wrong type."""
+    return lambda tmp: fit(match, "mappo", log_dir=wrap(str(tmp / "runs")))(tmp)
 
 
 TYPES = [
-    ("log_dir list", lambda d: fit(match, "mappo", log_dir=[d]), ("Config key 'log_dir' expects a string, got ['",)),
-    ("log_dir dict", lambda d: fit(match, "mappo", log_dir={"path": d}), ("'log_dir' expects a string, got {'path'",)),
-    ("log_dir bytes", lambda d: fit(match, "mappo", log_dir=d.encode()), ("'log_dir' expects a string, got b'",)),
-    ("log_dir True", lambda d: fit(match, "mappo", log_dir=True), ("'log_dir' expects a string, got True.",)),
-    ("log_dir None", lambda d: fit(match, "mappo", log_dir=None), ("'log_dir' expects a string, got None.",)),
-    ("log_dir 3.5", lambda d: fit(match, "mappo", log_dir=3.5), ("'log_dir' expects a string, got 3.5.",)),
+    ("log_dir list", runs_as(lambda d: [d]), ("Config key 'log_dir' expects a string, got ['",)),
+    ("log_dir dict", runs_as(lambda d: {"path": d}), ("'log_dir' expects a string, got {'path'",)),
+    ("log_dir bytes", runs_as(str.encode), ("'log_dir' expects a string, got b'",)),
+    ("log_dir True", fit(match, "mappo", log_dir=True), ("'log_dir' expects a string, got True.",)),
+    ("log_dir None", fit(match, "mappo", log_dir=None), ("'log_dir' expects a string, got None.",)),
+    ("log_dir 3.5", fit(match, "mappo", log_dir=3.5), ("'log_dir' expects a string, got 3.5.",)),
     (
         "callbacks: a class",
-        lambda d: with_callbacks(Recorder, d),
+        with_callbacks(Recorder),
         ("callbacks takes a list of marl.callbacks.Callback instances, got Recorder (type)", "callbacks=[Recorder()]"),
     ),
     (
         "callbacks: one instance",
-        lambda d: with_callbacks(Recorder(), d),
+        with_callbacks(Recorder()),
         ("got Recorder() (Recorder)", "(one callback: callbacks=[Recorder()])"),
     ),
     (
         "callbacks: [class]",
-        lambda d: with_callbacks([Recorder], d),
+        with_callbacks([Recorder]),
         ("callbacks[0] is the class Recorder, not an instance: pass Recorder().",),
     ),
     (
         "callbacks: [object()]",
-        lambda d: with_callbacks([Recorder(), object()], d),
+        with_callbacks([Recorder(), object()]),
         ("callbacks[1] is <object object at", "(object), not a marl.callbacks.Callback"),
     ),
     (
         "callbacks: [a function]",
-        lambda d: with_callbacks([print], d),
+        with_callbacks([print]),
         ("callbacks[0] is <built-in function print> (builtin_function_or_method)",),
     ),
-    ("callbacks: a string", lambda d: with_callbacks("Recorder", d), ("got 'Recorder' (str).",)),
-    ("callbacks: a dict", lambda d: with_callbacks({"rec": Recorder()}, d), ("got {'rec': <", "(dict).")),
-    (
-        "callbacks: two of one name",
-        lambda d: with_callbacks([Recorder(), Recorder()], d),
-        ("share the name 'Recorder'",),
-    ),
+    ("callbacks: a string", with_callbacks("Recorder"), ("got 'Recorder' (str).",)),
+    ("callbacks: a dict", with_callbacks({"rec": Recorder()}), ("got {'rec': <", "(dict).")),
+    ("callbacks: two of one name", with_callbacks([Recorder(), Recorder()]), ("share the name 'Recorder'",)),
     (
         "build_trainer callbacks: [1]",
-        lambda d: lambda: build_trainer(match(), "mappo", callbacks=[1]),
+        lambda tmp: lambda: build_trainer(match(), "mappo", run_dir=tmp / "runs", callbacks=[1]),
         ("callbacks[0] is 1 (int), not a marl.callbacks.Callback",),
     ),
 ]
 
 
 # ------------------------------------------------------------------ YAML files that do not parse
+def broken_yaml(text):
+    """A case: an algorithm registered with a defaults file (``register_algo(defaults=...)``) that
+    starts with ``base: mappo`` and goes on with ``text``; the lines named count from line 2."""
+
+    def make(tmp):
+        path = tmp / "my_ppo.yaml"
+        path.write_bytes(b"base: mappo\n" + (text if isinstance(text, bytes) else text.encode()))
+        marl.config.register_algo(
+            "my_ppo", "marl.algos.ppo:PPO", "test", defaults=str(path), schema="marl.algos.ppo_config:PPOConfig"
+        )
+        return fit(match, "my_ppo")(tmp)
+
+    return make
+
+
 YAML = [
     (
         "unclosed [",
-        "lr: 0.001\nnum_minibatches: [1, 2\nepochs: 3\n",
-        ("line 3, column 7", "started at line 2, column 18"),
+        broken_yaml("lr: 0.001\nnum_minibatches: [1, 2\nepochs: 3\n"),
+        ("my_ppo.yaml is not valid YAML: line 4, column 7", "started at line 3, column 18"),
     ),
-    ("tab indent", "lr: 0.001\n\tepochs: 3\n", ("line 2, column 1", "found character '\\t'")),
-    ("a: b: c", "lr: 0.001\nepochs: gamma: 3\n", ("line 2, column 14", "mapping values are not allowed here")),
-    ("unclosed quote", 'activation: "relu\nepochs: 3\n', ("quoted scalar started at line 1, column 13",)),
-    ("bad indentation", "opponents:\n  self: 1.0\n pool: 0.0\n", ("line 3, column 2", "expected <block end>")),
-    ("key given twice", "lr: 0.001\nepochs: 3\nlr: 0.01\n", ("line 3, column 1", "key 'lr' is given twice")),
-    ("not UTF-8", b"lr: 0.001\n\xff\xfe: 1\n", ("cannot be read as UTF-8 text",)),
+    ("tab indent", broken_yaml("lr: 0.001\n\tepochs: 3\n"), ("line 3, column 1", "found character '\\t'")),
+    (
+        "a: b: c",
+        broken_yaml("lr: 0.001\nepochs: gamma: 3\n"),
+        ("line 3, column 14", "mapping values are not allowed here"),
+    ),
+    ("unclosed quote", broken_yaml('activation: "relu\nepochs: 3\n'), ("quoted scalar started at line 2, column 13",)),
+    (
+        "bad indentation",
+        broken_yaml("opponents:\n  self: 1.0\n pool: 0.0\n"),
+        ("line 4, column 2", "expected <block end>"),
+    ),
+    (
+        "key given twice",
+        broken_yaml("lr: 0.001\nepochs: 3\nlr: 0.01\n"),
+        ("line 4, column 1", "key 'lr' is given twice (lines 2 and 4)"),
+    ),
+    ("not UTF-8", broken_yaml(b"lr: 0.001\n\xff\xfe: 1\n"), ("my_ppo.yaml cannot be read as UTF-8 text",)),
 ]
 
 
@@ -296,42 +327,22 @@ def assert_error(thunk, fragments):
     return e.value
 
 
-@pytest.mark.parametrize("thunk, fragments", [c[1:] for c in MAPPING], ids=[c[0] for c in MAPPING])
-def test_bad_mapping_function_is_an_error_naming_agent_and_value(thunk, fragments):
+CLASSES = {"mapping": MAPPING, "keys": CROSS_KEYS, "unknown key": UNKNOWN_KEYS, "type": TYPES, "yaml": YAML}
+CASES = [(f"{cls}: {name}", case, fragments) for cls, table in CLASSES.items() for name, case, fragments in table]
+
+
+def files(folder: Path):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("case, fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_a_marl_error_naming_it_that_writes_nothing(case, fragments, tmp_path):
+    """The MarlError names the agent / keys / value / file and line; no run folder is made and the
+    user's files (a YAML file of the case) are as they were."""
+    thunk = case(tmp_path)
+    before = files(tmp_path)
     assert_error(thunk, fragments)
-
-
-@pytest.mark.parametrize("thunk, fragments", [c[1:] for c in CROSS_KEYS], ids=[c[0] for c in CROSS_KEYS])
-def test_keys_that_do_not_fit_together_are_an_error_naming_keys_and_values(thunk, fragments):
-    assert_error(thunk, fragments)
-
-
-@pytest.mark.parametrize("thunk, fragments", [c[1:] for c in UNKNOWN_KEYS], ids=[c[0] for c in UNKNOWN_KEYS])
-def test_unknown_key_suggests_the_key_meant(thunk, fragments):
-    assert_error(thunk, fragments)
-
-
-@pytest.mark.parametrize("make, fragments", [c[1:] for c in TYPES], ids=[c[0] for c in TYPES])
-def test_log_dir_and_callbacks_of_the_wrong_type_write_nothing(make, fragments, tmp_path):
-    runs = tmp_path / "runs"
-    assert_error(make(str(runs)), fragments)
-    assert not runs.exists() and list(tmp_path.iterdir()) == []  # no run folder, nothing written
-
-
-@pytest.mark.parametrize("text, fragments", [c[1:] for c in YAML], ids=[c[0] for c in YAML])
-def test_yaml_syntax_error_names_file_and_line_and_leaves_it_alone(text, fragments, tmp_path, monkeypatch):
-    """Through an algorithm whose defaults file is broken (``register_algo(defaults=...)``)."""
-    path = tmp_path / "my_ppo.yaml"
-    data = text if isinstance(text, bytes) else text.encode()
-    path.write_bytes(b"base: mappo\n" + data)  # one line more: the lines named count from this file's top
-    monkeypatch.setattr(registry, "_ALGOS", dict(registry._ALGOS))
-    marl.config.register_algo(
-        "my_ppo", "marl.algos.ppo:PPO", "test", defaults=str(path), schema="marl.algos.ppo_config:PPOConfig"
-    )
-    shifted = [re.sub(r"line (\d+)", lambda m: f"line {int(m.group(1)) + 1}", f) for f in fragments]
-    err = assert_error(lambda: marl.fit(match(), "my_ppo", stop={"iterations": 1}), shifted)
-    assert str(err).startswith(f"Config file {path} ")
-    assert path.read_bytes() == b"base: mappo\n" + data  # the user's file is untouched
+    assert files(tmp_path) == before and not (tmp_path / "runs").exists()
 
 
 def test_yaml_syntax_error_in_a_configs_file_names_it(tmp_path, monkeypatch):
@@ -363,7 +374,7 @@ def test_docs_index_unknown_key_example_is_what_fit_prints():
     text = (REPO / "docs" / "index.md").read_text()
     example = re.search(r"`MarlError: (Unknown config key 'learning_rate'[^`]*?)\.\.\.`", text)
     assert example, "the example left docs/index.md"
-    err = assert_error(lambda: marl.fit(match(), "mappo", learning_rate=1e-3), ())
+    err = assert_error(lambda: marl.fit(match(), "mappo", learning_rate=1e-3), ())  # raised before a run folder
     assert str(err).startswith(example.group(1)), (str(err), example.group(1))
     assert (
         example.group(1) == "Unknown config key 'learning_rate' for algorithm 'mappo'. Did you mean 'lr'? Valid keys: "
