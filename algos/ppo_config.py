@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from marl.algos.networks.config import ACTIVATIONS, AgentNetConfig
 from marl.config import EngineConfig, key
+from marl.config.checks import minibatches_beyond_rows
 from marl.config.critic import CRITICS, CriticChoice
 
 
@@ -21,6 +22,7 @@ class PPOConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cf
     ``ippo.yaml`` starts from (``base: mappo``)."""
 
     LAYER = "PPO"
+    RULES = (minibatches_beyond_rows,)  # checks across keys (marl/config/checks.py)
 
     critic: str = key(
         "value function: global state + agent id, one row per agent (state); global state once per "

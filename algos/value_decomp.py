@@ -40,7 +40,7 @@ from marl.algos.value_decomp_config import MIXERS, OPTIMIZERS, ValueDecompConfig
 from marl.algos.value_decomp_inputs import JOINT, MixerModule, QAgentModule, split_joint
 from marl.config import config_view
 from marl.engine.off_policy import OffPolicyLearner, OffPolicyTrainer, UpdateSchedule, batch_module_id
-from marl.engine.replay import JointEpisodeBuffer, check_buffer_size
+from marl.engine.replay import JointEpisodeBuffer
 from marl.errors import TrainingDiverged
 from marl.env import MarlError
 
@@ -222,17 +222,15 @@ class ValueDecomp(OffPolicyTrainer):
 
     @classmethod
     def check_mapping(cls, cfg, mapping) -> None:
-        """A module's agents must play for one team (each team gets its own mixer); the replay buffer
-        fits the env copies and the batch (:func:`~marl.engine.replay.check_buffer_size`).
+        """A module's agents must play for one team (each team gets its own mixer); the checks across
+        keys of :class:`ValueDecompConfig` with the env (replay buffer against the env copies).
 
         Raises:
             MarlError: a module spans teams (names the module, its teams and the fix), or a
-                buffer_size too small for the env copies, batch_size or learning_starts_episodes.
+                violated error rule (marl/config/checks.py).
         """
-        info, c = mapping.info, config_view(cfg)
-        check_buffer_size(
-            c.buffer_size, info.num_envs * max(1, c.num_env_runners), c.batch_size, c.learning_starts_episodes
-        )
+        super().check_mapping(cfg, mapping)
+        info = mapping.info
         for mid, agents in mapping.modules.items():
             teams = sorted({info.group_of(a).team for a in agents})
             if len(teams) > 1:

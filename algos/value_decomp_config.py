@@ -11,12 +11,134 @@ TD(lambda) targets as in Hu et al. 2021 (arXiv 2102.03479).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Optional
 
 from marl.algos.networks.config import AgentNetConfig
 from marl.config import EngineConfig, key
+from marl.config.checks import ERROR, RUN, WARNING, RunFacts, buffer_room, rule
 
 MIXERS = ("none", "vdn", "qmix")
 OPTIMIZERS = ("adam", "rmsprop")
+
+
+# ------------------------------------------------------------ checks across keys (marl/config/checks.py)
+def _never_in_buffer(name: str, need: int, capacity: int) -> Optional[str]:
+    if need <= capacity:
+        return None
+    return (
+        f"{name}={need} episodes can never be in a buffer of buffer_size={capacity} episodes, "
+        f"so training would never start; use {name} <= buffer_size."
+    )
+
+
+@rule(
+    ("batch_size", "buffer_size"), ERROR, "training waits for batch_size episodes in the buffer: it would never start"
+)
+def batch_beyond_buffer(c: Any) -> Optional[str]:
+    return _never_in_buffer("batch_size", c.batch_size, c.buffer_size)
+
+
+@rule(
+    ("learning_starts_episodes", "buffer_size"),
+    ERROR,
+    "training waits for learning_starts_episodes episodes in the buffer: it would never start",
+)
+def starts_beyond_buffer(c: Any) -> Optional[str]:
+    return _never_in_buffer("learning_starts_episodes", c.learning_starts_episodes, c.buffer_size)
+
+
+@rule(
+    ("buffer_size", "num_envs", "num_env_runners"),
+    ERROR,
+    "every env copy holds an open episode slot; the ring would evict open slots before their episodes end",
+    scope=RUN,
+)
+def buffer_below_copies(c: Any, run: RunFacts) -> Optional[str]:
+    return buffer_room(c.buffer_size, run.env_copies(c))
+
+
+@rule(
+    ("batch_size", "learning_starts_episodes", "buffer_size", "num_envs", "num_env_runners"),
+    WARNING,
+    "open episodes take buffer slots: training starts only if episodes happen to end together at "
+    "the end of a rollout (it does for fixed-length episodes that divide rollout_length)",
+    scope=RUN,
+)
+def start_needs_open_slots(c: Any, run: RunFacts) -> Optional[str]:
+    need, copies = max(c.batch_size, c.learning_starts_episodes), run.env_copies(c)
+    if need + copies <= c.buffer_size:
+        return None
+    return (
+        f"training starts when the buffer holds max(batch_size, learning_starts_episodes)={need} finished "
+        f"episodes, but the {copies} env copies each keep a running episode in it, so it holds at most "
+        f"buffer_size - {copies} = {c.buffer_size - copies} finished episodes while they run: training starts "
+        f"only if episodes end together at the end of a rollout, and may never start. Use buffer_size >= "
+        f"{need + copies}."
+    )
+
+
+@rule(
+    ("episodes_per_update", "buffer_size"),
+    WARNING,
+    "runs, but episodes leave the buffer before any gradient step can sample them",
+)
+def updates_outrun_buffer(c: Any) -> Optional[str]:
+    if c.episodes_per_update <= c.buffer_size:
+        return None
+    lost = 1 - c.buffer_size / c.episodes_per_update
+    return (
+        f"episodes_per_update={c.episodes_per_update} is more than buffer_size={c.buffer_size}: a gradient "
+        f"step comes every {c.episodes_per_update} new episodes, but the buffer keeps only the newest "
+        f"{c.buffer_size}, so at least {lost:.0%} of the episodes leave it before any gradient step can "
+        f"sample them. Use episodes_per_update <= buffer_size."
+    )
+
+
+@rule(
+    ("batch_size", "episodes_per_update"),
+    WARNING,
+    "runs, but an episode is replayed less than once on average (pymarl: 32 per episode, pymarl2: 16)",
+)
+def few_replays(c: Any) -> Optional[str]:
+    if c.batch_size >= c.episodes_per_update:
+        return None
+    return (
+        f"batch_size={c.batch_size} is less than episodes_per_update={c.episodes_per_update}: each gradient "
+        f"step samples {c.batch_size} episodes per {c.episodes_per_update} new ones, so an episode is replayed "
+        f"{c.batch_size / c.episodes_per_update:.2g} times on average and many never. Use batch_size >= "
+        f"episodes_per_update."
+    )
+
+
+@rule(
+    ("epsilon_start", "epsilon_end"),
+    ERROR,
+    "a rising schedule explores more the longer it learns; almost surely the two values swapped",
+)
+def epsilon_rises(c: Any) -> Optional[str]:
+    if c.epsilon_start >= c.epsilon_end:
+        return None
+    return (
+        f"epsilon_start={c.epsilon_start} is below epsilon_end={c.epsilon_end}: exploration would rise over "
+        f"epsilon_anneal_steps={c.epsilon_anneal_steps} env steps instead of decaying. Swap the two values "
+        f"(epsilon_start is the higher), or give epsilon_start == epsilon_end for a constant epsilon."
+    )
+
+
+@rule(
+    ("epsilon_anneal_steps", "epsilon_start", "epsilon_end"),
+    WARNING,
+    "runs with a constant epsilon_end (documented: the schedule reaches epsilon_end after "
+    "epsilon_anneal_steps), but epsilon_start is never used",
+)
+def epsilon_never_anneals(c: Any) -> Optional[str]:
+    if c.epsilon_anneal_steps > 0 or c.epsilon_start == c.epsilon_end:
+        return None
+    return (
+        f"epsilon_anneal_steps=0 with epsilon_start={c.epsilon_start} and epsilon_end={c.epsilon_end}: epsilon "
+        f"is {c.epsilon_end} from the first step and epsilon_start is never used. Give epsilon_anneal_steps > 0 "
+        f"env steps to anneal, or epsilon_start == epsilon_end."
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,6 +147,16 @@ class ValueDecompConfig(AgentNetConfig, EngineConfig):
     ``configs/algos/qmix.yaml``, which ``vdn.yaml`` and ``iql.yaml`` start from (``base: qmix``)."""
 
     LAYER = "value decomposition"
+    RULES = (
+        batch_beyond_buffer,
+        starts_beyond_buffer,
+        buffer_below_copies,
+        start_needs_open_slots,
+        updates_outrun_buffer,
+        few_replays,
+        epsilon_rises,
+        epsilon_never_anneals,
+    )
 
     mixer: str = key(
         "team value: none (IQL, one TD loss per agent), vdn (sum) or qmix (monotonic mixer)", choices=MIXERS

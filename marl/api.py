@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from marl.callbacks import Callback, CallbackList
+from marl.callbacks import Callback, CallbackList, check_callbacks
 from marl.checkpoint import resolve_checkpoint, save_checkpoint
 from marl.config import EngineConfig, config_view, list_algos, load_config, trainer_class, validate_stop
 from marl.env import MarlError, MultiAgentEnv, set_fit_entry
@@ -197,6 +197,7 @@ def build_trainer(
     iteration and returns its metrics; call ``trainer.stop()`` at the end.
     :func:`fit` is built on this.
     """
+    callbacks = check_callbacks(callbacks)
     cfg, algo_cls, env, mapping = prepare(env, algo, overrides)
     start_ray()
     return _build(cfg, algo_cls, env, mapping, run_dir, callbacks)
@@ -236,12 +237,13 @@ def fit(
             in the checkpoint's own run folder when it is that folder's latest checkpoint;
             otherwise in a new run folder whose ``parent.json`` names the source, which is
             only read (docs/index.md, "Run folders").
-        callbacks: :class:`~marl.callbacks.Callback` instances, called after the env's own.
+        callbacks: a list of :class:`~marl.callbacks.Callback` instances, called after the env's own.
         **overrides: config keys (``lr=3e-4``, ``share="group"``,
             ``num_env_runners=2``, ...); unknown keys are errors listing the valid ones.
 
     Raises:
-        MarlError: bad configuration or input (before Ray starts); a ``resume``
+        MarlError: bad configuration or input (before Ray starts; ``callbacks`` that are not a
+            list of Callback instances; checks across keys, docs/configuration.md); a ``resume``
             checkpoint that is damaged or does not match (before anything is written);
             a run folder another process is writing.
         TrainingDiverged: a loss became NaN/inf; the last good checkpoint is
@@ -253,6 +255,7 @@ def fit(
     """
     quiet_third_party()
     stop = validate_stop(stop if stop is not None else DEFAULT_STOP)
+    callbacks = check_callbacks(callbacks)  # before a run folder exists
     given = dict(overrides)  # as the user wrote them, for the resume hint
     overrides = _anneal_to_stop(stop, overrides)
     cfg, algo_cls, env, mapping = prepare(env, algo, overrides)  # checked before a run folder exists

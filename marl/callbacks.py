@@ -34,7 +34,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
-if TYPE_CHECKING:  # for the annotations only: this module imports nothing of marl (it sits below the engine)
+from marl.errors import MarlError  # imports nothing of marl: this module still sits below the engine
+
+if TYPE_CHECKING:  # for the annotations only: this module imports no other module of marl (it sits below the engine)
     from marl.engine.trainer import Trainer
 
 
@@ -100,6 +102,45 @@ def named_list(items: Iterable[Any], base: type, what: str) -> List[Any]:
     if dup:
         raise ValueError(f"two {what} share the name {dup[0]!r}; give one a distinct `name`.")
     return items
+
+
+def check_callbacks(callbacks: Any) -> List[Callback]:
+    """``fit``'s ``callbacks`` argument as a list of :class:`Callback` instances (``None``: none).
+
+    Raises:
+        MarlError: ``callbacks`` is not a list or tuple (a single callback, a string, a dict), an
+            element is a :class:`Callback` class instead of an instance, or is not a
+            :class:`Callback` at all (each names the value), or two share a ``name``.
+    """
+    if callbacks is None:
+        return []
+    if not isinstance(callbacks, (list, tuple)):
+        cls = callbacks if isinstance(callbacks, type) else type(callbacks)
+        hint = f" (one callback: callbacks=[{cls.__name__}()])" if issubclass(cls, Callback) else ""
+        raise MarlError(
+            f"callbacks takes a list of marl.callbacks.Callback instances, got {_shown(callbacks)} "
+            f"({type(callbacks).__name__}){hint}."
+        )
+    for i, cb in enumerate(callbacks):
+        if isinstance(cb, type) and issubclass(cb, Callback):
+            raise MarlError(f"callbacks[{i}] is the class {cb.__name__}, not an instance: pass {cb.__name__}().")
+        if not isinstance(cb, Callback):
+            raise MarlError(
+                f"callbacks[{i}] is {_shown(cb)} ({type(cb).__name__}), not a marl.callbacks.Callback: subclass "
+                f"Callback and override the hooks you need (docs: marl/callbacks.py)."
+            )
+    try:
+        return named_list(callbacks, Callback, "callbacks")
+    except ValueError as e:  # two share a name
+        raise MarlError(str(e)) from None
+
+
+def _shown(value: Any) -> str:
+    """A value for a message: its repr, cut to 80 characters; a class by its name, a callback as ``Name()``."""
+    text = value.__name__ if isinstance(value, type) else repr(value)
+    if isinstance(value, Callback):
+        text = f"{type(value).__name__}()"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class CallbackList(Callback):

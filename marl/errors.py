@@ -19,6 +19,11 @@ class EnvRunnersLost(MarlError):
     """Every remote env runner is lost and none can be restarted (``docs/engine.md``, "Fault tolerance")."""
 
 
+class ConfigWarning(UserWarning):
+    """Config values that work together but probably not as meant (``docs/configuration.md``,
+    "Checks across keys"); the message names the keys, their values and what happens."""
+
+
 class TrainingDiverged(FloatingPointError):
     """A loss became NaN or infinite; the message names the loss and the module."""
 

@@ -9,8 +9,10 @@ appended to its observation so a shared network can still tell agents apart
 
 from __future__ import annotations
 
+import inspect
+import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Tuple, Union
+from typing import Callable, Dict, List, Sequence, Tuple, Union
 
 import torch
 
@@ -33,6 +35,74 @@ class ModuleSlot:
     rows: Tuple[int, ...]
 
 
+# a module id names a checkpoint folder and prefixes metrics: no path separator or control character,
+# not '.' or '..'; '__' starts RLlib's own ids ('__all_modules__')
+MODULE_ID = re.compile(r"(?!__)(?!\.{1,2}$)[^/\\\x00-\x1f]+")
+VALID_ID = "a non-empty string without '/', '\\' or control characters, not '.' or '..', not starting with '__'"
+
+
+def fn_name(fn: Callable) -> str:
+    """A mapping function as messages name it: its qualified name (``<lambda>``), else its repr."""
+    name = getattr(fn, "__qualname__", None)
+    return name if isinstance(name, str) else repr(fn)
+
+
+def check_mapping_fn(fn: Callable, agents: Sequence[str]) -> Dict[str, str]:
+    """``agent -> module id`` from a mapping function (``share=fn``), checked before anything uses it.
+
+    ``fn`` is called with one argument, the agent id, twice per agent (in the env's agent order,
+    then in reverse), and must give a valid module id (module ids name checkpoint folders and
+    prefix metrics: a non-empty string without ``/``, ``\\`` or control characters, not ``.`` or
+    ``..``, not starting with ``__`` as RLlib's own ids do), the same both times.
+
+    Raises:
+        MarlError: ``fn`` does not take exactly one positional argument, raises (chained, naming the
+            agent), returns something else than such a string (names the agent and the value), or
+            returns another module for the same agent on the second call (names both).
+    """
+    name = fn_name(fn)
+    _check_arity(fn, name, agents[0] if agents else "agent_0")
+    first = {a: _module_id(fn, name, a) for a in agents}
+    for a in reversed(list(agents)):  # reversed: a function that counts its calls answers differently
+        again = _module_id(fn, name, a)
+        if again != first[a]:
+            raise MarlError(
+                f"share={name} is not deterministic: it mapped agent '{a}' to module '{first[a]}', then to "
+                f"'{again}'. marl builds the mapping once per run (and again on resume, to check that it "
+                f"matches): make it a pure function of the agent id (no random choice, no counter)."
+            )
+    return first
+
+
+def _check_arity(fn: Callable, name: str, agent: str) -> None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: calling it tells
+        return
+    try:
+        sig.bind(agent)
+    except TypeError as e:
+        raise MarlError(
+            f"share={name} has the signature {sig}, but a mapping function takes one argument, the agent id, "
+            f"and returns its module id ({e}); e.g. share=lambda agent: 'red' if agent.startswith('red') "
+            f"else 'blue'. marl calls it as fn(agent_id), without the other arguments of RLlib's policy_mapping_fn."
+        ) from None
+
+
+def _module_id(fn: Callable, name: str, agent: str) -> str:
+    try:
+        mid = fn(agent)
+    except Exception as e:  # noqa: BLE001 - any error of the user's function, named with the agent
+        raise MarlError(f"share={name} raised {type(e).__name__}: {e} for agent '{agent}'.") from e
+    if not isinstance(mid, str) or not MODULE_ID.fullmatch(mid):
+        kind = "a string" if isinstance(mid, str) else type(mid).__name__
+        raise MarlError(
+            f"share={name} returned {mid!r} ({kind}) for agent '{agent}'; a mapping function returns a module "
+            f"id (e.g. 'shared', 'red'): {VALID_ID}."
+        )
+    return str(mid)  # a str subclass (numpy's str_) as a plain string: it goes into YAML and checkpoints
+
+
 class PolicyMapping:
     """Map every agent of an env to a module id.
 
@@ -47,9 +117,10 @@ class PolicyMapping:
             serve more than one agent.
 
     Raises:
-        MarlError: unknown ``share`` mode, or two agents with different
-            observation/action spaces mapped to one module (checked here, at
-            build time, not in a matmul later).
+        MarlError: unknown ``share`` mode; a mapping function that is not a pure
+            function of one agent id returning a module id (:func:`check_mapping_fn`);
+            or two agents with different observation/action spaces mapped to one
+            module (checked here, at build time, not in a matmul later).
     """
 
     def __init__(self, info: EnvInfo, share: Share = "auto", agent_id: bool = True):
@@ -57,7 +128,10 @@ class PolicyMapping:
         self.share = share
         self.agent_id = agent_id
         self.mode = self._resolve_mode(info, share)
-        self.agent_to_module: Dict[str, str] = {a: str(self._module_of(a)) for a in info.agents}
+        if callable(share):
+            self.agent_to_module: Dict[str, str] = check_mapping_fn(share, info.agents)
+        else:
+            self.agent_to_module = {a: self._module_of(a) for a in info.agents}
         self.modules: Dict[str, List[str]] = {}
         for a in info.agents:  # keeps the env's fixed agent order inside each module
             self.modules.setdefault(self.agent_to_module[a], []).append(a)
@@ -76,8 +150,6 @@ class PolicyMapping:
         return share
 
     def _module_of(self, agent: str) -> str:
-        if callable(self.share):  # mode "callable"
-            return self.share(agent)
         if self.mode == "all":
             return "shared"
         if self.mode == "group":
@@ -90,9 +162,14 @@ class PolicyMapping:
             for a in agents[1:]:
                 g = self.info.group_of(a)
                 if not (spaces_equal(g.obs_space, g0.obs_space) and spaces_equal(g.action_space, g0.action_space)):
+                    who = f"'{agents[0]}' and '{a}'"
+                    what = (
+                        f"share={fn_name(self.share)} maps agents {who} to the same module '{mid}', but they have"
+                        if callable(self.share)
+                        else f"Agents {who} map to the same module '{mid}' but have"
+                    )
                     raise MarlError(
-                        f"Agents '{agents[0]}' and '{a}' map to the same module '{mid}' but have different "
-                        f"spaces (obs {g0.obs_space.shape} vs {g.obs_space.shape}, actions {g0.action_space} vs "
+                        f"{what} different spaces (obs {g0.obs_space.shape} vs {g.obs_space.shape}, actions {g0.action_space} vs "
                         f"{g.action_space}). Use share='group' or 'individual', or a mapping that keeps them apart."
                     )
 

@@ -158,7 +158,7 @@ CONFIG = [
     (
         "num_minibatches > rows",
         fit(match, "mappo", num_minibatches=MATCH_ROWS + 1),
-        "marl.engine.on_policy",
+        "marl.config.checks",
         f"num_minibatches={MATCH_ROWS + 1} is more than the {MATCH_ROWS} rows a learner gets per update",
     ),
     ("hidden=0", fit(match, "mappo", hidden=0), LOADER, "'hidden' must be >= 1, got 0."),
@@ -253,20 +253,20 @@ CONFIG = [
     ("q_abs_max<0", fit(climbing, "qmix", q_abs_max=-1), LOADER, "'q_abs_max' must be 0 (off) or > 0, got -1."),
     (
         "buffer_size too small",
-        fit(climbing, "qmix", buffer_size=4),
-        "marl.engine.replay",
+        fit(climbing, "qmix", buffer_size=4, batch_size=2),
+        "marl.config.checks",
         "buffer_size=4 episodes is too small for 2 env copies writing at once; use buffer_size > 4.",
     ),
     (
         "batch_size > buffer_size",
         fit(climbing, "qmix", buffer_size=100, batch_size=200),
-        "marl.engine.replay",
+        "marl.config.checks",
         "batch_size=200 episodes can never be in a buffer of buffer_size=100 episodes",
     ),
     (
         "learning_starts > buffer_size",
         fit(climbing, "vdn", buffer_size=200, learning_starts_episodes=500),
-        "marl.engine.replay",
+        "marl.config.checks",
         "learning_starts_episodes=500 episodes can never be in a buffer of buffer_size=200",
     ),
     # LLM self-play keys

@@ -6,7 +6,7 @@
 One section per layer (engine, agent network, each family), one row per key:
 type, range or choices, the value of every built-in algorithm (engine, agent
 network and algorithm files, before env overrides) and the key's one-line doc;
-then the per-env overrides. The hand-written text is in this module.
+then the checks across keys (error or warning, and why), the per-env overrides. The hand-written text is in this module.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from marl.config.checks import CONFIG, Rule, join_keys, rules_of
 from marl.config.loader import algo_defaults, build_section, config_dir, env_overrides
 from marl.config.registry import builtin_algos, config_class
 from marl.config.schema import FieldSpec, field_specs, type_name
@@ -209,6 +210,40 @@ def plugin_sections() -> str:
     return "\n".join(out)
 
 
+CHECKS_INTRO = """\
+## Checks across keys
+
+The tables above check each key on its own. These rules check keys whose values must fit
+together ([marl/config/checks.py](../marl/config/checks.py); a schema lists its rules in
+`RULES`). Each rule is decided once, as an **error** (a `MarlError` naming the keys, their
+values and the fix) when the run could not do what the values ask (fail, never learn, or
+quietly do something else), or as a **warning** (`marl.errors.ConfigWarning`, with the same
+details) when the run works as documented but probably not as meant. Rules checked *on load*
+see the keys alone (`load_config`, `fit`, `marl train`); rules checked *before Ray* also see
+the env, the policy mapping and the CPUs (`fit` and `build_trainer`, before Ray starts or a
+run folder is written). At each of the two stages the errors come first: no warning of a
+stage is given while one of its error rules fails. To silence the warnings:
+`warnings.filterwarnings("ignore", category=marl.errors.ConfigWarning)`.
+
+| keys | algorithms | decision | checked | why |
+|---|---|---|---|---|
+"""
+
+
+def checks_section() -> str:
+    """The table of the rules across keys of the built-in algorithms, in order of first appearance."""
+    found: Dict[Rule, List[str]] = {}
+    for algo in builtin_algos():
+        for r in rules_of(config_class(algo)):
+            found.setdefault(r, []).append(algo)
+    rows = []
+    for r, algos in found.items():
+        users = "every algorithm" if algos == builtin_algos() else ", ".join(algos)
+        when = "on load" if r.scope == CONFIG else "before Ray"
+        rows.append(f"| {cell(join_keys(r.keys))} | {users} | {r.kind} | {when} | {cell(r.why)} |")
+    return CHECKS_INTRO + "\n".join(rows) + "\n"
+
+
 def env_section() -> str:
     """The table of per-env overrides, one row per env file and group of algorithms with the same values."""
     rows = []
@@ -231,7 +266,7 @@ def render() -> str:
     schemas = ", ".join(_source(c) for c in classes if c.__module__.startswith("marl."))
     parts = [INTRO.format(schemas=schemas)]
     parts += [layer_section(layer, c, algos, defaults) for layer, c, algos in found]
-    parts += [plugin_sections(), env_section(), PLUGINS]
+    parts += [checks_section(), plugin_sections(), env_section(), PLUGINS]
     return "\n".join(parts)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Union
 
+from marl.config.checks import learners_beyond_cores
 from marl.config.schema import ConfigBase, key
 
 LR_SCHEDULES = ("constant", "linear")
@@ -30,6 +31,7 @@ class EngineConfig(ConfigBase):
 
     LAYER = "engine"
     DEFAULTS = "engine.yaml"
+    RULES = (learners_beyond_cores,)  # checks across keys (marl/config/checks.py)
 
     num_envs: Optional[int] = key("batched env copies B per env runner; null = the env's own num_envs", ge=1)
     rollout_length: int = key("T: steps per env copy per iteration", ge=1)

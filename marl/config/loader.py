@@ -17,13 +17,16 @@ the closest valid key, or the family that owns it.
 
 from __future__ import annotations
 
+import collections.abc
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type
 
 import yaml
 
+from marl.config.checks import check_rules
 from marl.config.registry import algo_entry, config_class, defaults_path, list_algos, ownership_hint
+from marl.config.suggest import marl_name, suggest_key
 from marl.config.sections import section_class, section_entries
 from marl.config.schema import ConfigBase, ConfigValueError, _Config, check_range, coerce, spec_map
 from marl.errors import MarlError, closest
@@ -52,17 +55,52 @@ def read_yaml(path: Path) -> Dict[str, Any]:
     """A YAML file that holds a mapping (an empty file is ``{}``).
 
     Raises:
-        MarlError: the file is missing or holds something else than a mapping.
+        MarlError: the file is missing, not a readable UTF-8 text file, not valid YAML or gives
+            a key twice (names the file, line and column), or holds something else than a mapping.
     """
     if not path.exists():
         raise MarlError(f"Config file {_label(path)} does not exist.")
-    with open(path) as f:
-        data = yaml.safe_load(f)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise MarlError(f"Config file {_label(path)} is not valid YAML: {_yaml_error(e)}") from None
+    except (OSError, UnicodeDecodeError) as e:  # a folder, no permission, binary bytes
+        raise MarlError(f"Config file {_label(path)} cannot be read as UTF-8 text: {e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise MarlError(f"{_label(path)} must hold key: value pairs, got {type(data).__name__}.")
     return data
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last
+    silently, so the first value a user wrote would be ignored without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: Dict[Any, int] = {}
+        for key_node, _ in node.value:
+            k = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(k, collections.abc.Hashable) and k in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {k!r} is given twice (lines {seen[k]} and {line})", key_node.start_mark
+                )
+            seen[k] = line
+        return super().construct_mapping(node, deep)
+
+
+def _yaml_error(e: yaml.YAMLError) -> str:
+    """``"line 3, column 5: could not find expected ':'"``: where PyYAML stopped, 1-based, and why
+    (its marks count from 0), with the line of the construct it was reading if that is another."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    problem = getattr(e, "problem", None) or str(e)
+    context, start = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context and start is not None and mark is not None and start.line != mark.line:
+        context = f"{context} started at line {start.line + 1}, column {start.column + 1}"
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}" + (f" ({context})" if context else "") + "."
 
 
 def algo_chain(algo: str) -> List[str]:
@@ -135,14 +173,18 @@ def env_overrides(family: str, algo: str) -> Dict[str, Any]:
 
 
 def unknown_key_error(cls: Type[Any], algo: str, name: str, source: str) -> MarlError:
-    """The error for a key that ``algo``'s schema lacks: the family that owns it, or the closest valid key."""
+    """The error for a key that ``algo``'s schema lacks: the family that owns it, or the valid key the user
+    most likely meant (:func:`~marl.config.suggest.suggest_key`: ``learning_rate`` -> ``lr``)."""
     where = "" if source == USER else f"{source}: "
     specs = spec_map(cls)
     if name in specs:  # an internal key
         return MarlError(f"{where}'{name}' is set by marl, not a config key.")
     valid = cls.keys_of()
     hint = ownership_hint(name, algo)  # a key of another family: the close matches would only mislead
-    tail = hint or f"{closest(name, valid)} Valid keys: {', '.join(sorted(valid))}."
+    alias = marl_name(name)
+    if not hint and alias != name and alias not in valid and ownership_hint(alias, algo):
+        hint = f" marl calls it '{alias}';{ownership_hint(alias, algo)}"  # ent_coef on qmix
+    tail = hint or f"{suggest_key(name, valid)} Valid keys: {', '.join(sorted(valid))}."
     return MarlError(f"{where}Unknown config key '{name}' for algorithm '{algo}'.{tail}")
 
 
@@ -155,7 +197,10 @@ def build(cls: Type[Any], algo: str, sources: List[Source]) -> Any:
 
     Raises:
         MarlError: a key ``cls`` lacks, a key no source gives a value, or a value of
-            the wrong type or range (naming the file it came from); a bad section.
+            the wrong type or range (naming the file it came from); a bad section; values that
+            violate an error rule across keys (:mod:`marl.config.checks`).
+    Warns:
+        ConfigWarning: values that violate a warning rule across keys.
     """
     specs, entries = spec_map(cls), section_entries()
     keys: List[Source] = []
@@ -171,7 +216,9 @@ def build(cls: Type[Any], algo: str, sources: List[Source]) -> Any:
         lambda name, source: unknown_key_error(cls, algo, name, source),
         lambda e: ownership_hint(e.key, algo, e.value) if e.kind == "choice" else "",
     )
-    return with_sections(cfg, sections)
+    cfg = with_sections(cfg, sections)
+    check_rules(cfg)  # checks across keys of scope config (marl/config/checks.py)
+    return cfg
 
 
 def _typed(cls: Type[Any], algo: str, sources: List[Source], unknown, hint=None, section: str = "") -> Any:
@@ -247,7 +294,7 @@ def build_section(name: str, algo: str, layers: List[Source]) -> ConfigBase:
     def unknown(key: str, source: str) -> MarlError:
         where = "" if source == USER else f"{source}: "
         return MarlError(
-            f"{where}Unknown key '{key}' in config section '{name}'.{closest(key, valid)} "
+            f"{where}Unknown key '{key}' in config section '{name}'.{suggest_key(key, valid)} "
             f"Valid keys: {', '.join(valid)}."
         )
 

@@ -36,12 +36,12 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 import torch
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from marl.config import config_view
+from marl.config.checks import minibatches_beyond_rows
 from marl.config.critic import CRITICS, CriticChoice, resolve_critic  # noqa: F401  (the core's critic kinds)
 from marl.engine.context import RunAccess
 from marl.engine.rllib_seam import SeamLearner
 from marl.engine.trainer import StepOutput, Trainer
-from marl.errors import MarlError, TrainingDiverged
+from marl.errors import TrainingDiverged
 
 MODEL_INPUTS = ("h0", "starts", "critic_in")  # minibatch columns only the forward reads (not per loss row)
 
@@ -401,27 +401,5 @@ class OnPolicyTrainer(Trainer):
         rollout = self.sample_rollouts()
         return StepOutput(rollout, self.update_learners(self.sequences(rollout)))
 
-    @classmethod
-    def check_mapping(cls, cfg, mapping) -> None:
-        """Every minibatch gets rows: ``num_minibatches`` at most the rows a learner gets per update (steps
-        ``T x B x runners x N_m / learners`` of the smallest module; env steps for the team critic; chunks
-        of ``chunk_length`` steps for a GRU), else the extra gradient steps would run on empty minibatches.
-
-        Raises:
-            MarlError: ``num_minibatches`` above the rows (names both and the keys that set them).
-        """
-        c = config_view(cfg)
-        T = (
-            c.rollout_length
-        )  # rows per (env copy, agent): steps, or chunks of a GRU (one if chunk_length does not divide T)
-        if c.recurrent:
-            T = T // c.chunk_length if T % c.chunk_length == 0 else 1
-        envs = mapping.info.num_envs * max(1, c.num_env_runners)
-        per_copy = (lambda m: 1) if c.critic_kind == "team" else mapping.n_agents  # team: rows are env steps
-        rows = min(envs * per_copy(m) for m in mapping.modules) * T // max(1, c.num_learners)
-        if c.num_minibatches > rows:
-            raise MarlError(
-                f"num_minibatches={c.num_minibatches} is more than the {rows} rows a learner gets per "
-                f"update (rollout_length x env copies x agents of a module / learners); use at most "
-                f"{rows}, or more env copies (num_envs) or a longer rollout_length."
-            )
+    #: every on-policy schema gets the minibatch check, whether or not its ``RULES`` list it
+    RULES = (minibatches_beyond_rows,)

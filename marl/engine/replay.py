@@ -44,6 +44,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from marl.config.checks import buffer_room
 from marl.env import MarlError
 
 
@@ -373,21 +374,13 @@ def _check_finite_rewards(mods: Dict[str, Dict[str, np.ndarray]]) -> None:
             )
 
 
-def check_buffer_size(capacity: int, num_envs: int, batch_size: int = 1, learning_starts: int = 0) -> None:
+def check_buffer_size(capacity: int, num_envs: int) -> None:
     """Raise a :class:`MarlError` for a buffer of ``capacity`` episodes that cannot work with ``num_envs``
-    copies writing at once (their open slots would be evicted before they complete), or that can never
-    hold the ``batch_size`` / ``learning_starts`` episodes training waits for (a run that never learns)."""
-    if capacity <= 2 * num_envs:
-        raise MarlError(
-            f"buffer_size={capacity} episodes is too small for {num_envs} env copies writing at once; "
-            f"use buffer_size > {2 * num_envs}."
-        )
-    for name, need in (("batch_size", batch_size), ("learning_starts_episodes", learning_starts)):
-        if need > capacity:
-            raise MarlError(
-                f"{name}={need} episodes can never be in a buffer of buffer_size={capacity} episodes, "
-                f"so training would never start; use {name} <= buffer_size."
-            )
+    copies writing at once (their open slots would be evicted before they complete); the config rules
+    of the families check the same before Ray starts (:func:`marl.config.checks.buffer_room`)."""
+    problem = buffer_room(capacity, num_envs)
+    if problem:
+        raise MarlError(problem)
 
 
 class TransitionBuffer:

@@ -36,6 +36,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 from marl.callbacks import CallbackList
 from marl.checkpoint import load_module, module_states, resolve_checkpoint
 from marl.config import ConfigBase, restore_config
+from marl.config.checks import Rule, RunFacts, check_rules
 from marl.engine.context import RunAccess
 from marl.engine.faults import RunnerFaults
 from marl.engine.resume import SAMPLING_KEY, restore_sampling, sampling_state
@@ -43,6 +44,7 @@ from marl.engine.rllib_seam import wants_component
 from marl.engine.runner import MappingFn
 from marl.engine.spec import TrainerConfig, agent_module_specs, build_algorithm_config
 from marl.env import MultiAgentEnv
+from marl.errors import MarlError
 from marl.errors import TrainingDiverged  # noqa: F401  (re-exported: families raise it from their learners)
 from marl.mapping import SHARE_MODES, PolicyMapping
 from marl.policy import Policy
@@ -90,7 +92,8 @@ class Trainer(RunAccess, Algorithm):
     Class attributes a family sets: ``module_class`` (its RLModule),
     ``learner_class`` (its Learner), ``config_class`` (its config schema, a
     :class:`marl.config.ConfigBase` dataclass), ``learner_metrics`` (learner
-    metric names kept in the iteration's metrics), ``transform_hooks`` (the batch-transform
+    metric names kept in the iteration's metrics), ``RULES`` (checks across keys it adds to its
+    schema's), ``transform_hooks`` (the batch-transform
     hooks its training step calls, :mod:`marl.transforms`; a family that commits whole
     episodes to a replay buffer adds ``on_episodes`` and calls :meth:`transform_episodes`).
     """
@@ -109,6 +112,9 @@ class Trainer(RunAccess, Algorithm):
         "total_loss",
     )
     transform_hooks: Tuple[str, ...] = ("on_rollout", "on_batch")  # called by sample_rollouts, update_learners
+    #: checks across keys of scope run that a core applies to every schema it trains, beside the
+    #: schema's own ``RULES`` (marl/config/checks.py; :meth:`check_mapping`)
+    RULES: Tuple[Rule, ...] = ()
     batch_transforms = TransformList()  # none until setup builds the run's (a state asked for earlier is empty)
     # RLlib types these Optional; its setup builds them before any of marl's code reads them
     config: AlgorithmConfig
@@ -157,7 +163,25 @@ class Trainer(RunAccess, Algorithm):
 
     @classmethod
     def check_mapping(cls, cfg: ConfigBase, mapping: PolicyMapping) -> None:
-        """Raise :class:`~marl.errors.MarlError` if this algorithm cannot train with ``mapping``."""
+        """Raise :class:`~marl.errors.MarlError` if this algorithm cannot train with ``mapping``; called
+        before Ray starts. By default: the checks across keys of scope ``run`` of ``cfg``'s schema
+        (:mod:`marl.config.checks`, with the env, the mapping and the CPUs), and no module id of
+        the mapping taken by a learner-only module of the algorithm (:meth:`extra_module_specs`).
+        A family that adds checks calls this first.
+
+        Raises:
+            MarlError: a violated error rule; a mapping module named like one of the algorithm's own.
+        Warns:
+            ConfigWarning: a violated warning rule.
+        """
+        check_rules(cfg, RunFacts.of(mapping), extra=cls.RULES)
+        taken = sorted(set(cls.extra_module_specs(cfg, mapping)) & set(mapping.modules))
+        if taken:
+            agents = [a for a, m in mapping.agent_to_module.items() if m == taken[0]]
+            raise MarlError(
+                f"share={mapping.share!r} maps agents {agents} to module '{taken[0]}', a name {cfg.algo} gives "
+                f"its own module ({', '.join(taken)}); return another module id."
+            )
 
     @classmethod
     def check_run(cls, cfg: ConfigBase, env: Any, mapping: PolicyMapping) -> None:
