@@ -158,8 +158,9 @@ def summary(env: MultiAgentEnv, steps: int, casts: List[str], masks: bool) -> st
     lines = [f"check_env: {env_name(env)} passed ({steps} steps of {i.num_envs} env copies, {i.kind})."]
     for name, g in i.groups.items():
         acts = f"Discrete({g.n_actions})" if g.discrete else f"Box({g.n_actions},)"
+        plural = "s" if g.n_agents > 1 else ""
         lines.append(
-            f"  group '{name}' (team '{g.team}'): {g.n_agents} agents {g.agents}; obs Box({g.obs_dim},), actions {acts}"
+            f"  group '{name}' (team '{g.team}'): {g.n_agents} agent{plural} {g.agents}; obs Box({g.obs_dim},), actions {acts}"
         )
     limit = f"{i.episode_limit} steps" if i.episode_limit else "none (0: episodes end only when the env says so)"
     lines.append(f"  episode limit: {limit}; state: {i.state_dim} values")

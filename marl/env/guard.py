@@ -63,6 +63,7 @@ class EnvGuard:
         self.steps = 0
         self.casts: List[str] = []
         self._cast_keys: Set[str] = set()
+        self._shapes = self._want()  # info is fixed for the env's life: the expected shapes once
 
     def __call__(self, step: Step, reset: bool = False) -> Step:
         """``step`` checked, with values of another dtype cast (a copy; the env's tensors stay).
@@ -191,7 +192,7 @@ class EnvGuard:
         return out
 
     def _check_shapes(self, step: Step) -> None:
-        for field, group, want, rule in self._want():
+        for field, group, want, rule in self._shapes:
             value = getattr(step, field)
             t = value.get(group) if group is not None and isinstance(value, dict) else value
             if t is None and (field.startswith("final_") or field == "avail_actions"):
