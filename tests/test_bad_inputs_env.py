@@ -9,6 +9,7 @@ the two ``fit`` tests at the end share the session's Ray (``ray_session``).
 from __future__ import annotations
 
 import functools
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -575,13 +576,35 @@ def test_vmas_reward_with_a_trailing_dimension_is_read_per_copy():
 
 
 # ------------------------------------------------------------------ under fit (the runners' guard, evaluation)
-def test_float64_obs_env_fits_one_iteration(ray_session, run_dir):
-    env = marl.make_env(Par(obs=lambda t, a: obs_at(t, a).astype(np.float64)), num_envs=2)
-    with pytest.warns(EnvCastWarning, match="obs of agent 'a_0' has dtype float64; marl casts it to float32"):
-        result = env.fit(
-            "ippo", stop={"iterations": 1}, rollout_length=5, epochs=1, eval_episodes=2, progress=False, log_dir=run_dir
+class Own64(Own):
+    """Own with float64 observations and a float64 observation space (once: RuntimeError mixed dtype in torch)."""
+
+    def __init__(self):
+        super().__init__(edit=lambda s, n: s.obs.__setitem__("agent", s.obs["agent"].double()))
+        self.info.groups["agent"].obs_space = gym.spaces.Box(-10.0, 10.0, (3,), np.float64)
+
+
+@pytest.mark.parametrize(
+    "make, algo, said, length",
+    [
+        (
+            lambda: marl.make_env(Par(obs=lambda t, a: obs_at(t, a).astype(np.float64)), num_envs=2),
+            "ippo",
+            "obs of agent 'a_0' has dtype float64; marl casts it to float32",
+            5.0,
+        ),
+        (Own64, "mappo", "obs[agent] of agent 'agent_0', 'agent_1' (group 'agent') has dtype torch.float64", 4.5),
+    ],
+    ids=["pettingzoo", "own env"],
+)
+def test_float64_obs_env_fits_one_iteration(ray_session, run_dir, make, algo, said, length):
+    """The cast path trains: one iteration, then a greedy evaluation of whole episodes (Own's copies are
+    one step apart: episodes of 4 and 5 steps in the first round)."""
+    with pytest.warns(EnvCastWarning, match=re.escape(said)):
+        result = make().fit(
+            algo, stop={"iterations": 1}, rollout_length=5, epochs=1, eval_episodes=2, progress=False, log_dir=run_dir
         )
-    assert result.metrics["env_steps"] == 10 and result.eval["episode_length_mean"] == 5.0
+    assert result.metrics["env_steps"] == 10 and result.eval["episode_length_mean"] == length
 
 
 def test_fit_stops_at_a_bad_own_env_and_at_evaluation_that_never_ends(ray_session, run_dir):
