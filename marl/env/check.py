@@ -15,7 +15,7 @@ prints (and returns) a summary of the env.
 from __future__ import annotations
 
 import pickle
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import torch
@@ -54,16 +54,33 @@ def check_env(env: Any, steps: int = 100, seed: Optional[int] = 0, num_envs: int
     """
     env = as_marl_env(env, num_envs)
     info = _check_info(env)
-    name = env_name(env)
     gen = torch.Generator()
     gen.manual_seed(0 if seed is None else int(seed))
     guard = EnvGuard(info, "check_env")
     _watch_reset_rows(env, guard)
+    try:
+        step, masks = _run(env, guard, gen, seed, int(steps))
+        _check_state(env, step, gen, min(int(steps), STATE_STEPS))
+    finally:
+        for method in ("step_env", "reset_rows"):  # the watchers of _watch_reset_rows
+            env.__dict__.pop(method, None)
+    text = summary(env, int(steps), [*getattr(env, "cast_notes", []), *guard.casts], masks)
+    if verbose:
+        print(text, flush=True)
+    return text
+
+
+def _run(
+    env: MultiAgentEnv, guard: EnvGuard, gen: torch.Generator, seed: Optional[int], steps: int
+) -> Tuple[Step, bool]:
+    """Reset and take ``steps`` random steps, each through ``guard`` and :func:`check_step`, with no
+    episode longer than ``info.episode_limit``. Returns the last step and whether any action was masked."""
+    info = env.info
     step = guard(env.reset(seed=seed), reset=True)
     check_step(env, step, reset=True, where="reset")
     masks = _has_masks(step)
     length = torch.zeros(info.num_envs, dtype=torch.long)
-    for t in range(1, int(steps) + 1):
+    for t in range(1, steps + 1):
         step = guard(env.step(env.random_actions(step, gen)))
         check_step(env, step, where=f"step {t}")
         masks |= _has_masks(step)
@@ -72,17 +89,11 @@ def check_env(env: Any, steps: int = 100, seed: Optional[int] = 0, num_envs: int
             b = int((length > info.episode_limit).nonzero()[0])
             raise _fail(
                 "episode_limit",
-                f"env {name} at step {t}: the episode in row {b} has run {int(length[b])} steps without ending; "
-                f"expected it to end by info.episode_limit = {info.episode_limit}.",
+                f"env {env_name(env)} at step {t}: the episode in row {b} has run {int(length[b])} steps without "
+                f"ending; expected it to end by info.episode_limit = {info.episode_limit}.",
             )
         length[step.done.cpu()] = 0
-    _check_state(env, step, gen, min(int(steps), STATE_STEPS))
-    for name in ("step_env", "reset_rows"):  # the watchers of _watch_reset_rows
-        env.__dict__.pop(name, None)
-    text = summary(env, int(steps), [*getattr(env, "cast_notes", []), *guard.casts], masks)
-    if verbose:
-        print(text, flush=True)
-    return text
+    return step, masks
 
 
 def as_marl_env(env: Any, num_envs: int = 2) -> MultiAgentEnv:
