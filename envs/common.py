@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from marl.env import KINDS, EnvInfo, GroupInfo, MarlError, check_entity_layout, closest, spaces_equal, unknown_choice
+from marl.env.rules import EnvRuleError, note_cast
 
 
 def agent_prefix(agent: str) -> str:
@@ -334,3 +335,136 @@ def named_env_constructor(
         f"class or a function {' / '.join(ENV_FUNCTIONS)} of that package, so nothing else is called from a name. "
         f"Pass other constructors as objects: marl.make_env(my_constructor)."
     )
+
+
+def per_copy(t: Any, shape: Tuple[int, ...], fail: Callable[[str], Exception]) -> torch.Tensor:
+    """A library's per-copy tensor reshaped to ``shape`` (e.g. a VMAS reward ``[B, 1]`` -> ``[B]``):
+    trailing (or leading) singleton dimensions are dropped; any other shape is ``fail(detail)``, raised."""
+    t = torch.as_tensor(t)
+    if tuple(t.shape) == tuple(shape):
+        return t
+    if t.numel() != int(np.prod(shape)) or tuple(d for d in t.shape if d != 1) != tuple(d for d in shape if d != 1):
+        raise fail(f"shape {tuple(t.shape)} cannot be read as {tuple(shape)} (one value per env copy)")
+    return t.reshape(shape)
+
+
+class RawChecks:
+    """Mixin of the adapters that step a library's env copies in Python (PettingZoo, Gymnasium): what
+    the library returns is checked where it is read, and a wrong value is an
+    :class:`~marl.env.rules.EnvRuleError` naming the env, the step (``reset`` or ``step t``: calls of
+    ``step_env`` since ``reset``), the env copy, the agent and the key.
+
+    Needs ``self.info``; the adapter sets ``self._t = 0`` in ``reset`` and adds 1 per ``step_env``.
+    """
+
+    _t: int = 0
+
+    def raw_error(
+        self, rule: str, detail: str, agent: Optional[str] = None, key: Optional[str] = None, copy: Optional[int] = None
+    ) -> EnvRuleError:
+        """The :class:`EnvRuleError` of ``rule`` at the current step."""
+        at = "reset" if self._t == 0 else f"step {self._t}"
+        name = f"{self.info.family}:{self.info.scenario}"  # type: ignore[attr-defined]
+        return EnvRuleError(
+            rule, name, detail, agent=None if agent is None else f"'{agent}'", key=key, step=at, copy=copy
+        )
+
+    def read_obs(self, space: gym.spaces.Space, obs: Any, size: int, agent: str, copy: int) -> np.ndarray:
+        """One agent's observation as a flat float32 array of ``size`` values.
+
+        A ``Box`` observation of another real dtype (float64, integers, bool) is cast to float32 and
+        the cast noted once per env and key (:func:`~marl.env.rules.note_cast`); other spaces are
+        flattened with :func:`gymnasium.spaces.flatten` (Discrete -> one-hot).
+
+        Raises:
+            EnvRuleError: rule ``obs_space`` (the observation does not have the declared space's
+                size), ``obs_dtype`` (no real number, or finite values beyond float32's range).
+        """
+        try:
+            if isinstance(space, gym.spaces.Box):
+                arr = np.asarray(obs)
+                if arr.dtype.kind not in "fiub":
+                    raise self.raw_error("obs_dtype", f"dtype {arr.dtype} is not a real number", agent, "obs", copy)
+                with np.errstate(over="ignore"):  # an overflow is reported below, as an EnvRuleError
+                    out = arr.astype(np.float32, copy=False).reshape(-1)
+                if arr.dtype != np.float32:
+                    self._note_cast(arr, out, agent, copy, space)
+            else:
+                out = np.asarray(gym.spaces.flatten(space, obs), np.float32)
+        except EnvRuleError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AssertionError) as e:
+            raise self.raw_error(
+                "obs_space",
+                f"{_show(obs)} does not fit the declared observation space {space}: {e}",
+                agent,
+                "obs",
+                copy,
+            ) from e
+        if out.size != size:
+            raise self.raw_error(
+                "obs_space",
+                f"{_show(obs)} has {out.size} values; the declared observation space {space} has {size}",
+                agent,
+                "obs",
+                copy,
+            )
+        return out
+
+    def _note_cast(self, arr: np.ndarray, out: np.ndarray, agent: str, copy: int, space: gym.spaces.Box) -> None:
+        """Check a cast observation and note the cast once per env (``self.cast_notes``; a warning only where the
+        dtype is not the declared space's: an ``int8`` board game that declares ``int8`` is cast silently)."""
+        if arr.dtype.kind == "f" and not np.isfinite(out).all() and np.isfinite(arr).all():
+            raise self.raw_error(
+                "obs_dtype", f"value {float(np.abs(arr).max()):g} lies beyond float32's range", agent, "obs", copy
+            )
+        casts = self.__dict__.setdefault("cast_notes", [])
+        if not casts:
+            name = f"{self.info.family}:{self.info.scenario}"  # type: ignore[attr-defined]
+            casts.append(note_cast(name, "obs", arr.dtype, "float32", f"'{agent}'", warn=arr.dtype != space.dtype))
+
+    def read_reward(self, r: Any, agent: str, copy: int) -> float:
+        """One agent's reward as a float.
+
+        Raises:
+            EnvRuleError: rule ``reward_space``: not one real number (an array of several values, a string).
+        """
+        arr = np.asarray(r)
+        if arr.size != 1 or arr.dtype.kind not in "fiub":
+            raise self.raw_error(
+                "reward_space",
+                f"reward {r!r} is not one number (shape {arr.shape}, dtype {arr.dtype})",
+                agent,
+                "reward",
+                copy,
+            )
+        return float(arr.reshape(()))
+
+    def unpack(self, out: Any, n: int, what: str, copy: int) -> Tuple[Any, ...]:
+        """The ``n``-tuple a library's ``reset`` (``n=2``: observations, infos) or ``step`` (``n=5``)
+        returned, checked: a tuple of ``n`` whose last item (the infos) is a dict.
+
+        Raises:
+            EnvRuleError: rule ``reset_api`` / ``step_api`` (e.g. the old APIs: ``reset`` returning
+                only observations, ``step`` returning four values with one ``done``).
+        """
+        if isinstance(out, tuple) and len(out) == n and isinstance(out[-1], Mapping):
+            return out
+        rule, want = (
+            ("reset_api", "(observations, infos)")
+            if n == 2
+            else ("step_api", "(observations, rewards, terminations, truncations, infos)")
+        )
+        got = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
+        raise self.raw_error(
+            rule,
+            f"{what} returned {got}; expected {want} (the Gymnasium / PettingZoo API since 2022; the old API "
+            f"returned {'only the observations' if n == 2 else 'four values with one done'})",
+            key=what,
+            copy=copy,
+        )
+
+
+def _show(obs: Any) -> str:
+    shape = getattr(obs, "shape", None)
+    return f"an observation of shape {tuple(shape)}" if shape is not None else f"an observation {type(obs).__name__}"

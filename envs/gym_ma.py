@@ -40,7 +40,7 @@ import torch
 
 from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, unknown_choice
 from marl.errors import closest
-from marl.envs.common import AgentLayout, build_groups, check_num_envs, flat_box
+from marl.envs.common import AgentLayout, RawChecks, build_groups, check_num_envs, flat_box
 
 __all__ = ["GymMultiAgentEnv", "make", "from_object", "scenarios"]
 
@@ -49,7 +49,7 @@ _ADAPTER_KWARGS = ("common_reward", "reward_scalarisation", "time_limit", "seed"
 SCALARISATIONS = ("sum", "mean")
 
 
-class GymMultiAgentEnv(MultiAgentEnv):
+class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
     """``B`` copies of a Gymnasium multi-agent env stepped one after the other (rules: module docstring).
 
     Args:
@@ -119,6 +119,7 @@ class GymMultiAgentEnv(MultiAgentEnv):
     def reset(self, seed: Optional[int] = None) -> Step:
         """Reset copy ``b`` with ``seed + b`` and return the first :class:`Step`."""
         seed = self._default_seed if seed is None else seed
+        self._t = 0
         for b in range(self.num_envs):
             self._reset_copy(b, None if seed is None else int(seed) + b)
         self._started = True
@@ -133,11 +134,13 @@ class GymMultiAgentEnv(MultiAgentEnv):
             raise MarlError("Call reset() before step().")
         per_agent = self.layout.split_actions(actions)
         B = self.num_envs
+        self._t += 1
         rewards = np.zeros((B, self._n), np.float32)
         terminated, truncated = np.zeros(B, bool), np.zeros(B, bool)
         for b, env in enumerate(self._envs):
-            obs, rew, term, trunc, info = env.step(tuple(_to_env(a[b]) for a in per_agent))
-            rewards[b] = self._rewards(rew)
+            out = env.step(tuple(_to_env(a[b]) for a in per_agent))
+            obs, rew, term, trunc, info = self.unpack(out, 5, "step", b)
+            rewards[b] = self._rewards(rew, b)
             self._steps[b] += 1
             if self.time_limit is not None and self._steps[b] >= self.time_limit or _all(trunc):
                 truncated[b] = True
@@ -159,26 +162,40 @@ class GymMultiAgentEnv(MultiAgentEnv):
 
     # ------------------------------------------------------------------ internals
     def _reset_copy(self, b: int, seed: Optional[int]) -> None:
-        obs, info = self._envs[b].reset(seed=seed)
+        obs, info = self.unpack(self._envs[b].reset(seed=seed), 2, "reset", b)
         self._steps[b] = 0
         self._write(b, self._envs[b], obs, info)
 
     def _write(self, b: int, env: Any, obs: Sequence[Any], info: Any) -> None:
         """Flatten the copy's observations into the state buffer and read its action masks."""
+        if not isinstance(obs, (tuple, list)) or len(obs) != self._n:
+            got = f"{len(obs)} observations" if isinstance(obs, (tuple, list)) else type(obs).__name__
+            raise self.raw_error(
+                "obs_space", f"expected a tuple of {self._n} observations (one per agent), got {got}", key="obs", copy=b
+            )
         for i, (space, o) in enumerate(zip(self._spaces, obs)):
-            self._state[b, self.layout.slices[i]] = gym.spaces.flatten(space, o)
+            sl = self.layout.slices[i]
+            self._state[b, sl] = self.read_obs(space, o, sl.stop - sl.start, self.info.agents[i], b)
         masks = _masks(env, info, self._n)
         for i, m in enumerate(self._masks):
             if m is not None:
                 m[b] = True if masks is None else np.asarray(masks[i], bool)
 
-    def _rewards(self, rew: Any) -> np.ndarray:
+    def _rewards(self, rew: Any, b: int) -> np.ndarray:
         """The env's reward (a list per agent, or one number for all) -> ``[N]`` per the reward mode."""
-        r = np.asarray(rew, np.float64).reshape(-1)
+        try:
+            r = np.asarray(rew, np.float64).reshape(-1)
+        except (TypeError, ValueError) as e:
+            raise self.raw_error("reward_space", f"reward {rew!r} is not numbers: {e}", key="reward", copy=b) from e
         if r.size == 1:
             r = np.full(self._n, float(r[0]))
         if r.size != self._n:
-            raise MarlError(f"{self.info.scenario} returned {r.size} rewards for {self._n} agents.")
+            raise self.raw_error(
+                "reward_space",
+                f"{r.size} rewards for {self._n} agents (expected one per agent, or one for all)",
+                key="reward",
+                copy=b,
+            )
         if self.common_reward:
             team = r.sum() if self.scalarisation == "sum" else r.mean()
             r = np.full(self._n, team)

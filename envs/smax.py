@@ -86,7 +86,8 @@ import numpy as np
 import torch
 
 from marl.env import MarlError, MultiAgentEnv, Observation, Step, unknown_choice
-from marl.envs.common import ally_team_info, check_kwargs, check_num_envs
+from marl.env.rules import EnvRuleError
+from marl.envs.common import ally_team_info, check_kwargs, check_num_envs, per_copy
 
 DEFAULT_NUM_ENVS = 64
 INSTALL_HINT = 'pip install "marl-rllib[smax]"  (i.e. pip install jaxmarl==0.2.0)'
@@ -338,7 +339,11 @@ class SMAXEnv(MultiAgentEnv):
         self._keys, self._states, self._current, final, rest = self._step_fn(self._keys, self._states, acts)
         final, rest = self._jax.device_get((final, rest))
         obs, state, avail, alive = _to_torch(final)
-        reward, terminated, truncated, won = (torch.from_numpy(np.array(x)) for x in rest)
+        B, n = self.num_envs, self.info.groups["ally"].n_agents
+        reward, terminated, truncated, won = (
+            per_copy(np.array(x), shape, self._fail(key))
+            for x, shape, key in zip(rest, ((B, n), (B,), (B,), (B,)), ("reward", "terminated", "truncated", "won"))
+        )
         return Step(
             obs={"ally": obs},
             state=state,
@@ -349,6 +354,11 @@ class SMAXEnv(MultiAgentEnv):
             truncated=truncated,
             info={"episode_metrics": {"win_rate": won.float()}},
         )
+
+    def _fail(self, key: str):
+        """``detail -> EnvRuleError`` for a JaxMARL output the adapter cannot read as one value per copy (and agent)."""
+        rule = "reward_space" if key == "reward" else "flags"
+        return lambda detail: EnvRuleError(rule, f"smax:{self.info.scenario}", detail, key=key)
 
     def reset_rows(self, rows: torch.Tensor) -> Observation:
         """The observation after the reset of the copies in ``rows``, which :meth:`step_env` already did."""

@@ -13,6 +13,9 @@ terminated_truncated=True, clamp_actions=True)`` and:
   ``env.reset()``; otherwise it calls ``env.reset_at(i)`` for each ended copy
   only (VMAS scenarios reset one index at a time) and then recomputes the
   observations once for the whole batch;
+* reads every per-copy tensor VMAS returns (rewards, ``terminated``, ``truncated``) as ``[B]``:
+  some scenarios give ``[B, 1]`` (``wheel``'s reward); other shapes are an
+  :class:`~marl.env.rules.EnvRuleError`;
 * reports ``terminated`` = the scenario's ``done()`` and ``truncated`` =
   ``max_steps`` reached *and not* terminated (the two never overlap);
 * clamps continuous actions to the action bounds (``clamp_actions=True``).
@@ -34,7 +37,8 @@ import numpy as np
 import torch
 
 from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, unknown_choice
-from marl.envs.common import build_groups, check_kwargs, check_num_envs, flat_box, to_gymnasium
+from marl.env.rules import EnvRuleError
+from marl.envs.common import build_groups, check_kwargs, check_num_envs, flat_box, per_copy, to_gymnasium
 
 DEFAULT_NUM_ENVS = 256
 DEFAULT_MAX_STEPS = 100
@@ -156,8 +160,9 @@ class VmasEnv(MultiAgentEnv):
         if not self._started:
             raise MarlError("Call reset() before step().")
         self._obs, rew, terminated, truncated, _ = self._env.step(self._agent_actions(actions))
-        terminated = terminated.bool()
-        truncated = truncated.bool() & ~terminated
+        B = (self.num_envs,)
+        terminated = per_copy(terminated, B, self._fail("terminated")).bool()
+        truncated = per_copy(truncated, B, self._fail("truncated")).bool() & ~terminated
         return self._make_step(rew, terminated, truncated)
 
     def reset_rows(self, rows: torch.Tensor) -> Observation:
@@ -203,11 +208,23 @@ class VmasEnv(MultiAgentEnv):
             alive={n: torch.ones(B, g.n_agents, dtype=torch.bool, device=dev) for n, g in groups.items()},
         )
 
+    def _fail(self, key: str, agent: Optional[str] = None):
+        """``detail -> EnvRuleError`` for a tensor VMAS returned in a shape the adapter cannot read."""
+        return lambda detail: EnvRuleError(
+            "reward_space" if key == "reward" else "flags",
+            f"vmas:{self.info.scenario}",
+            detail,
+            agent=agent,
+            key=key,
+        )
+
     def _make_step(self, rew, terminated, truncated) -> Step:
-        groups = self.info.groups
+        groups, B = self.info.groups, (self.num_envs,)
+        # a scenario's reward may carry a trailing singleton dimension ([B, 1], e.g. "wheel"): one value per copy
+        per_agent = {a: per_copy(rew[a], B, self._fail("reward", a)).float() for a in self.info.agents}
         return Step(
             *self._observation(),
-            reward={n: torch.stack([rew[a] for a in g.agents], dim=1).float() for n, g in groups.items()},
+            reward={n: torch.stack([per_agent[a] for a in g.agents], dim=1) for n, g in groups.items()},
             terminated=terminated,
             truncated=truncated,
         )

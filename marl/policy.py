@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from marl.env import EnvInfo, EnvSpec, EpisodeStats, MultiAgentEnv, Step, spaces_equal
+from marl.env.rules import EnvRuleError
 from marl.errors import MarlError, closest
 from marl.mapping import PolicyMapping
 
@@ -132,18 +133,47 @@ def run_episodes(env: MultiAgentEnv, policy: Policy, num_episodes: int, seed: in
     Returns lists (length ``num_episodes``): ``episode_return`` (sum over all
     agents and steps), ``episode_length``, ``return_<group>``, and any
     env-provided ``episode_metrics`` (e.g. win rate).
+
+    Raises:
+        EnvRuleError: rule ``episode_ends``: fewer than ``num_episodes`` episodes ended within
+            ``(info.episode_limit or 1000) * (num_episodes // B + 2)`` steps (the message names the
+            episode limit and how to set it).
     """
     step = env.reset(seed=seed)
     policy.reset()
     stats = EpisodeStats(env.info)
-    limit = (env.info.episode_limit or 1000) * (num_episodes // env.num_envs + 2)
+    limit = (env.info.episode_limit or UNBOUNDED_EVAL_STEPS) * (num_episodes // env.num_envs + 2)
     for _ in range(limit):
         step = env.step(policy.act(step))
         stats.update(step)
         if len(stats.done["episode_return"]) >= num_episodes:
             break
     out = stats.pop()
+    if len(out["episode_return"]) < num_episodes:
+        raise _episodes_never_end(env.info, limit, len(out["episode_return"]), num_episodes)
     return {k: v[:num_episodes] for k, v in out.items()}
+
+
+UNBOUNDED_EVAL_STEPS = 1000  # steps per episode evaluation allows an env that declares no episode_limit
+
+
+def _episodes_never_end(info: EnvInfo, steps: int, ended: int, wanted: int) -> EnvRuleError:
+    """The error of an evaluation that ran out of steps before ``wanted`` episodes ended."""
+    declared = (
+        f"info.episode_limit = {info.episode_limit}"
+        if info.episode_limit
+        else f"info.episode_limit = 0 (none declared: evaluation allows {UNBOUNDED_EVAL_STEPS} steps per episode)"
+    )
+    return EnvRuleError(
+        "episode_ends",
+        f"{info.family}:{info.scenario}",
+        f"evaluation ran {steps} steps of {info.num_envs} env copies and only {ended} of {wanted} episodes ended "
+        f"({declared}). Give the env an episode limit: make_env(..., episode_limit=T) for a PettingZoo env, "
+        f"time_limit=T for a Gymnasium env, max_steps=T for VMAS; an env of your own sets truncated=True "
+        f"after T steps and declares EnvInfo(episode_limit=T)",
+        key="episode_limit",
+        step=f"step {steps}",
+    )
 
 
 # ------------------------------------------------------------------ input checks

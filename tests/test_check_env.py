@@ -10,6 +10,7 @@ import torch
 
 import marl
 from marl.env import EnvInfo, ExtraColumn, GroupInfo, MarlError, MultiAgentEnv, Observation, Step, check_step
+from marl.env.rules import EnvCastWarning
 
 B, LIMIT = 4, 3
 
@@ -112,12 +113,8 @@ BROKEN = [
     (
         "obs shape",
         at("step", put("obs", "a", lambda s: s.obs["a"][..., :3])),
-        r"step 1: group 'a': obs has shape \(4, 2, 3\), expected \(4, 2, 4\)",
-    ),
-    (
-        "obs dtype",
-        at("reset", put("obs", "a", lambda s: s.obs["a"].double())),
-        r"reset: group 'a': obs has dtype torch.float64, expected torch.float32",
+        r"\[rule obs_shape\] env toy:check \(check_env\), at step 1, agent 'a_0', 'a_1' \(group 'a'\), key 'obs': "
+        r"shape \(4, 2, 3\) differs from \(4, 2, 4\)",
     ),
     (
         "obs nan",
@@ -127,7 +124,8 @@ BROKEN = [
     (
         "obs missing group",
         at("step", set_("obs", lambda s: {"a": s.obs["a"]})),
-        r"step 1: obs must be a dict over the groups \['a', 'c'\] \(in this order\), got \['a'\]",
+        r"\[rule groups\] .*at step 1, agent 'c_0' \(group 'c'\), key 'obs': obs lacks group 'c': expected the "
+        r"groups \['a', 'c'\], got \['a'\]",
     ),
     (
         "obs group order",
@@ -137,22 +135,23 @@ BROKEN = [
     (
         "state shape",
         at("step", set_("state", lambda s: s.state[:, :10])),
-        r"step 1: state has shape \(4, 10\), expected \(4, 11\)",
+        r"\[rule state_shape\] .*at step 1, key 'state': shape \(4, 10\) differs from \(4, 11\)",
     ),
     (
         "state not a tensor",
         at("reset", set_("state", lambda s: s.state.numpy())),
-        r"reset: state must be a torch tensor of shape \(4, 11\), got ndarray",
+        r"\[rule step_type\] .*at reset, key 'state': expected a torch tensor, got ndarray",
     ),
     (
         "avail dtype",
         at("step", put("avail_actions", "a", lambda s: s.avail_actions["a"].float())),
-        r"group 'a': avail_actions has dtype torch.float32, expected torch.bool",
+        r"\[rule bool_dtype\] .*key 'avail_actions': dtype torch.float32 cannot be read as torch.bool",
     ),
     (
         "no legal action",
         at("step", put("avail_actions", "a", lambda s: s.avail_actions["a"].index_fill(0, torch.tensor([1]), False))),
-        r"step 1: group 'a': avail_actions: row 1, agent a_0 has no legal action",
+        r"\[rule no_legal_action\] .*at step 1, env copy 1, agent 'a_0' \(group 'a'\), key 'avail_actions': this "
+        r"alive agent has no legal action",
     ),
     (
         "continuous avail",
@@ -160,14 +159,9 @@ BROKEN = [
         r"group 'c': avail_actions must be None for a continuous group",
     ),
     (
-        "alive dtype",
-        at("step", put("alive", "a", lambda s: s.alive["a"].long())),
-        r"group 'a': alive has dtype torch.int64, expected torch.bool",
-    ),
-    (
         "reward shape",
         at("step", put("reward", "c", lambda s: s.reward["c"][:, 0])),
-        r"group 'c': reward has shape \(4,\), expected \(4, 1\)",
+        r"\[rule reward_shape\] .*agent 'c_0' \(group 'c'\), key 'reward': shape \(4,\) differs from \(4, 1\)",
     ),
     (
         "reward after reset",
@@ -175,14 +169,9 @@ BROKEN = [
         r"reset: group 'a': reward after reset must be 0",
     ),
     (
-        "flag dtype",
-        at("step", set_("terminated", lambda s: s.terminated.long())),
-        r"step 1: terminated has dtype torch.int64, expected torch.bool",
-    ),
-    (
         "flag shape",
         at("step", set_("truncated", lambda s: s.truncated[:, None])),
-        r"step 1: truncated has shape \(4, 1\), expected \(4,\)",
+        r"\[rule flags\] .*at step 1, key 'truncated': shape \(4, 1\) differs from \(4,\)",
     ),
     (
         "both flags",
@@ -220,7 +209,7 @@ BROKEN = [
     (
         "final avail shape",
         at("step", put("final_avail_actions", "a", lambda s: s.avail_actions["a"][..., :2])),
-        r"group 'a': final_avail_actions has shape \(4, 2, 2\), expected \(4, 2, 3\)",
+        r"\[rule avail_shape\] .*key 'final_avail_actions': shape \(4, 2, 2\) differs from \(4, 2, 3\)",
     ),
     (
         "episode metrics shape",
@@ -245,6 +234,32 @@ def test_a_correct_env_passes_and_is_left_reset_and_stepped():
     env = Toy(extra=True)
     marl.check_env(env, steps=3 * LIMIT + 1, seed=3)
     assert env.t.tolist() == [1] * B  # stepped through three episodes and one more step
+
+
+def as_int_obs(s, group):
+    """Group ``group``'s obs and final_obs as whole numbers (x10, rounded), as an env with integer features gives."""
+    s.final_obs = dict(s.final_obs)
+    for field in (s.obs, s.final_obs):
+        field[group] = (field[group] * 10).round().long()
+
+
+CAST = [
+    ("obs", at("reset", put("obs", "a", lambda s: s.obs["a"].double())), "obs[a]", "torch.float64"),
+    ("obs int", at("step", lambda s: as_int_obs(s, "c")), "obs[c]", "torch.int64"),
+    ("alive", at("step", put("alive", "a", lambda s: s.alive["a"].long())), "alive[a]", "torch.int64"),
+    ("flag", at("step", set_("terminated", lambda s: s.terminated.long())), "terminated", "torch.int64"),
+]
+
+
+@pytest.mark.parametrize("name, bug, key, dtype", CAST, ids=[c[0] for c in CAST])
+def test_other_dtypes_are_cast_and_said_once(name, bug, key, dtype):
+    """float64 / integer values are cast (float32 / bool), with one warning per env and key over many
+    steps, and the summary lists the cast."""
+    with pytest.warns(EnvCastWarning) as caught:
+        text = marl.check_env(Toy(bug), steps=2 * LIMIT, verbose=False)
+    said = [str(w.message) for w in caught if issubclass(w.category, EnvCastWarning)]
+    assert len(said) == 1 and f"{key}" in said[0] and dtype in said[0], said
+    assert f"cast: env toy:check (check_env): {key}" in text and "passed (6 steps of 4 env copies" in text, text
 
 
 @pytest.mark.parametrize(
@@ -293,7 +308,9 @@ def test_bad_info_and_bad_objects():
     env.info.groups["c"].obs_space = gym.spaces.Box(-1, 1, (3, 1), np.float32)
     with pytest.raises(MarlError, match=r"group 'c': obs_space must be a 1-D Box"):
         marl.check_env(env)
-    with pytest.raises(MarlError, match="expected a marl MultiAgentEnv, got str"):
+    with pytest.raises(
+        MarlError, match=r"\[rule env_type\] check_env: expected a marl MultiAgentEnv, a PettingZoo env"
+    ):
         marl.check_env("mpe")
 
     class NoStep(Toy):

@@ -106,8 +106,8 @@ def test_guard_off_passes_values_but_still_checks_shapes():
     grown = Poisoned(grow=True, at=4, num_envs=2)
     with pytest.raises(
         MarlError,
-        match=r"changed the shape of obs of group 'agent' at step 4: expected \(2, 2, 3\) "
-        r"\(\[B, N_g, obs_dim\] from env.info\), got \(2, 2, 4\)",
+        match=r"\[rule obs_shape\] env toy:match \(env runner\), at step 4, agent 'agent_0', 'agent_1' \(group "
+        r"'agent'\), key 'obs': shape \(2, 2, 4\) differs from \(2, 2, 3\) \(\[B, N_g, obs_dim\] from env.info\)",
     ):
         _run(grown, StepGuard(grown.info, "off"), 6)
 
@@ -118,12 +118,17 @@ def test_guard_missing_group_and_state_shape():
     step = env.reset(seed=0)
     step.reward = {}
     with pytest.raises(
-        MarlError, match=r"returned reward without group 'agent' at step 0: expected the groups \['agent'\]"
+        MarlError,
+        match=r"\[rule groups\] env toy:match \(env runner\), at reset, .*key 'reward': reward lacks group "
+        r"'agent': expected the groups \['agent'\]",
     ):
         guard(step, reset=True)
     step = env.reset(seed=0)
     step.state = torch.zeros(2, 7)
-    with pytest.raises(MarlError, match=r"shape of state at step 0: expected \(2, 6\) \(\[B, state_dim\]"):
+    with pytest.raises(
+        MarlError,
+        match=r"\[rule state_shape\] .*at reset, key 'state': shape \(2, 7\) differs from \(2, 6\) \(\[B, state_dim\]",
+    ):
         guard(step, reset=True)
 
 
@@ -207,7 +212,10 @@ def test_fit_stops_at_the_env_naming_it_local_and_remote(ray_session, run_dir):
         Poisoned("reward", INF, at=5, num_envs=4).fit(
             "ippo", stop={"iterations": 3}, log_dir=run_dir, num_env_runners=1, **QUICK
         )
-    with pytest.raises(MarlError, match=r"changed the shape of obs of group 'agent' at step 15: expected \(4, 2, 3\)"):
+    with pytest.raises(
+        MarlError,
+        match=r"\[rule obs_shape\] env toy:match.*at step 15.*key 'obs': shape \(4, 2, 4\) differs from \(4, 2, 3\)",
+    ):
         Poisoned(grow=True, at=15, num_envs=4).fit("mappo", stop={"iterations": 3}, log_dir=run_dir, **QUICK)
 
 

@@ -54,6 +54,7 @@ from marl.envs.common import (
     check_kwargs,
     check_num_envs,
     default_teams,
+    RawChecks,
     flat_box,
     mpe2_modules,
     named_env_constructor,
@@ -115,13 +116,6 @@ class _AgentIO:
         else:
             raise MarlError(f"Agent '{agent}' has action space {act_space!r}; only Discrete and Box are supported.")
 
-    def flat(self, obs: Any) -> np.ndarray:
-        if self.key is not None:
-            obs = obs[self.key]
-        if self.plain_box:
-            return np.asarray(obs, dtype=np.float32).reshape(-1)
-        return np.asarray(gym.spaces.flatten(self.raw_space, obs), dtype=np.float32)
-
     def mask(self, obs: Any, info: Optional[Mapping]) -> Optional[np.ndarray]:
         if not self.n:
             return None
@@ -138,7 +132,7 @@ class _AgentIO:
         return np.asarray(a, dtype=self.dtype).reshape(self.shape)
 
 
-class PettingZooEnv(AECStepping, MultiAgentEnv):
+class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
     """``B`` copies of a PettingZoo env (Parallel or AEC) as one batched env.
 
     Build it with :meth:`from_object` (an env instance, a constructor, or a
@@ -325,6 +319,7 @@ class PettingZooEnv(AECStepping, MultiAgentEnv):
         if seed is None:
             seed = self._default_seed
         B = self.num_envs
+        self._t = 0
         for b, env in enumerate(self._envs):
             s = None if seed is None else int(seed) + b
             self._rngs[b] = np.random.default_rng(s)
@@ -342,6 +337,7 @@ class PettingZooEnv(AECStepping, MultiAgentEnv):
         if not self._started:
             raise MarlError("Call reset() before step().")
         B, N = self.num_envs, len(self.info.agents)
+        self._t += 1
         per_agent = self.layout.split_actions(actions)
         rewards = np.zeros((B, N), np.float32)
         terminated = np.zeros(B, bool)
@@ -404,11 +400,35 @@ class PettingZooEnv(AECStepping, MultiAgentEnv):
         if not alive or obs is None:
             row[sl] = 0.0
         else:
-            row[sl] = io.flat(obs)
+            row[sl] = self.flat(agent, obs, b)
         if io.n:
             name, j = self._mask_slot[agent]
             m = io.mask(obs, info) if alive else None
+            if m is not None and not m.any() and not self._aec:  # AEC: not its turn (checked at its turn)
+                raise self.raw_error(
+                    "no_legal_action",
+                    "this live agent's action mask is all zero; give it at least one legal action",
+                    agent,
+                    "avail_actions",
+                    b,
+                )
             self._masks[name][b, j] = True if m is None else self.waiting_mask(io.n) if not m.any() else m
+
+    def flat(self, agent: str, obs: Any, b: int) -> np.ndarray:
+        """Agent ``agent``'s observation in copy ``b`` as its flat float32 slice of the state (checked:
+        :meth:`~marl.envs.common.RawChecks.read_obs`)."""
+        io = self._io[self.layout.index[agent]]
+        if io.key is not None:
+            if not isinstance(obs, Mapping) or io.key not in obs:
+                raise self.raw_error(
+                    "obs_space",
+                    f"expected a dict with '{io.key}' (its declared Dict space), got {type(obs).__name__}",
+                    agent,
+                    "obs",
+                    b,
+                )
+            obs = obs[io.key]
+        return self.read_obs(io.raw_space, obs, io.obs_space.shape[0], agent, b)
 
     def _reset_copy(self, b: int, env: Any, seed: Optional[int]) -> None:
         if self._aec:
@@ -419,7 +439,7 @@ class PettingZooEnv(AECStepping, MultiAgentEnv):
                 alive = a in present
                 self._write(b, a, env.observe(a) if alive else None, infos.get(a), alive)
         else:
-            obs, infos = env.reset(seed=seed)
+            obs, infos = self.unpack(env.reset(seed=seed), 2, "reset", b)
             infos = infos or {}
             present = set(env.agents)
             for a in self.info.agents:
@@ -429,10 +449,11 @@ class PettingZooEnv(AECStepping, MultiAgentEnv):
     def _step_parallel(self, b: int, env: Any, acts: List[Any], rew_row: np.ndarray):
         idx = self.layout.index
         live = list(env.agents)
-        obs, rew, term, trunc, infos = env.step({a: self._io[idx[a]].to_env(acts[idx[a]]) for a in live})
+        out = env.step({a: self._io[idx[a]].to_env(acts[idx[a]]) for a in live})
+        obs, rew, term, trunc, infos = self.unpack(out, 5, "step", b)
         for a, r in rew.items():
             if a in idx:
-                rew_row[idx[a]] = r
+                rew_row[idx[a]] = self.read_reward(r, a, b)
         done_now = [a for a in live if term.get(a, False) or trunc.get(a, False)]
         present = set(env.agents) - set(done_now)
         ended = not present
@@ -442,8 +463,7 @@ class PettingZooEnv(AECStepping, MultiAgentEnv):
             last = self._state[b].copy()
             for a in done_now:
                 if a in obs:
-                    i = idx[a]
-                    last[self.layout.slices[i]] = self._io[i].flat(obs[a])
+                    last[self.layout.slices[idx[a]]] = self.flat(a, obs[a], b)
         for a in self.info.agents:
             self._write(b, a, obs.get(a), infos.get(a) if infos else None, a in present)
         truncd = any(trunc.get(a, False) for a in done_now)

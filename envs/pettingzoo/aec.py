@@ -28,7 +28,8 @@ class AECStepping:
     """Mixin of :class:`~marl.envs.pettingzoo.PettingZooEnv`: the AEC half of ``step_env``.
 
     Needs ``self.layout``, ``self._io``, ``self._rngs``, ``self._state``, ``self.info``,
-    ``self._write`` and ``self.aec_mode`` (one of :data:`AEC_MODES`).
+    ``self._write``, ``self.flat``, ``self.raw_error``, ``self.read_reward`` and ``self.aec_mode``
+    (one of :data:`AEC_MODES`).
     """
 
     def _step_aec(self, b: int, env: Any, acts: List[Any], rew_row: np.ndarray, illegal: np.ndarray):
@@ -64,12 +65,20 @@ class AECStepping:
         a = acts[i]
         if io.n:
             m = io.mask(env.observe(agent) if io.mask_in_obs else None, env.infos.get(agent))
+            if m is not None and not m.any():
+                raise self.raw_error(
+                    "no_legal_action",
+                    "it is this agent's turn and its action mask is all zero; give it at least one legal action",
+                    agent,
+                    "avail_actions",
+                    b,
+                )
             if m is not None and m.any() and not m[int(a)]:
                 a = int(self._rngs[b].choice(np.flatnonzero(m)))
                 illegal[b] += 1
         env.step(io.to_env(a))
         for other in env.agents:
-            rew_row[idx[other]] += env.rewards[other]
+            rew_row[idx[other]] += self.read_reward(env.rewards[other], other, b)
 
     @staticmethod
     def _retire(env: Any, agent: str, last_obs: Dict[str, Any], truncd: Dict[str, bool]) -> None:
@@ -93,8 +102,7 @@ class AECStepping:
         if ended:
             last = self._state[b].copy()
             for a, o in last_obs.items():
-                i = idx[a]
-                last[self.layout.slices[i]] = self._io[i].flat(o)
+                last[self.layout.slices[idx[a]]] = self.flat(a, o, b)
         infos = env.infos
         for a in self.info.agents:
             alive = a in present

@@ -9,7 +9,8 @@ every :class:`~marl.env.Step` where it enters the sampler
 "Stable-Baselines3: Reliable Reinforcement Learning Implementations", JMLR
 22(268)); the full contract check of an env is :func:`marl.env.check_env`.
 
-Cost per step: one shape comparison and one ``sum`` per checked tensor (a NaN or
+Cost per step: the env rules of :class:`~marl.env.guard.EnvGuard` (dtypes, shapes, legal
+actions), then one ``sum`` per checked tensor (a NaN or
 an infinity makes the sum non-finite); only then is the tensor searched for the
 place to name. The engine config key ``non_finite`` picks what happens:
 ``raise`` (default) a :class:`~marl.errors.MarlError` naming the env, the
@@ -27,13 +28,16 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from marl.env import EnvInfo, Step
+from marl.env.guard import EnvGuard
 from marl.errors import MarlError
 
 Item = Tuple[str, Optional[str], torch.Tensor]  # (field, group or None for the state, tensor)
 
 
-class StepGuard:
-    """Checks the :class:`Step` objects of one env (see the module docstring).
+class StepGuard(EnvGuard):
+    """Checks the :class:`Step` objects of one env (see the module docstring): the env rules of
+    :class:`~marl.env.guard.EnvGuard` (groups, dtypes cast once, shapes, a legal action for every
+    alive agent), then finite values.
 
     Args:
         info: the env's :class:`~marl.env.EnvInfo` (shapes: ``obs[g]`` ``[B, N_g, obs_dim_g]``,
@@ -43,31 +47,22 @@ class StepGuard:
     """
 
     def __init__(self, info: EnvInfo, mode: str = "raise", where: str = "env runner"):
-        self.info, self.mode, self.where = info, mode, where
-        self.name = f"{info.family}:{info.scenario}"
-        B = info.num_envs
-        self.shapes: Dict[Tuple[str, Optional[str]], Tuple[int, ...]] = {("state", None): (B, info.state_dim)}
-        for g, gi in info.groups.items():
-            self.shapes[("obs", g)] = (B, gi.n_agents, gi.obs_dim)
-            self.shapes[("reward", g)] = (B, gi.n_agents)
-        self.steps = 0  # env steps since the guard was built (the reset is step 0)
+        super().__init__(info, where)
+        self.mode = mode
         self.masked: List[int] = []
 
     def __call__(self, step: Step, reset: bool = False) -> Step:
         """``step`` checked (and, in ``mask`` mode, with non-finite values replaced by 0).
 
         Raises:
-            MarlError: a tensor whose shape differs from ``info`` (expected vs got), or,
-                in ``raise`` mode, a NaN / infinite value (env, agent, field, env copy, step).
+            EnvRuleError: a broken env rule (:class:`~marl.env.guard.EnvGuard`: env, step, agent, key named).
+            MarlError: in ``raise`` mode, a NaN / infinite value (env, agent, field, env copy, step).
         """
-        if not reset:
-            self.steps += 1
+        step = super().__call__(step, reset)
+        if self.mode == "off":
+            return step
         items = list(self._items(step))
-        for field, group, t in items:
-            want = self.shapes[(field.removeprefix("final_"), group)]
-            if tuple(t.shape) != want:
-                self._shape_error(field, group, tuple(t.shape), want)
-        if self.mode == "off" or math.isfinite(sum(float(t.sum()) for _, _, t in items)):
+        if math.isfinite(sum(float(t.sum()) for _, _, t in items)):
             return step
         bad = [(f, g, t) for f, g, t in items if not bool(torch.isfinite(t).all())]
         if not bad:  # the sum overflowed, every value is finite
@@ -88,14 +83,8 @@ class StepGuard:
     def _items(self, step: Step) -> Iterator[Item]:
         """The tensors to check; ``final_*`` ones only where they are not the current ones."""
         for field in ("obs", "reward"):
-            per_group = getattr(step, field)
-            for g in self.info.groups:
-                if g not in per_group:
-                    raise MarlError(
-                        f"Env {self.name} ({self.where}) returned {field} without group '{g}' at "
-                        f"step {self.steps}: expected the groups {list(self.info.groups)}, got {list(per_group)}."
-                    )
-                yield field, g, per_group[g]
+            for g, t in getattr(step, field).items():  # every group: the EnvGuard checked them
+                yield field, g, t
         yield "state", None, step.state
         if step.final_obs is not None:
             for g, t in step.final_obs.items():
@@ -103,15 +92,6 @@ class StepGuard:
                     yield "final_obs", g, t
         if step.final_state is not None and step.final_state is not step.state:
             yield "final_state", None, step.final_state
-
-    def _shape_error(self, field: str, group: Optional[str], got: Tuple[int, ...], want: Tuple[int, ...]) -> None:
-        what = f"{field} of group '{group}'" if group else field
-        dims = "[B, state_dim]" if group is None else "[B, N_g, obs_dim]" if "obs" in field else "[B, N_g]"
-        raise MarlError(
-            f"Env {self.name} ({self.where}) changed the shape of {what} at step {self.steps}: "
-            f"expected {want} ({dims} from env.info), got {got}. An env must keep the shapes its "
-            f"EnvInfo declares for the whole run."
-        )
 
     def _describe(self, field: str, group: Optional[str], t: torch.Tensor) -> str:
         idx = [int(i) for i in (~torch.isfinite(t)).nonzero()[0]]
@@ -122,7 +102,7 @@ class StepGuard:
             who = f"of agent '{self.info.groups[group].agents[idx[1]]}' (group '{group}'"
             who += f", feature {idx[2]})" if len(idx) > 2 else ")"
         return (
-            f"Env {self.name} ({self.where}) returned {value} in {field} {who}, env copy {idx[0]}, at step "
+            f"Env {self.name} returned {value} in {field} {who}, env copy {idx[0]}, at step "
             f"{self.steps}{' (reset)' if self.steps == 0 else ''}. Fix the env, or set non_finite='mask' to "
             f"replace NaN/inf by 0 (counted in the metric non_finite_masked)."
         )

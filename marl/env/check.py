@@ -2,59 +2,192 @@
 
 After Stable-Baselines3's ``check_env`` (Raffin et al. 2021, "Stable-Baselines3:
 Reliable Reinforcement Learning Implementations", JMLR 22(268)), for marl's
-batched multi-agent contract (docs/envs.md, "Checking an env"). Every failure
-is a :class:`~marl.errors.MarlError` naming the step, the field, the group and
-the row where it applies, and what was expected.
+batched multi-agent contract (docs/envs.md, "Checking an env"). It takes a marl
+env, or a raw PettingZoo (AEC or parallel) or Gymnasium multi-agent env, which
+it wraps as :func:`marl.make_env` does. Every failure is an
+:class:`~marl.env.rules.EnvRuleError` (a :class:`~marl.errors.MarlError`)
+whose message starts with the broken rule's name (``[rule obs_shape]``, the
+rules of :data:`marl.env.rules.RULES`) and names the env, the step, the field,
+the group and the row where it applies, and what was expected. On success it
+prints (and returns) a summary of the env.
 """
 
 from __future__ import annotations
 
 import pickle
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import torch
 
 from marl.env.contract import EnvInfo, MultiAgentEnv, Step
-from marl.errors import MarlError
+from marl.env.guard import EnvGuard
+from marl.env.rules import EnvRuleError, env_name
 
 
-def check_env(env: MultiAgentEnv, steps: int = 100, seed: Optional[int] = 0) -> None:
+def check_env(env: Any, steps: int = 100, seed: Optional[int] = 0, num_envs: int = 2, verbose: bool = True) -> str:
     """Reset ``env``, take ``steps`` steps of uniformly random legal actions, check each :class:`Step`.
 
-    Checks, besides :func:`check_step` on the reset and on every step: the
-    :class:`EnvInfo` itself (1-D ``Box`` observation spaces, ``Discrete`` or
-    1-D ``Box`` action spaces, positive ``num_envs`` / ``state_dim``) and that
-    no episode runs longer than ``info.episode_limit`` steps (when it is > 0); for an
-    env that saves its state (:meth:`MultiAgentEnv.get_state` not ``None``), that the
-    state pickles and that after ``set_state`` the env takes the same
+    Checks, besides :func:`check_step` on the reset and on every step (after the per-step guard
+    of the env runners, :class:`~marl.env.guard.EnvGuard`, which casts float64 / integer
+    observations to float32 and notes it once): the :class:`EnvInfo` itself (1-D ``Box``
+    observation spaces, ``Discrete`` or 1-D ``Box`` action spaces, positive ``num_envs`` /
+    ``state_dim``) and that no episode runs longer than ``info.episode_limit`` steps (when it
+    is > 0); for an env that saves its state (:meth:`MultiAgentEnv.get_state` not ``None``),
+    that the state pickles and that after ``set_state`` the env takes the same
     :data:`STATE_STEPS` steps again.
 
     Args:
-        env: the env to check (it is reset and stepped).
+        env: the env to check (it is reset and stepped): a marl :class:`MultiAgentEnv`, or a
+            PettingZoo ``ParallelEnv`` / ``AECEnv`` or Gymnasium multi-agent env (an instance or
+            a class), wrapped through :func:`marl.make_env`'s adapters.
         steps: number of steps after the reset.
         seed: seed of the reset and of the random actions (``None``: unseeded).
+        num_envs: copies ``B`` of a raw PettingZoo env or Gymnasium env class (a Gymnasium
+            instance is one copy); a marl env keeps its own.
+        verbose: print the summary.
+    Returns:
+        The summary: agents and groups, spaces, episode limit, state size, action masks,
+        what was cast.
     Raises:
-        MarlError: the first violation found.
+        EnvRuleError: the first violation found (the message names the rule).
     """
+    env = as_marl_env(env, num_envs)
     info = _check_info(env)
     gen = torch.Generator()
     gen.manual_seed(0 if seed is None else int(seed))
-    step = env.reset(seed=seed)
+    guard = EnvGuard(info, "check_env")
+    _watch_reset_rows(env, guard)
+    try:
+        step, masks = _run(env, guard, gen, seed, int(steps))
+        _check_state(env, step, gen, min(int(steps), STATE_STEPS))
+    finally:
+        for method in ("step_env", "reset_rows"):  # the watchers of _watch_reset_rows
+            env.__dict__.pop(method, None)
+    text = summary(env, int(steps), [*getattr(env, "cast_notes", []), *guard.casts], masks)
+    if verbose:
+        print(text, flush=True)
+    return text
+
+
+def _run(
+    env: MultiAgentEnv, guard: EnvGuard, gen: torch.Generator, seed: Optional[int], steps: int
+) -> Tuple[Step, bool]:
+    """Reset and take ``steps`` random steps, each through ``guard`` and :func:`check_step`, with no
+    episode longer than ``info.episode_limit``. Returns the last step and whether any action was masked."""
+    info = env.info
+    step = guard(env.reset(seed=seed), reset=True)
     check_step(env, step, reset=True, where="reset")
+    masks = _has_masks(step)
     length = torch.zeros(info.num_envs, dtype=torch.long)
-    for t in range(1, int(steps) + 1):
-        step = env.step(env.random_actions(step, gen))
+    for t in range(1, steps + 1):
+        step = guard(env.step(env.random_actions(step, gen)))
         check_step(env, step, where=f"step {t}")
+        masks |= _has_masks(step)
         length += 1
         if info.episode_limit > 0 and bool((length > info.episode_limit).any()):
             b = int((length > info.episode_limit).nonzero()[0])
-            raise MarlError(
-                f"check_env: step {t}: the episode in row {b} has run {int(length[b])} steps without ending; "
-                f"expected it to end by info.episode_limit = {info.episode_limit}."
+            raise _fail(
+                "episode_limit",
+                f"env {env_name(env)} at step {t}: the episode in row {b} has run {int(length[b])} steps without "
+                f"ending; expected it to end by info.episode_limit = {info.episode_limit}.",
             )
         length[step.done.cpu()] = 0
-    _check_state(env, step, gen, min(int(steps), STATE_STEPS))
+    return step, masks
+
+
+def as_marl_env(env: Any, num_envs: int = 2) -> MultiAgentEnv:
+    """``env`` itself if it is a marl env; a raw PettingZoo / Gymnasium env wrapped by the adapter
+    :func:`marl.make_env` uses (``num_envs`` copies; one for a Gymnasium instance).
+
+    Raises:
+        EnvRuleError: rule ``env_type``: neither.
+    """
+    if isinstance(env, MultiAgentEnv):
+        return env
+    from marl.env.registry import make_env
+
+    pettingzoo = hasattr(env, "possible_agents") and hasattr(env, "step")
+    gym_env = isinstance(env, gym.Env) or (isinstance(env, type) and issubclass(env, gym.Env))
+    if not (pettingzoo or gym_env):
+        raise _fail(
+            "env_type",
+            f"expected a marl MultiAgentEnv, a PettingZoo env (AEC or parallel) or a Gymnasium multi-agent "
+            f"env, got {type(env).__name__}.",
+        )
+    return make_env(env, num_envs=1 if isinstance(env, gym.Env) else num_envs)
+
+
+def _watch_reset_rows(env: MultiAgentEnv, guard: EnvGuard) -> None:
+    """In an env on :meth:`MultiAgentEnv.step`'s template (``step_env`` + ``reset_rows``), check
+    that ``reset_rows(rows)`` keeps the rows it is not asked to reset (rule
+    ``reset_rows_keeps_others``): it must return their current observation, which the raw
+    ``step_env`` just gave. Watchers are set on the instance; :func:`check_env` removes them."""
+    cls = type(env)
+    if cls.step_env is MultiAgentEnv.step_env or cls.reset_rows is MultiAgentEnv.reset_rows:
+        return
+    raw_step, raw_reset_rows = env.step_env, env.reset_rows
+    last: Dict[str, Any] = {}
+
+    def watched_step_env(actions: Any) -> Step:
+        raw = raw_step(actions)
+        last["state"] = raw.state.clone() if isinstance(raw.state, torch.Tensor) else None
+        return raw
+
+    def watched_reset_rows(rows: torch.Tensor) -> Any:
+        fresh = raw_reset_rows(rows)
+        before = last.get("state")
+        if (
+            isinstance(before, torch.Tensor)
+            and isinstance(fresh.state, torch.Tensor)
+            and fresh.state.shape == before.shape
+        ):
+            row = _first_row(fresh.state, before, ~rows.cpu())
+            if row is not None:
+                raise EnvRuleError(
+                    "reset_rows_keeps_others",
+                    env_name(env),
+                    f"reset_rows(rows={rows.tolist()}) changed the state of row {row}, which it was not asked to reset; "
+                    f"it must return the current observation there (step_env's)",
+                    key="state",
+                    step=f"step {guard.steps + 1}",
+                    copy=row,
+                )
+        return fresh
+
+    env.__dict__["step_env"], env.__dict__["reset_rows"] = watched_step_env, watched_reset_rows
+
+
+def _has_masks(step: Step) -> bool:
+    """Some action of some agent is masked in ``step``."""
+    return any(av is not None and not bool(av.all()) for av in step.avail_actions.values())
+
+
+def summary(env: MultiAgentEnv, steps: int, casts: List[str], masks: bool) -> str:
+    """What :func:`check_env` prints on success: one line per group and the env's facts."""
+    i = env.info
+    lines = [f"check_env: {env_name(env)} passed ({steps} steps of {i.num_envs} env copies, {i.kind})."]
+    for name, g in i.groups.items():
+        acts = f"Discrete({g.n_actions})" if g.discrete else f"Box({g.n_actions},)"
+        plural = "s" if g.n_agents > 1 else ""
+        lines.append(
+            f"  group '{name}' (team '{g.team}'): {g.n_agents} agent{plural} {g.agents}; obs Box({g.obs_dim},), actions {acts}"
+        )
+    limit = f"{i.episode_limit} steps" if i.episode_limit else "none (0: episodes end only when the env says so)"
+    lines.append(f"  episode limit: {limit}; state: {i.state_dim} values")
+    discrete = [n for n, g in i.groups.items() if g.discrete]
+    lines.append(
+        "  avail_actions: "
+        + (
+            "none (continuous actions)"
+            if not discrete
+            else "masked actions seen"
+            if masks
+            else "every action was legal at every step"
+        )
+    )
+    lines.append("  cast: " + ("; ".join(casts) if casts else "nothing (every value had marl's dtype)"))
+    return "\n".join(lines)
 
 
 STATE_STEPS = 10  # steps check_env replays after set_state(get_state())
@@ -82,7 +215,10 @@ def _check_state(env: MultiAgentEnv, step: Step, gen: torch.Generator, steps: in
     try:
         saved = pickle.loads(pickle.dumps(saved))
     except Exception as e:  # noqa: BLE001 - any pickling failure is the env's to fix
-        raise MarlError(f"check_env: get_state() must return a picklable dict (checkpoints are pickles): {e}") from e
+        raise _fail(
+            "state_pickles",
+            f"env {env_name(env)}: get_state() must return a picklable dict (checkpoints are pickles): {e}",
+        ) from e
     actions, taken = [], []
     for _ in range(steps):
         actions.append(env.random_actions(step, gen))
@@ -93,10 +229,11 @@ def _check_state(env: MultiAgentEnv, step: Step, gen: torch.Generator, steps: in
         got = env.step(a)
         for name in _STEP_FIELDS:
             if not _same(getattr(got, name), getattr(want, name)):
-                raise MarlError(
-                    f"check_env: after set_state(get_state()), step {t} gives another '{name}' than the saved "
+                raise _fail(
+                    "state_roundtrip",
+                    f"env {env_name(env)}: after set_state(get_state()), step {t} gives another '{name}' than the saved "
                     f"env did; get_state must capture everything the steps depend on (docs/envs.md, "
-                    f"'Saving the env state')."
+                    f"'Saving the env state').",
                 )
 
 
@@ -135,98 +272,112 @@ def check_step(env: MultiAgentEnv, step: Step, reset: bool = False, where: str =
         MarlError: the first violation found.
     """
     if not isinstance(step, Step):
-        raise MarlError(f"check_env: {where}: expected a marl Step, got {type(step).__name__}.")
+        raise _fail("step_type", f"{where}: expected a marl Step, got {type(step).__name__}.")
+    where = f"env {env_name(env)} at {where}"
     info = env.info
     B = info.num_envs
     done = _flags(step, B, where, reset)
     state_shape = (B, info.state_dim)
-    _tensor(step.state, state_shape, torch.float32, f"{where}: state", finite=True)
+    _tensor(step.state, state_shape, torch.float32, f"{where}: state", finite=True, rule="state_shape")
     for name in ("obs", "avail_actions", "alive", "reward"):
         _same_groups(getattr(step, name), info, f"{where}: {name}")
     for name, g in info.groups.items():
         what = f"{where}: group '{name}'"
-        _tensor(step.obs[name], (B, g.n_agents, g.obs_dim), torch.float32, f"{what}: obs", finite=True)
-        _tensor(step.alive[name], (B, g.n_agents), torch.bool, f"{what}: alive")
-        _tensor(step.reward[name], (B, g.n_agents), torch.float32, f"{what}: reward", finite=True)
+        _tensor(step.obs[name], (B, g.n_agents, g.obs_dim), torch.float32, f"{what}: obs", True, "obs_shape")
+        _tensor(step.alive[name], (B, g.n_agents), torch.bool, f"{what}: alive", rule="alive_shape")
+        _tensor(step.reward[name], (B, g.n_agents), torch.float32, f"{what}: reward", True, "reward_shape")
         if reset and bool((step.reward[name] != 0).any()):
-            raise MarlError(f"check_env: {what}: reward after reset must be 0, got {step.reward[name].tolist()}.")
+            raise _fail("reset_clean", f"{what}: reward after reset must be 0, got {step.reward[name].tolist()}.")
         _check_avail(step.avail_actions[name], g, B, f"{what}: avail_actions")
-    _check_finals(step, info, done, where)
+    _check_finals(env, step, done, where)
     _check_extras(step, info, where)
     metrics = (step.info or {}).get("episode_metrics", {})
     for k, v in metrics.items():
-        _tensor(v, (B,), None, f"{where}: info['episode_metrics']['{k}']")
+        _tensor(v, (B,), None, f"{where}: info['episode_metrics']['{k}']", rule="metrics")
 
 
-def _check_info(env: Any) -> EnvInfo:
-    if not isinstance(env, MultiAgentEnv):
-        raise MarlError(f"check_env: expected a marl MultiAgentEnv, got {type(env).__name__}.")
+def _check_info(env: MultiAgentEnv) -> EnvInfo:
     info = getattr(env, "info", None)
     if not isinstance(info, EnvInfo):
-        raise MarlError(f"check_env: env.info must be a marl EnvInfo, got {type(info).__name__}.")
+        raise _fail("info", f"env {env_name(env)}: env.info must be a marl EnvInfo, got {type(info).__name__}.")
     if int(info.num_envs) < 1 or int(info.state_dim) < 1 or int(info.episode_limit) < 0:
-        raise MarlError(
-            f"check_env: info needs num_envs >= 1, state_dim >= 1 and episode_limit >= 0; got num_envs "
-            f"{info.num_envs}, state_dim {info.state_dim}, episode_limit {info.episode_limit}."
+        raise _fail(
+            "info",
+            f"env {env_name(env)}: info needs num_envs >= 1, state_dim >= 1 and episode_limit >= 0; got num_envs "
+            f"{info.num_envs}, state_dim {info.state_dim}, episode_limit {info.episode_limit}.",
         )
     for name, g in info.groups.items():
         if not isinstance(g.obs_space, gym.spaces.Box) or len(g.obs_space.shape) != 1:
-            raise MarlError(f"check_env: group '{name}': obs_space must be a 1-D Box, got {g.obs_space!r}.")
+            raise _fail(
+                "spaces", f"env {env_name(env)}: group '{name}': obs_space must be a 1-D Box, got {g.obs_space!r}."
+            )
         box = isinstance(g.action_space, gym.spaces.Box) and len(g.action_space.shape) == 1
         if not (g.discrete or box):
-            raise MarlError(
-                f"check_env: group '{name}': action_space must be Discrete or a 1-D Box, got {g.action_space!r}."
+            raise _fail(
+                "spaces",
+                f"env {env_name(env)}: group '{name}': action_space must be Discrete or a 1-D Box, got {g.action_space!r}.",
             )
     return info
 
 
-def _tensor(x: Any, shape: tuple, dtype: Optional[torch.dtype], what: str, finite: bool = False) -> None:
+def _tensor(
+    x: Any, shape: tuple, dtype: Optional[torch.dtype], what: str, finite: bool = False, rule: str = "step_type"
+) -> None:
+    """``x`` is a tensor of ``shape`` (rule ``rule``), of ``dtype`` and, with ``finite``, finite."""
     if not isinstance(x, torch.Tensor):
-        raise MarlError(f"check_env: {what} must be a torch tensor of shape {shape}, got {type(x).__name__}.")
+        raise _fail("step_type", f"{what} must be a torch tensor of shape {shape}, got {type(x).__name__}.")
     if tuple(x.shape) != tuple(shape):
-        raise MarlError(f"check_env: {what} has shape {tuple(x.shape)}, expected {tuple(shape)}.")
+        raise _fail(rule, f"{what} has shape {tuple(x.shape)}, expected {tuple(shape)}.")
     if dtype is not None and x.dtype != dtype:
-        raise MarlError(f"check_env: {what} has dtype {x.dtype}, expected {dtype}.")
+        dtype_rule = {torch.float32: "obs_dtype", torch.bool: "bool_dtype"}.get(dtype, rule)
+        raise _fail(dtype_rule, f"{what} has dtype {x.dtype}, expected {dtype}.")
     if finite and not bool(torch.isfinite(x).all()):
         row = int((~torch.isfinite(x)).reshape(x.shape[0], -1).any(-1).nonzero()[0])
-        raise MarlError(f"check_env: {what} holds a NaN or infinite value in row {row}; expected finite values.")
+        raise _fail("finite", f"{what} holds a NaN or infinite value in row {row}; expected finite values.")
+
+
+def _fail(rule: str, text: str) -> EnvRuleError:
+    """The :class:`EnvRuleError` of ``rule``; ``text`` names the env, the step, the group and the field."""
+    return EnvRuleError(rule, "", f"check_env: {text}")
 
 
 def _same_groups(d: Any, info: EnvInfo, what: str) -> None:
     want = list(info.groups)
     if not isinstance(d, dict) or list(d) != want:
         got = list(d) if isinstance(d, dict) else type(d).__name__
-        raise MarlError(f"check_env: {what} must be a dict over the groups {want} (in this order), got {got}.")
+        raise _fail("groups", f"{what} must be a dict over the groups {want} (in this order), got {got}.")
 
 
 def _flags(step: Step, B: int, where: str, reset: bool) -> torch.Tensor:
     """Check ``terminated`` / ``truncated``; return ``done`` ``[B]`` on the CPU."""
-    _tensor(step.terminated, (B,), torch.bool, f"{where}: terminated")
-    _tensor(step.truncated, (B,), torch.bool, f"{where}: truncated")
+    _tensor(step.terminated, (B,), torch.bool, f"{where}: terminated", rule="flags")
+    _tensor(step.truncated, (B,), torch.bool, f"{where}: truncated", rule="flags")
     both = (step.terminated & step.truncated).cpu()
     if bool(both.any()):
-        raise MarlError(
-            f"check_env: {where}: row {int(both.nonzero()[0])} is both terminated and truncated; a time limit "
-            f"is a truncation, never a termination: set exactly one."
+        raise _fail(
+            "flags",
+            f"{where}: row {int(both.nonzero()[0])} is both terminated and truncated; a time limit "
+            f"is a truncation, never a termination: set exactly one.",
         )
     done = (step.terminated | step.truncated).cpu()
     if reset and bool(done.any()):
-        raise MarlError(f"check_env: {where}: row {int(done.nonzero()[0])} is terminated or truncated after reset.")
+        raise _fail("reset_clean", f"{where}: row {int(done.nonzero()[0])} is terminated or truncated after reset.")
     return done
 
 
 def _check_avail(av: Any, g: Any, B: int, what: str) -> None:
     if not g.discrete:
         if av is not None:
-            raise MarlError(f"check_env: {what} must be None for a continuous group, got {type(av).__name__}.")
+            raise _fail("avail_shape", f"{what} must be None for a continuous group, got {type(av).__name__}.")
         return
-    _tensor(av, (B, g.n_agents, g.n_actions), torch.bool, what)
+    _tensor(av, (B, g.n_agents, g.n_actions), torch.bool, what, rule="avail_shape")
     none = ~av.any(-1).cpu()
     if bool(none.any()):
         b, i = (int(x) for x in none.nonzero()[0])
-        raise MarlError(
-            f"check_env: {what}: row {b}, agent {g.agents[i]} has no legal action; every agent (alive or not) "
-            f"needs at least one (a dead agent: its no-op)."
+        raise _fail(
+            "no_legal_action",
+            f"{what}: row {b}, agent {g.agents[i]} has no legal action; every agent (alive or not) "
+            f"needs at least one (a dead agent: its no-op).",
         )
 
 
@@ -236,18 +387,25 @@ def _first_row(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor) -> Optional
     return int(differ.nonzero()[0]) if bool(differ.any()) else None
 
 
-def _check_finals(step: Step, info: EnvInfo, done: torch.Tensor, where: str) -> None:
+def _final_differs(env: MultiAgentEnv, text: str) -> EnvRuleError:
+    """A ``final_*`` field that differs from the current one in a row that did not end."""
+    return _fail("final_matches", text)
+
+
+def _check_finals(env: MultiAgentEnv, step: Step, done: torch.Tensor, where: str) -> None:
+    info = env.info
     B, live = info.num_envs, ~done
     if bool(done.any()) and (step.final_obs is None or step.final_state is None):
-        raise MarlError(
-            f"check_env: {where}: row {int(done.nonzero()[0])} ended but final_obs / final_state is None; "
-            f"expected the ended episode's last observation there."
+        raise _fail(
+            "final_given",
+            f"{where}: row {int(done.nonzero()[0])} ended but final_obs / final_state is None; "
+            f"expected the ended episode's last observation there.",
         )
     if step.final_state is not None:
-        _tensor(step.final_state, (B, info.state_dim), torch.float32, f"{where}: final_state", finite=True)
+        _tensor(step.final_state, (B, info.state_dim), torch.float32, f"{where}: final_state", True, "state_shape")
         row = _first_row(step.final_state, step.state, live)
         if row is not None:
-            raise MarlError(f"check_env: {where}: final_state differs from state in row {row}, which did not end.")
+            raise _final_differs(env, f"{where}: final_state differs from state in row {row}, which did not end.")
     if step.final_obs is not None:
         _same_groups(step.final_obs, info, f"{where}: final_obs")
     fa = step.final_avail_actions
@@ -257,19 +415,18 @@ def _check_finals(step: Step, info: EnvInfo, done: torch.Tensor, where: str) -> 
         what = f"{where}: group '{name}'"
         if step.final_obs is not None:
             fo = step.final_obs[name]
-            _tensor(fo, (B, g.n_agents, g.obs_dim), torch.float32, f"{what}: final_obs", finite=True)
+            _tensor(fo, (B, g.n_agents, g.obs_dim), torch.float32, f"{what}: final_obs", True, "obs_shape")
             row = _first_row(fo, step.obs[name], live)
             if row is not None:
-                raise MarlError(f"check_env: {what}: final_obs differs from obs in row {row}, which did not end.")
+                raise _final_differs(env, f"{what}: final_obs differs from obs in row {row}, which did not end.")
         if fa is not None:
             final_avail, avail = fa[name], step.avail_actions[name]
             _check_avail(final_avail, g, B, f"{what}: final_avail_actions")
             if final_avail is not None and avail is not None:  # a discrete group: both checked tensors
                 row = _first_row(final_avail, avail, live)
                 if row is not None:
-                    raise MarlError(
-                        f"check_env: {what}: final_avail_actions differs from avail_actions in row {row}, "
-                        f"which did not end."
+                    raise _final_differs(
+                        env, f"{what}: final_avail_actions differs from avail_actions in row {row}, which did not end."
                     )
 
 
@@ -278,12 +435,19 @@ def _check_extras(step: Step, info: EnvInfo, where: str) -> None:
     extras = step.extras if step.extras is not None else {}
     if not isinstance(extras, dict) or sorted(extras) != sorted(declared):
         got = sorted(extras) if isinstance(extras, dict) else type(extras).__name__
-        raise MarlError(
-            f"check_env: {where}: extras must hold exactly the columns declared in info.extra_columns "
-            f"{sorted(declared)}, got {got}."
+        raise _fail(
+            "extras",
+            f"{where}: extras must hold exactly the columns declared in info.extra_columns "
+            f"{sorted(declared)}, got {got}.",
         )
     B = info.num_envs
     for col, spec in declared.items():
         _same_groups(extras[col], info, f"{where}: extras['{col}']")
         for name, g in info.groups.items():
-            _tensor(extras[col][name], (B, g.n_agents), spec.dtype, f"{where}: extras['{col}'] of group '{name}'")
+            _tensor(
+                extras[col][name],
+                (B, g.n_agents),
+                spec.dtype,
+                f"{where}: extras['{col}'] of group '{name}'",
+                rule="extras",
+            )
