@@ -103,20 +103,23 @@ def curves_figure(
     look: Mapping[str, Mapping[str, Any]],
     bounds: Optional[Tuple[float, float]] = None,
 ) -> Any:
-    """Sample-efficiency curves of one task: IQM over runs at each evaluation with its 95% CI band,
-    and the task's reference bounds (``(random, best)``) as dotted lines where the suite has them.
+    """Sample-efficiency curves of one task: IQM over runs at each evaluation with its 95% CI band
+    (hollow markers of decreasing size, so equal points of several algorithms all show), and the task's
+    reference bounds (``(random, best)``) as dotted lines where the suite has them.
 
     ``curves``: ``{algo: {"step_count": [steps], "iqm", "ci_low", "ci_high": [steps], "runs": n}}``.
     """
     with style() as plt:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for algo, c in curves.items():
+        for i, (algo, c) in enumerate(curves.items()):
             n = len(c["step_count"])
             ax.plot(
                 c["step_count"],
                 c["iqm"],
                 label=f"{algo} ({c['runs']} run{'s' if c['runs'] != 1 else ''})",
                 markevery=max(1, n // 8),
+                markerfacecolor="none",  # hollow, the first algorithm's largest: points that coincide all show
+                markersize=4 + 2.5 * (len(curves) - 1 - i),
                 **look[algo],
             )
             ax.fill_between(
