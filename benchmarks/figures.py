@@ -79,20 +79,11 @@ def save(fig: Any, path: Path) -> str:
 
 
 def _bound_lines(ax: Any, bounds: Optional[Tuple[float, float]]) -> None:
-    """Dotted lines at a task's reference bounds (random play, best known score), labelled."""
+    """Dotted lines at a task's reference bounds (random play, best known score), named in the legend."""
     if bounds is None:
         return
-    for value, label in zip(bounds, ("random play", "best known")):
-        ax.axhline(value, color="0.45", linestyle=":", linewidth=1.2)
-        ax.annotate(
-            label,
-            (0.0, value),
-            xycoords=("axes fraction", "data"),
-            xytext=(2, 2),
-            textcoords="offset points",
-            fontsize=8,
-            color="0.35",
-        )
+    for value, label, dots in zip(bounds, ("random play", "best known"), ((0, (1, 2)), (0, (1, 1)))):
+        ax.axhline(value, color="0.4", linestyle=dots, linewidth=1.2, label=f"{label}: {value:g}")
 
 
 def curves_figure(
@@ -109,6 +100,8 @@ def curves_figure(
 
     ``curves``: ``{algo: {"step_count": [steps], "iqm", "ci_low", "ci_high": [steps], "runs": n}}``.
     """
+    from matplotlib.ticker import EngFormatter
+
     with style() as plt:
         fig, ax = plt.subplots(figsize=(6, 4))
         for i, (algo, c) in enumerate(curves.items()):
@@ -126,6 +119,7 @@ def curves_figure(
                 c["step_count"], c["ci_low"], c["ci_high"], color=look[algo]["color"], alpha=0.15, linewidth=0
             )
         _bound_lines(ax, bounds)
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 50k, 1.5M: long step counts would overlap
         ax.set(
             xlabel="env steps",
             ylabel=f"{metric} (IQM over runs)",
