@@ -17,6 +17,10 @@ Modules:
 - :mod:`~marl.benchmarks.smax`: ``marl bench smax`` (QMIX and MAPPO on SMAX).
 - :mod:`~marl.benchmarks.agents`: ``marl bench agents`` (HPN / DPN / ASN vs the plain network).
 - :mod:`~marl.benchmarks.cli`: the ``marl bench`` command line.
+- :mod:`~marl.benchmarks.bounds`: a suite's reference bounds (random play, best known score) that
+  normalise the report's aggregate, and ``marl benchmark random``.
+- :mod:`~marl.benchmarks.figures`: the report's figures, in one style.
+- :mod:`~marl.benchmarks.guardian`: ends the processes of a ``marl benchmark run`` that died (SIGKILL).
 - :mod:`~marl.benchmarks.tables`: ``marl benchmark tables``, the result tables of README.md and docs/
   written from the runner's JSON kept in ``docs/results/``.
 """

@@ -4,6 +4,7 @@ marl benchmark run smoke                          # a bundled suite (configs/ben
 marl benchmark run my_suite.yaml --seeds 0 1 2 --out results/mine
 marl benchmark run mpe --address auto             # on a running Ray cluster
 marl benchmark report results/mine                # report.md, tables and figures
+marl benchmark random matrix --episodes 10000      # random play's score per task (a suite's bounds)
 marl benchmark tables --import results/mine       # keep its JSON in docs/results/, rewrite the doc tables
 marl benchmark tables --check                     # exit 1 if a doc table differs from docs/results/
 marl benchmark list                               # bundled suites
@@ -34,11 +35,39 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="write report.md (tables, curves, profiles) of an output folder")
     rep.add_argument("out", help="the output folder of 'marl benchmark run'")
     rep.add_argument("--reps", type=int, default=2000, help="bootstrap repetitions of the 95%% CIs (default 2000)")
+    rep.add_argument(
+        "--bounds",
+        default=None,
+        metavar="SUITE",
+        help="take the aggregate's reference bounds from this suite (name or YAML) instead of <out>/suite.yaml",
+    )
+    rnd = sub.add_parser(
+        "random", help="score of uniformly random play on every task of a suite (its bounds' 'random')"
+    )
+    rnd.add_argument("suite", help="a bundled suite name or a YAML file")
+    rnd.add_argument("--episodes", type=int, default=1000, help="episodes per task (default 1000)")
+    rnd.add_argument("--seed", type=int, default=0, help="seed of the env and the actions (default 0)")
     from marl.benchmarks.tables import add_arguments
 
     add_arguments(sub.add_parser("tables", help="write the result tables of README.md and docs/ from docs/results/"))
     sub.add_parser("list", help="list the bundled suites")
     return p
+
+
+def _random(ns: argparse.Namespace) -> int:
+    """``marl benchmark random <suite>``: one line per task, random play's mean return (and win rate)."""
+    from marl.benchmarks.bounds import random_play
+    from marl.benchmarks.suite import load_suite
+
+    suite = load_suite(ns.suite)
+    for family, e in suite.envs.items():
+        for task in e["tasks"]:
+            r = random_play(family, task, e["kwargs"], ns.episodes, ns.seed)
+            win = f", win_rate {r['win_rate']:.4f}" if "win_rate" in r else ""
+            print(
+                f"{family}/{task}: random play over {r['episodes']} episodes (seed {ns.seed}): return {r['return']:.4f}{win}"
+            )
+    return 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -59,8 +88,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         if ns.reps < 1:
             raise MarlError(f"--reps must be >= 1, got {ns.reps}.")
-        print(f"report written to {write_report(ns.out, reps=ns.reps)}")
+        print(f"report written to {write_report(ns.out, reps=ns.reps, bounds_from=ns.bounds)}")
         return 0
+    if ns.what == "random":
+        return _random(ns)
     from marl.benchmarks.driver import benchmark
     from marl.errors import RunInterrupted
 

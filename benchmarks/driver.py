@@ -6,7 +6,9 @@ seed) run is a Ray task asking for ``cpus_per_run`` CPUs and ``gpus_per_run`` GP
 Without ``address`` marl starts a local Ray with this machine's CPUs (so a 2-core
 laptop runs 2 runs at once); with ``address`` it joins that cluster
 (``ray.init(address=...)``). Ctrl-C cancels the running runs (each saves a checkpoint),
-writes the results of the finished ones and says how to continue.
+writes the results of the finished ones and says how to continue. A SIGKILL of the driver takes
+every process it started with it (:mod:`marl.benchmarks.guardian`), and the same command then
+continues the suite. Each launch prints one line per run: skipped, resumed, restarted or started.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from marl.errors import MarlError, RunInterrupted
 from marl.rundir import write_json, write_yaml
 from marl.benchmarks import runner
+from marl.benchmarks.guardian import guarded
 from marl.benchmarks.suite import RunSpec, Suite, load_suite
 
 _PACKAGES = (
@@ -124,14 +127,15 @@ def _run_locked(
     write_yaml(out_dir / "suite.yaml", {**suite.source, "name": suite.name, "seeds": suite.seeds})
     todo = _todo(out_dir, runs, retry_failed)
     t0 = time.time()
-    started = _start_ray(address)
-    try:
-        interrupted = _execute(suite, out_dir, runs, todo, progress)
-    finally:
-        if started:
-            import ray
+    with guarded():  # a SIGKILL of this process takes Ray and the runs with it (marl.benchmarks.guardian)
+        started = _start_ray(address)
+        try:
+            interrupted = _execute(suite, out_dir, runs, todo, progress)
+        finally:
+            if started:
+                import ray
 
-            ray.shutdown()
+                ray.shutdown()
     summary = write_results(suite, out_dir, runs, time.time() - t0)
     if interrupted:
         raise RunInterrupted(
@@ -151,16 +155,44 @@ def _run_locked(
 
 
 def _todo(out_dir: Path, runs: List[RunSpec], retry_failed: bool) -> List[RunSpec]:
-    """The runs to launch: not done (a done run made with other settings is an error)."""
+    """The runs to launch: not done (a done run made with other settings is an error). Prints one
+    line per run: ``[benchmark] skip|resume|restart|start <key>: why`` (see :func:`plan_line`)."""
     todo = []
     for spec in runs:
-        rec = runner.read_record(runner.slot_of(out_dir, spec))
+        slot = runner.slot_of(out_dir, spec)
+        rec = runner.read_record(slot)
         if rec is not None:
             runner.check_record(rec, spec)
-            if rec.get("status") == "done" or (rec.get("status") == "failed" and not retry_failed):
-                continue
-        todo.append(spec)
+        action, why = plan_line(rec, runner.latest_run_folder(slot), retry_failed)
+        print(f"[benchmark] {action} {spec.key}: {why}", flush=True)
+        if action != "skip":
+            todo.append(spec)
     return todo
+
+
+def plan_line(record: Optional[Dict[str, Any]], checkpointed: Optional[str], retry_failed: bool) -> Tuple[str, str]:
+    """What a launch does with one run and why: ``("skip" | "resume" | "restart" | "start", why)``.
+
+    ``record`` is the run's ``record.json`` from an earlier launch (``None``: none), ``checkpointed``
+    its newest run folder with a checkpoint (:func:`marl.benchmarks.runner.latest_run_folder`, which
+    the run resumes from).
+    """
+    status = (record or {}).get("status")
+    if status == "done":
+        return "skip", "done in an earlier launch"
+    if status == "failed" and not retry_failed:
+        return "skip", "failed in an earlier launch (--no-retry-failed)"
+    before = {
+        None: "new",
+        "running": "its launch ended while it ran",
+        "interrupted": "interrupted",
+        "failed": "failed",
+    }.get(status, str(status))
+    if checkpointed:
+        return "resume", f"{before}; from the checkpoint in {checkpointed}"
+    if record is None:
+        return "start", "new"
+    return "restart", f"{before}; no checkpoint yet, from step 0"
 
 
 def _start_ray(address: Optional[str]) -> bool:

@@ -2,8 +2,9 @@
 
 :func:`write_report` reads the run folder (``results.json`` in marl-eval's format, the resolved
 suite and ``provenance.json``) and writes a Markdown report, ``report.json`` with the number of
-every table, and PNG figures beside them. Per env: an aggregate
-over tasks of min-max normalised scores (IQM, mean, median with 95% stratified-bootstrap CIs),
+every table, and PNG figures beside them (:mod:`marl.benchmarks.figures`, one style). Per env: an
+aggregate over tasks of scores normalised by the suite's reference bounds (:mod:`marl.benchmarks.bounds`:
+0 is random play, 1 the best known score; IQM, mean, median with 95% stratified-bootstrap CIs),
 performance profiles and the probability of improvement of every ordered pair of algorithms; per
 task: a table of raw scores with the published references beside ours and a flag where they
 disagree, and sample-efficiency curves. The statistics are :mod:`marl.benchmarks.stats`
@@ -25,7 +26,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import yaml
 
+from marl.benchmarks import figures as figures_mod
 from marl.benchmarks import stats
+from marl.benchmarks.bounds import bounds_of_env, check_bounds
 from marl.benchmarks.marl_eval_format import is_number, validate_marl_eval
 from marl.benchmarks.stats import ABSOLUTE, fmt
 from marl.benchmarks.targets import target_lines, time_to_target
@@ -120,19 +123,26 @@ def build_report(
 
     Args:
         data: results in marl-eval format (already checked by :func:`validate_marl_eval`).
-        suite: the resolved suite (``name``, ``references``); provenance: as written by the runner.
+        suite: the resolved suite (``name``, ``references``, ``targets``, ``bounds``); provenance: as
+            written by the runner.
         out: folder for the PNG figures (``None``: no figures).
         reps, seed: bootstrap resamples and numpy seed (every CI is reproducible from them).
 
     Returns:
         ``{"suite", "reps", "seed", "confidence", "provenance": [lines], "envs": {env: section}}``;
         a section is ``{"metric", "tasks": {task: {"algos": {algo: row}, "skipped", "curves",
-        "figure"}}, "normalisation": {task: [min, max]}, "aggregate", "probability_of_improvement",
+        "figure"}}, "normalisation": {task: bounds entry}, "aggregate", "probability_of_improvement",
         "figures", "references", "notes"}``.
+
+    Raises:
+        MarlError: a bad ``bounds`` entry (:func:`marl.benchmarks.bounds.check_bounds`), naming the
+            suite, the task and the key.
     """
+    name = str(suite.get("name") or (out.name if out else "benchmark"))
+    bounds = check_bounds(suite.get("bounds"), name)
     refs = [r for r in suite.get("references") or [] if isinstance(r, dict)]
     report = {
-        "suite": str(suite.get("name") or (out.name if out else "benchmark")),
+        "suite": name,
         "reps": reps,
         "seed": seed,
         "confidence": stats.CONFIDENCE,
@@ -141,7 +151,7 @@ def build_report(
     }
     for env in sorted(data):
         env_refs = [r for r in refs if str(r.get("env", "")).lower() == env]
-        report["envs"][env] = _env_section(env, data[env], env_refs, out, reps, seed)
+        report["envs"][env] = _env_section(env, data[env], env_refs, bounds_of_env(bounds, env), out, reps, seed)
     known = set(data)
     report["unmatched_references"] = [_ref_fields(r) for r in refs if str(r.get("env", "")).lower() not in known]
     report["targets"] = time_to_target(data, [t for t in suite.get("targets") or [] if isinstance(t, dict)])
@@ -149,37 +159,74 @@ def build_report(
 
 
 def _env_section(
-    env: str, tasks: Mapping[str, Any], refs: List[Dict[str, Any]], out: Optional[Path], reps: int, seed: int
+    env: str,
+    tasks: Mapping[str, Any],
+    refs: List[Dict[str, Any]],
+    bounds: Mapping[str, Mapping[str, Any]],
+    out: Optional[Path],
+    reps: int,
+    seed: int,
 ) -> Dict[str, Any]:
     metric = stats.env_metric(tasks)
     section: Dict[str, Any] = {"metric": metric, "tasks": {}, "figures": {}, "notes": [], "references": []}
-    # one colour per algorithm in every figure of the env
-    colors = {a: f"C{i % 10}" for i, a in enumerate(sorted({a for algos in tasks.values() for a in algos}))}
+    # one colour, marker and dash per algorithm in every figure of the env
+    look = figures_mod.looks({a for algos in tasks.values() for a in algos})
+    usable = {t: b for t, b in bounds.items() if b["metric"] == metric}
+    section["notes"] += [
+        f"Bounds of {t} are for '{b['metric']}', the tables' metric is '{metric}': {t} is left out of the aggregate."
+        for t, b in bounds.items()
+        if t in tasks and t not in usable
+    ]
     raw = {}
     for task in sorted(tasks):
         scores = stats.task_scores(env, task, tasks[task], metric)
         raw[task] = scores.scores
-        section["tasks"][task] = _task_section(scores, reps, seed, out, colors)
-    normalised, bounds = stats.min_max_normalise({t: s for t, s in raw.items() if s})
-    section["normalisation"] = {t: list(b) for t, b in bounds.items()}
-    matrices, used, _ = stats.score_matrices(normalised)
-    left_out = [t for t in sorted(tasks) if t not in used]  # tasks with no scored run at all are left out too
-    section["aggregate"] = {
-        "tasks": used,
-        "left_out": left_out,
-        "algos": stats.aggregate_statistics(matrices, reps, seed),
-    }
-    section["probability_of_improvement"] = stats.probability_of_improvement(matrices, reps, seed)
-    if not matrices:
-        section["notes"].append("No aggregate: no task has a scored run of every algorithm.")
+        b = usable.get(task)
+        section["tasks"][task] = _task_section(scores, reps, seed, out, look, (b["random"], b["best"]) if b else None)
+    matrices = _aggregate(section, raw, usable, reps, seed)
     if out is not None and matrices:
-        section["figures"] = _env_figures(env, matrices, section, out, reps, seed, colors)
+        section["figures"] = _env_figures(env, matrices, section, out, reps, seed, look)
     _attach_references(env, tasks, refs, section, reps, seed)
     return section
 
 
+def _aggregate(
+    section: Dict[str, Any],
+    raw: Mapping[str, Mapping[str, np.ndarray]],
+    bounds: Mapping[str, Mapping[str, Any]],
+    reps: int,
+    seed: int,
+) -> Dict[str, np.ndarray]:
+    """Fill the section's ``normalisation``, ``aggregate`` and ``probability_of_improvement`` over the
+    tasks with reference bounds and a scored run of every algorithm; returns the score matrices."""
+    normalised, missing = stats.reference_normalise(
+        {t: s for t, s in raw.items() if s}, {t: (b["random"], b["best"]) for t, b in bounds.items()}
+    )
+    section["normalisation"] = {t: dict(bounds[t]) for t in normalised}
+    if missing:
+        section["notes"].append(
+            f"Left out of the aggregate, no reference bounds (random play and best known score) in the suite: "
+            f"{', '.join(missing)}."
+        )
+    matrices, used, _ = stats.score_matrices(normalised)
+    section["aggregate"] = {
+        "tasks": used,
+        "left_out": [t for t in sorted(raw) if t not in used],  # without bounds or without a scored run
+        "algos": stats.aggregate_statistics(matrices, reps, seed),
+    }
+    section["probability_of_improvement"] = stats.probability_of_improvement(matrices, reps, seed)
+    if not matrices:
+        section["notes"].append("No aggregate: no task has reference bounds and a scored run of every algorithm.")
+    return matrices
+
+
 def _task_section(
-    scores: stats.TaskScores, reps: int, seed: int, out: Optional[Path], colors: Mapping[str, str]
+    scores: stats.TaskScores,
+    reps: int,
+    seed: int,
+    out: Optional[Path],
+    look: Mapping[str, Mapping[str, Any]],
+    bounds: Optional[Tuple[float, float]],
 ) -> Dict[str, Any]:
     rows = stats.task_statistics(scores.scores, reps, seed)
     for algo, row in rows.items():
@@ -201,7 +248,8 @@ def _task_section(
         }
     figure = None
     if out is not None and curves:
-        figure = _plot_curves(scores.env, scores.task, scores.metric, curves, out, colors)
+        fig = figures_mod.curves_figure(scores.env, scores.task, scores.metric, curves, look, bounds)
+        figure = figures_mod.save(fig, out / _file("curves", scores.env, scores.task))
     return {"algos": rows, "skipped": scores.skipped, "curves": curves, "figure": figure}
 
 
@@ -241,49 +289,8 @@ def _attach_references(
 
 
 # ------------------------------------------------------------------ figures
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display, and no GUI backend in a headless run
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _file(*parts: str) -> str:
     return "_".join(_FILE_SAFE.sub("_", p) for p in parts) + ".png"
-
-
-def _save(fig: Any, path: Path) -> None:
-    plt = _pyplot()
-    try:
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-    finally:
-        plt.close(fig)
-
-
-def _plot_curves(
-    env: str, task: str, metric: str, curves: Mapping[str, Mapping[str, Any]], out: Path, colors: Mapping[str, str]
-) -> str:
-    """Sample-efficiency curves of one task: IQM over runs per evaluation with its 95% CI band."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for algo, c in curves.items():
-        marker = "o" if len(c["step_count"]) < 3 else None  # one or two points draw no visible line
-        ax.plot(
-            c["step_count"],
-            c["iqm"],
-            label=f"{algo} ({c['runs']} run{'s' if c['runs'] != 1 else ''})",
-            marker=marker,
-            color=colors[algo],
-        )
-        ax.fill_between(c["step_count"], c["ci_low"], c["ci_high"], color=colors[algo], alpha=0.2)
-    ax.set(xlabel="env steps", ylabel=f"{metric} (IQM over runs, 95% CI)", title=f"{env} / {task}")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    name = _file("curves", env, task)
-    _save(fig, out / name)
-    return name
 
 
 def _env_figures(
@@ -293,49 +300,24 @@ def _env_figures(
     out: Path,
     reps: int,
     seed: int,
-    colors: Mapping[str, str],
+    look: Mapping[str, Mapping[str, Any]],
 ) -> Dict[str, str]:
     """Aggregate intervals, performance profiles and (two or more algorithms) probability of improvement."""
-    from rliable import plot_utils
-
-    plt = _pyplot()
-    algos = sorted(matrices)
-    agg = section["aggregate"]["algos"]
-    fig, axes = plt.subplots(1, 3, figsize=(10, 0.45 * len(algos) + 1.5), sharey=True, constrained_layout=True)
-    for ax, (key, title) in zip(axes, (("iqm", "IQM"), ("mean", "Mean"), ("median", "Median"))):
-        for i, algo in enumerate(algos):
-            point, (lo, hi) = agg[algo][key], agg[algo][f"{key}_ci"]
-            ax.errorbar(point, i, xerr=[[point - lo], [hi - point]], fmt="o", capsize=5, color=colors[algo])
-        ax.set(title=title, xlim=(-0.05, 1.05), xlabel="min-max normalised score")
-        ax.grid(axis="x", alpha=0.3)
-    axes[0].set(yticks=range(len(algos)), yticklabels=algos, ylim=(-0.6, len(algos) - 0.4))
-    fig.suptitle(f"{env}: aggregate over {len(section['aggregate']['tasks'])} tasks, 95% CIs")
-    figures = {"aggregate": _file("aggregate", env)}
-    _save(fig, out / figures["aggregate"])
-
-    tau = np.linspace(0.0, 1.0, 51)
+    tasks = section["aggregate"]["tasks"]
+    figures = {
+        "aggregate": figures_mod.save(
+            figures_mod.aggregate_figure(env, section["aggregate"]["algos"], tasks, look), out / _file("aggregate", env)
+        )
+    }
+    scores = np.concatenate([m.ravel() for m in matrices.values()])
+    tau = np.linspace(min(0.0, float(scores.min())), max(1.0, float(scores.max())), 101)
     profiles, profile_cis = stats.performance_profiles(matrices, tau, reps, seed)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    plot_utils.plot_performance_profiles(
-        profiles,
-        tau,
-        performance_profile_cis=profile_cis,
-        ax=ax,
-        colors=colors,
-        xlabel=r"min-max normalised score ($\tau$)",
-    )
-    ax.legend()
-    figures["profile"] = _file("profile", env)
-    _save(fig, out / figures["profile"])
-
+    fig = figures_mod.profile_figure(env, tau, profiles, profile_cis, tasks, look)
+    figures["profile"] = figures_mod.save(fig, out / _file("profile", env))
     poi = section["probability_of_improvement"]
     if poi:
-        fig, ax = plt.subplots(figsize=(4, 0.4 * len(poi) + 1))
-        plot_utils.plot_probability_of_improvement(
-            {f"{p['x']},{p['y']}": p["p"] for p in poi}, {f"{p['x']},{p['y']}": np.array(p["ci"]) for p in poi}, ax=ax
-        )
-        figures["probability_of_improvement"] = _file("improvement", env)
-        _save(fig, out / figures["probability_of_improvement"])
+        fig = figures_mod.improvement_figure(env, poi, look)
+        figures["probability_of_improvement"] = figures_mod.save(fig, out / _file("improvement", env))
     return figures
 
 
@@ -388,21 +370,23 @@ def _task_lines(env: str, task: str, t: Mapping[str, Any], metric: str) -> List[
     return lines + [""]
 
 
+def _bounds_line(t: str, b: Mapping[str, Any]) -> str:
+    return f"{t}: random {fmt(b['random'])} ({b['random_source']}), best {fmt(b['best'])} ({b['best_source']})"
+
+
 def _aggregate_lines(env: str, s: Mapping[str, Any]) -> List[str]:
     agg = s["aggregate"]
-    lines = [f"### {env}: aggregate over tasks (min-max normalised {s['metric']})", ""]
+    lines = [f"### {env}: aggregate over tasks ({s['metric']} normalised by reference bounds)", ""]
+    notes = [f"- {n}" for n in s["notes"]]
     if not agg["algos"]:
-        return lines + [f"- {n}" for n in s["notes"]] + [""]
+        return lines + notes + [""]
     lines += [
         f"- Tasks: {', '.join(agg['tasks'])}."
-        + (f" Left out (some algorithm has no scored run): {', '.join(agg['left_out'])}." if agg["left_out"] else ""),
-        "- Normalisation bounds [min, max] per task: "
-        + "; ".join(
-            f"{t} [{fmt(b[0])}, {fmt(b[1])}]" + (" (all equal: every score 0)" if b[0] == b[1] else "")
-            for t, b in s["normalisation"].items()
-            if t in agg["tasks"]
-        )
+        + (f" Left out: {', '.join(agg['left_out'])}." if agg["left_out"] else ""),
+        "- Normalised score: (score - random) / (best - random); 0 is random play, 1 the best known score. Bounds: "
+        + "; ".join(_bounds_line(t, s["normalisation"][t]).replace("|", "\\|") for t in agg["tasks"])
         + ".",
+        *notes,
         "",
         "| algo | runs x tasks | IQM [95% CI] | mean [95% CI] | median [95% CI] |",
         "|---|---|---|---|---|",
@@ -462,7 +446,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"team return) in its absolute metric (Gorsane et al. 2022, arXiv:2209.10485). IQM is the 25% trimmed "
         f"mean over runs (equal to the mean below 4 runs). 95% CIs: stratified percentile bootstrap, "
         f"{report['reps']} resamples, numpy seed {report['seed']} (Agarwal et al. 2021, arXiv:2108.13264, "
-        f"rliable). Aggregates use scores min-max normalised per task over every run of every algorithm. "
+        f"rliable). Aggregates use scores normalised per task by the suite's reference bounds, "
+        f"(score - random) / (best - random): 0 is random play, 1 the best known score; tasks without bounds "
+        f"are left out of them. "
         f"Reference flag: with a published CI, our IQM outside it; without one, the published value outside "
         f"our IQM CI.",
         "",
@@ -485,29 +471,35 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_report(out_dir: Any, reps: int = 2000, seed: int = 0) -> Path:
+def write_report(out_dir: Any, reps: int = 2000, seed: int = 0, bounds_from: Optional[str] = None) -> Path:
     """Write the report of a benchmark run folder; returns the path of the Markdown file.
 
-    Reads ``results.json`` (marl-eval format), the resolved suite (its ``name`` and
-    ``references``) and ``provenance.json`` from ``out_dir``; writes there the Markdown report,
-    ``report.json`` (every number of every table, see :func:`build_report`) and the PNG figures
+    Reads ``results.json`` (marl-eval format), the resolved suite (its ``name``, ``references``,
+    ``targets`` and ``bounds``) and ``provenance.json`` from ``out_dir``; writes there the Markdown
+    report, ``report.json`` (every number of every table, see :func:`build_report`) and the PNG figures
     (``curves_<env>_<task>.png``, ``aggregate_<env>.png``, ``profile_<env>.png``,
     ``improvement_<env>.png``). Statistics: Agarwal et al. 2021 (arXiv:2108.13264) via rliable;
-    protocol and min-max normalisation: Gorsane et al. 2022 (arXiv:2209.10485).
+    protocol: Gorsane et al. 2022 (arXiv:2209.10485); normalisation: :mod:`marl.benchmarks.bounds`.
 
     Args:
         out_dir: the folder of ``marl benchmark run --out``.
         reps: bootstrap resamples per confidence interval (2000 takes seconds per env).
         seed: numpy seed of every bootstrap (the same inputs give the same report).
+        bounds_from: a suite (bundled name or YAML path) whose ``bounds`` replace those of the folder's
+            ``suite.yaml`` (a folder run before the suite had bounds); ``None``: the folder's.
 
     Raises:
         MarlError: ``reps`` below 1, or ``results.json`` is missing (run ``marl benchmark run`` first), unreadable, or
-            not in the format :func:`validate_marl_eval` checks.
+            not in the format :func:`validate_marl_eval` checks; a bad ``bounds`` entry or ``bounds_from`` suite.
     """
     if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
         raise MarlError(f"reps (bootstrap resamples) must be an integer >= 1, got {reps!r}.")
     out = Path(out_dir)
     data, suite, provenance = _read_folder(out)
+    if bounds_from is not None:
+        from marl.benchmarks.suite import load_suite
+
+        suite = {**suite, "bounds": load_suite(bounds_from).bounds}
     report = build_report(data, suite, provenance, out, reps, seed)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     path = out / "report.md"

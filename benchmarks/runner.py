@@ -52,7 +52,7 @@ def run_one(spec: RunSpec, suite: Suite, slot: str) -> Dict[str, Any]:
     t0 = time.time()
     record: Dict[str, Any] = {"key": spec.key, "spec": dataclasses.asdict(spec), "protocol": protocol_of(suite)}
     protocol = EvaluationProtocol(suite.eval_interval, suite.eval_episodes, suite.absolute_factor, seed=spec.seed)
-    resume = _latest_run_folder(slot_dir)
+    resume = latest_run_folder(slot_dir)
     write_json(
         slot_dir / RECORD,
         {
@@ -101,10 +101,13 @@ def protocol_of(suite: Suite) -> Dict[str, Any]:
     return {k: getattr(suite, k) for k in _PROTOCOL}
 
 
-def _latest_run_folder(slot: Path) -> Optional[str]:
-    """The newest marl run folder in ``slot`` that holds a checkpoint (``None``: start fresh)."""
+def latest_run_folder(slot: Path) -> Optional[str]:
+    """The newest marl run folder in ``slot`` that holds a checkpoint (``None``: start fresh), the one
+    :func:`run_one` resumes."""
     from marl.checkpoint import list_checkpoints
 
+    if not slot.is_dir():
+        return None
     found = [p for p in slot.iterdir() if p.is_dir() and is_run_folder(p) and list_checkpoints(p)]
     return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
 

@@ -1,11 +1,11 @@
-"""The statistics of a benchmark report: run scores, min-max normalisation, IQM / mean / median with
+"""The statistics of a benchmark report: run scores, normalisation by reference bounds, IQM / mean / median with
 stratified-bootstrap confidence intervals, sample-efficiency curves, performance profiles,
 probability of improvement and the reference flags.
 
 Methods: Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of the Statistical Precipice"
 (arXiv:2108.13264), through their library rliable (interquartile mean, stratified bootstrap
-percentile CIs, performance profiles, probability of improvement); the protocol (absolute metric,
-min-max normalisation per task) is Gorsane et al. 2022, "Towards a standardised performance
+percentile CIs, performance profiles, probability of improvement); the protocol (absolute metric)
+is Gorsane et al. 2022, "Towards a standardised performance
 evaluation protocol for cooperative MARL" (arXiv:2209.10485). :mod:`marl.benchmarks.report` turns
 these numbers into the report; rliable is imported inside the functions (it imports pandas, arch
 and seaborn, seconds of start-up that ``marl benchmark run`` should not pay before training).
@@ -117,32 +117,33 @@ def _curve(runs: Sequence[Sequence[Mapping[str, Any]]], metric: str) -> Tuple[np
 
 
 # ------------------------------------------------------------------ normalisation
-def min_max_normalise(
-    tasks: Mapping[str, Mapping[str, np.ndarray]],
-) -> Tuple[Dict[str, Dict[str, np.ndarray]], Dict[str, Tuple[float, float]]]:
-    """Min-max normalise the scores of each task: ``(s - min) / (max - min)``.
+def reference_normalise(
+    tasks: Mapping[str, Mapping[str, np.ndarray]], bounds: Mapping[str, Tuple[float, float]]
+) -> Tuple[Dict[str, Dict[str, np.ndarray]], List[str]]:
+    """Normalise the scores of each task by its reference bounds: ``(s - random) / (best - random)``.
 
     Args:
         tasks: ``{task: {algo: scores [runs]}}`` (raw scores: return or win rate).
+        bounds: ``{task: (random, best)}``, random play's score and the best known one, ``random < best``
+            (:mod:`marl.benchmarks.bounds` checks them).
 
     Returns:
-        ``({task: {algo: normalised [runs]}}, {task: (min, max)})``; min and max are over every run
-        of every algorithm on that task (Gorsane et al. 2022, arXiv:2209.10485, as marl-eval does),
-        so the best run of a task scores 1 and the worst 0. A task whose scores are all equal
-        normalises to 0 (there is no scale to divide by).
+        ``({task: {algo: normalised [runs]}}, [tasks without bounds])``: random play scores 0 and the
+        best known score 1 on every task; a score below random play is negative, one above the best
+        known score above 1. The anchors do not depend on the algorithms compared, so a task on which
+        every algorithm scores the same keeps their common level (min-max normalisation over the
+        algorithms mapped it to 0). Mnih et al. 2015 (Nature 518, "Methods", human-normalised score);
+        aggregated as in Agarwal et al. 2021 (arXiv:2108.13264).
     """
-    normalised, bounds = {}, {}
+    normalised: Dict[str, Dict[str, np.ndarray]] = {}
+    missing = []
     for task, algos in tasks.items():
-        values = np.concatenate([np.asarray(s, dtype=float) for s in algos.values()]) if algos else np.zeros(0)
-        if values.size == 0:
+        if task not in bounds:
+            missing.append(task)
             continue
-        lo, hi = float(values.min()), float(values.max())
-        bounds[task] = (lo, hi)
-        span = hi - lo
-        normalised[task] = {
-            a: (np.asarray(s, dtype=float) - lo) / span if span > 0 else np.zeros(len(s)) for a, s in algos.items()
-        }
-    return normalised, bounds
+        lo, hi = (float(v) for v in bounds[task])
+        normalised[task] = {a: (np.asarray(s, dtype=float) - lo) / (hi - lo) for a, s in algos.items()}
+    return normalised, missing
 
 
 def score_matrices(

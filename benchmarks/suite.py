@@ -21,6 +21,9 @@ A suite (bundled ones in ``configs/benchmarks/<name>.yaml``, or any YAML path)::
          source: "...", budget: "10M env steps"}
     targets:                      # time to target (report): env steps and seconds to first reach it
       - {env: smax, task: 3m, algo: qmix, metric: win_rate, value: 0.9}
+    bounds:                       # per task: random play and the best known score (the aggregate's 0 and 1)
+      - {env: smax, task: 3m, metric: win_rate, random: 0.0, best: 1.0,
+         random_source: "marl benchmark random smax_short", best_source: "..."}
 
 :func:`load_suite` checks every name (top-level keys, families, tasks, algorithms,
 config keys of every (env, algorithm) pair) and raises :class:`~marl.errors.MarlError`
@@ -40,6 +43,7 @@ from typing import Any, Dict, List, Sequence
 import yaml
 
 from marl.errors import MarlError, closest
+from marl.benchmarks.bounds import check_bounds
 
 SUITE_DIR = Path(__file__).resolve().parent.parent / "configs" / "benchmarks"
 _TOP = {
@@ -54,6 +58,7 @@ _TOP = {
     "algos",
     "references",
     "targets",
+    "bounds",
 }
 _ENV_KEYS = {"tasks", "kwargs", "overrides"}
 _EVAL_KEYS = {"interval", "episodes", "absolute_factor"}
@@ -114,6 +119,7 @@ class Suite:
     algos: Dict[str, Dict[str, Any]]
     references: List[Dict[str, Any]] = field(default_factory=list)
     targets: List[Dict[str, Any]] = field(default_factory=list)
+    bounds: List[Dict[str, Any]] = field(default_factory=list)  # marl.benchmarks.bounds.check_bounds
     description: str = ""
     source: Dict[str, Any] = field(default_factory=dict)
     seeds_given: bool = False  # seeds came from with_seeds (--seeds), not from the file
@@ -209,6 +215,8 @@ def parse_suite(raw: Dict[str, Any], default_name: str = "suite") -> Suite:
     suite.envs = _envs(raw["envs"], suite.algos)
     suite.references = _references(raw.get("references") or [], suite)
     suite.targets = _targets(raw.get("targets") or [], suite)
+    tasks = [f"{env}/{task}" for env, e in suite.envs.items() for task in e["tasks"]]
+    suite.bounds = check_bounds(raw.get("bounds"), suite.name, tasks)
     return suite
 
 

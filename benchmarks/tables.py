@@ -14,7 +14,7 @@ inline text, over several lines a Markdown block. ``<what>`` is one of:
 
 - ``task:<env>/<task>``: the task table (algo, runs, IQM, mean, median, reference flag);
 - ``final:<env>/<task>``: IQM over runs of the last evaluation of each algorithm, with its CI;
-- ``aggregate:<env>``: the aggregate over tasks of min-max normalised scores;
+- ``aggregate:<env>``: the aggregate over tasks of scores normalised by the suite's reference bounds;
 - ``targets``: the time-to-target table;
 - ``provenance``: where the numbers come from (commit, versions, hardware, wall-clock of runs);
 - ``wall_clock`` (inline): the wall-clock of the launch, e.g. ``4 min 32 s``;
@@ -146,13 +146,13 @@ def _final_table(res: SuiteResults, arg: str) -> str:
 
 
 def _aggregate_table(res: SuiteResults, arg: str) -> str:
-    """The aggregate over the env's tasks (min-max normalised scores), with the tasks it used."""
+    """The aggregate over the env's tasks (scores normalised by reference bounds), with the tasks it used."""
     s = _choose(res.report["envs"], arg, "env", f"suite '{res.name}'")
     agg = s["aggregate"]
     if not agg["algos"]:
         return "No aggregate: " + "; ".join(s["notes"])
     lines = [
-        f"Tasks: {', '.join(agg['tasks'])} (min-max normalised {s['metric']}).",
+        f"Tasks: {', '.join(agg['tasks'])} ({s['metric']} normalised by reference bounds: 0 random play, 1 best known).",
         "",
         "| algo | runs x tasks | IQM [95% CI] | mean [95% CI] | median [95% CI] |",
         "|---|---|---|---|---|",

@@ -111,10 +111,31 @@ REFERENCES = [
 ]
 
 
-def write_folder(out: Path, data: Dict[str, Any], references: List[Dict[str, Any]] = ()) -> Path:
+def _bound(env: str, task: str, metric: str, random: float, best: float) -> Dict[str, Any]:
+    return {
+        "env": env,
+        "task": task,
+        "metric": metric,
+        "random": random,
+        "best": best,
+        "random_source": "synthetic",
+        "best_source": "synthetic",
+    }
+
+
+# reference bounds of every synthetic task: mpe returns between -40 (random) and 0, smax win rates 0..1
+BOUNDS = [_bound("mpe", t, "return", -40.0, 0.0) for t in ENVS["mpe"]] + [
+    _bound("smax", t, "win_rate", 0.0, 1.0) for t in ENVS["smax"]
+]
+
+
+def write_folder(
+    out: Path, data: Dict[str, Any], references: List[Dict[str, Any]] = (), bounds: List[Dict[str, Any]] = BOUNDS
+) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(data))
-    (out / "suite.yaml").write_text(yaml.safe_dump({"name": "synthetic", "references": list(references)}))
+    suite = {"name": "synthetic", "references": list(references), "bounds": list(bounds)}
+    (out / "suite.yaml").write_text(yaml.safe_dump(suite))
     (out / "provenance.json").write_text(
         json.dumps(
             {
@@ -189,24 +210,30 @@ def test_task_statistics_and_reproducible_cis():
     assert again == first and np.random.randint(10**6) == np.random.RandomState(123).randint(10**6)
 
 
-def test_min_max_normalisation_by_hand():
+def test_reference_normalisation_by_hand():
     tasks = {
         "t1": {"a": np.array([0.0, 10.0]), "b": np.array([5.0])},
         "t2": {"a": np.array([-4.0, -2.0]), "b": np.array([-1.0, -3.0])},
         "flat": {"a": np.array([2.0]), "b": np.array([2.0])},
+        "no_bounds": {"a": np.array([1.0]), "b": np.array([2.0])},
     }
-    norm, bounds = stats.min_max_normalise(tasks)
-    # t1: min 0, max 10 -> a: 0, 1; b: 0.5.  t2: min -4, max -1 -> a: 0, 2/3; b: 1, 1/3
-    assert bounds["t1"] == (0.0, 10.0) and bounds["t2"] == (-4.0, -1.0)
-    np.testing.assert_allclose(norm["t1"]["a"], [0.0, 1.0])
-    np.testing.assert_allclose(norm["t1"]["b"], [0.5])
-    np.testing.assert_allclose(norm["t2"]["a"], [0.0, 2 / 3])
-    np.testing.assert_allclose(norm["t2"]["b"], [1.0, 1 / 3])
-    np.testing.assert_allclose(norm["flat"]["a"], [0.0])  # max == min normalises to 0
+    bounds = {"t1": (0.0, 20.0), "t2": (-5.0, -1.0), "flat": (1.0, 3.0)}
+    norm, missing = stats.reference_normalise(tasks, bounds)
+    # t1: (s - 0) / 20 -> a: 0, 0.5; b: 0.25.  t2: (s + 5) / 4 -> a: 0.25, 0.75; b: 1, 0.5
+    np.testing.assert_allclose(norm["t1"]["a"], [0.0, 0.5])
+    np.testing.assert_allclose(norm["t1"]["b"], [0.25])
+    np.testing.assert_allclose(norm["t2"]["a"], [0.25, 0.75])
+    np.testing.assert_allclose(norm["t2"]["b"], [1.0, 0.5])
+    # every algorithm ties at 2 on "flat": both keep (2 - 1) / (3 - 1) = 0.5 (min-max over them gave 0)
+    np.testing.assert_allclose(norm["flat"]["a"], [0.5])
+    np.testing.assert_allclose(norm["flat"]["b"], [0.5])
+    assert missing == ["no_bounds"] and "no_bounds" not in norm
+    below, _ = stats.reference_normalise({"t": {"a": np.array([-10.0, 30.0])}}, {"t": (0.0, 20.0)})
+    np.testing.assert_allclose(below["t"]["a"], [-0.5, 1.5])  # below random play and above the best stay so
     matrices, used, left_out = stats.score_matrices({t: norm[t] for t in ("t1", "t2")})
     # b has 1 run on t1, so it keeps its first run on every task: [runs=1 x tasks=2]
-    np.testing.assert_allclose(matrices["b"], [[0.5, 1.0]])
-    np.testing.assert_allclose(matrices["a"], [[0.0, 0.0], [1.0, 2 / 3]])
+    np.testing.assert_allclose(matrices["b"], [[0.25, 1.0]])
+    np.testing.assert_allclose(matrices["a"], [[0.0, 0.25], [0.5, 0.75]])
     assert used == ["t1", "t2"] and left_out == []
 
 
@@ -258,9 +285,11 @@ def test_report_json_numbers_match_a_hand_computation(report_dir):
     curve = report["envs"]["mpe"]["tasks"]["simple_spread"]["curves"]["mappo"]
     assert curve["step_count"] == [0, 500, 1000] and curve["iqm"] == pytest.approx([-13.0, -9.0, -5.0])
     agg = report["envs"]["mpe"]["aggregate"]
-    # per task min is qmix seed 0 and max mappo seed 2: mappo normalised (s - min) / (max - min) -> 10/14, 12/14, 14/14
+    # mappo's scores: simple_reference -12, -10, -8, simple_spread -7, -5, -3; bounds -40 and 0: (s + 40) / 40 ->
+    # 0.7, 0.75, 0.8, 0.825, 0.875, 0.925; IQM over 6 cuts one at each end: mean(0.75, 0.8, 0.825, 0.875) = 0.8125
     assert agg["tasks"] == ["simple_reference", "simple_spread"]
-    assert agg["algos"]["mappo"]["iqm"] == pytest.approx(12 / 14)
+    assert agg["algos"]["mappo"]["iqm"] == pytest.approx(0.8125)
+    assert report["envs"]["mpe"]["normalisation"]["simple_spread"]["random"] == -40.0
     poi = {(p["x"], p["y"]): p["p"] for p in report["envs"]["mpe"]["probability_of_improvement"]}
     assert poi["mappo", "qmix"] == pytest.approx(1.0)  # every mappo run beats every qmix run
 
