@@ -35,19 +35,31 @@ overrides it. ``format_reward`` is added to the reward of every valid reply
 
 Every episode reports ``invalid_rate`` (bad replies / replies to a move list:
 free-text replies are not counted) in its metrics.
+
+Game parameters are checked before a game is built, by one rule table per class
+(:attr:`TextEnv.params`, merged along the class hierarchy; :class:`Param`): a float, a
+string or a bool where a whole number is meant, or a count below its bound, is a
+:class:`MarlError` naming the game, the parameter, the value and the valid range, never
+rounded or converted. A keyword no ``__init__`` of the class takes is refused the same way.
 """
 
 from __future__ import annotations
 
 import abc
+import functools
+import inspect
+import math
+import numbers
 import random
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gymnasium as gym
 from ray.rllib.env.multi_agent_env import MultiAgentEnv as RLlibMultiAgentEnv
 
 from marl.env import EnvInfo, EnvSpec, GroupInfo, MarlError, fit_env, unknown_choice
+from marl.errors import closest
 
 INVALID_ACTIONS = ("penalty", "retry", "forfeit")
 HISTORIES = ("full", "last")
@@ -83,6 +95,134 @@ def parse_action(text: str, legal: Sequence[str]) -> Optional[str]:
         return by_norm[body]
     found = [m for n, m in by_norm.items() if n and n in body]
     return found[0] if len(found) == 1 else None
+
+
+@dataclass(frozen=True)
+class Param:
+    """The rule of one parameter: its kind and, for numbers, its range (bounds included).
+
+    Kinds: ``"whole"`` (an ``int``, never a ``bool``, a float or a string), ``"number"`` (a
+    finite ``int`` or ``float``, never a ``bool``), ``"flag"`` (``True`` / ``False``),
+    ``"text"`` (a ``str``), ``"table"`` (a dict). ``optional``: ``None`` is accepted too.
+    """
+
+    kind: str = "whole"
+    low: Optional[float] = None
+    high: Optional[float] = None
+    optional: bool = False
+
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` has this kind and lies in the range."""
+        if value is None:
+            return self.optional
+        if self.kind in ("whole", "number"):
+            real = isinstance(value, numbers.Integral if self.kind == "whole" else numbers.Real)
+            if isinstance(value, bool) or not real or not math.isfinite(value):
+                return False
+            return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+        return isinstance(value, {"flag": bool, "text": str, "table": Mapping}[self.kind])
+
+    def describe(self) -> str:
+        """The rule in words, e.g. ``"a whole number (int) >= 1"``."""
+        what = {
+            "whole": "a whole number (int)",
+            "number": "a finite number (int or float)",
+            "flag": "True or False",
+            "text": "a string",
+            "table": "a dict",
+        }[self.kind]
+        if self.low is not None and self.high is not None:
+            what += f" in {self.low:g}..{self.high:g}"
+        elif self.low is not None:
+            what += f" >= {self.low:g}"
+        elif self.high is not None:
+            what += f" <= {self.high:g}"
+        return what + (" or None" if self.optional else "")
+
+
+def rule_of_default(default: Any) -> Optional[Param]:
+    """The :class:`Param` a library parameter gets from the type of its default value
+    (``bool`` -> flag, ``int`` -> whole, ``float`` -> number, ``str`` -> text); None for other types."""
+    for kind, types in (("flag", bool), ("whole", int), ("number", float), ("text", str)):
+        if isinstance(default, types):
+            return Param(kind)
+    return None
+
+
+def check_param(owner: str, name: str, value: Any, rule: Param) -> None:
+    """Raise :class:`MarlError` unless ``rule`` accepts ``value``.
+
+    Args:
+        owner: who takes the parameter (e.g. ``"text game 'ipd'"``), first in the message.
+        name: the parameter's name.
+    Raises:
+        MarlError: naming ``owner``, ``name``, ``value`` with its type, and the valid range.
+    """
+    if not rule.accepts(value):
+        raise MarlError(
+            f"{owner}: {name}={value!r} ({type(value).__name__}) is refused: {name} must be "
+            f"{rule.describe()} (values are never rounded or converted)."
+        )
+
+
+def check_library_params(owner: str, what: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    """Check parameters passed through to a game library (OpenSpiel's game parameters, a TextArena
+    env's keyword arguments) against the library's own defaults: each name must be one of
+    ``defaults``, and each value must have its default's type (:func:`rule_of_default`).
+
+    Args:
+        owner: the game in messages; what: the argument holding them (e.g. ``"params"``).
+    Raises:
+        MarlError: an unknown name (with the closest and the valid names), or a value of another
+            type than the default's (a float or a bool where an int is meant, ...).
+    """
+    for name, value in given.items():
+        if name not in defaults:
+            raise MarlError(
+                f"{owner}: unknown {what} key '{name}'.{closest(name, list(defaults))} Valid keys: "
+                f"{', '.join(map(str, defaults)) or 'none'}."
+            )
+        rule = rule_of_default(defaults[name])
+        if rule is not None:
+            check_param(owner, f"{what}[{name!r}]", value, rule)
+
+
+def _init_parameters(cls: type) -> List[str]:
+    """Keyword names the ``__init__`` methods along ``cls``'s hierarchy take (``**kwargs`` pass on)."""
+    names: List[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        init = getattr(init, "__wrapped__", init)
+        for p in list(inspect.signature(init).parameters.values())[1:]:
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in names:
+                names.append(p.name)
+        if klass.__name__ == "TextEnv":
+            break
+    return names
+
+
+def _checked_init(init: Callable) -> Callable:
+    """``init`` behind :meth:`TextEnv.check_params` on the arguments it is called with."""
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return init(self, *args, **kwargs)  # Python's own error for a wrong call
+        values: Dict[str, Any] = {}
+        for name, value in list(bound.arguments.items())[1:]:
+            if signature.parameters[name].kind == inspect.Parameter.VAR_KEYWORD:
+                values.update(value)
+            else:
+                values[name] = value
+        type(self).check_params(values)
+        return init(self, *args, **kwargs)
+
+    return checked
 
 
 class Bot(abc.ABC):
@@ -152,7 +292,8 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         seed: seed of the game's own randomness (``reset(seed=...)`` overrides).
 
     Raises:
-        MarlError: an unknown ``invalid_action``, ``history`` or ``prompt_style``.
+        MarlError: an unknown ``invalid_action``, ``history`` or ``prompt_style``; a parameter
+            that breaks its rule (:attr:`params`, :meth:`check_params`).
     """
 
     family = "text"
@@ -162,6 +303,59 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
     # plays whole games for marl.competitive (versus, cross-play, marl league); imported on first use
     game_runner = "marl.algos.llm.matches:TextGameRunner"
     max_decisions = 100  # per agent and game; subclasses set the true bound
+    # the longest free-text reply the game reads, in characters: the default reply budget of its
+    # free-text turns (moves are bounded by the legal moves themselves); games override it
+    free_text_chars = 256
+    # parameter rules (merged along the class hierarchy, a subclass's entry wins): checked
+    # before any __init__ of a subclass runs (module docstring)
+    params: ClassVar[Dict[str, Param]] = {
+        "invalid_penalty": Param("number"),
+        "retries": Param("whole", low=0),
+        "format_reward": Param("number"),
+        "seed": Param("whole", optional=True),
+    }
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _checked_init(cls.__dict__["__init__"])  # type: ignore[method-assign]
+
+    @classmethod
+    def param_rules(cls) -> Dict[str, Param]:
+        """The :attr:`params` of ``cls`` and its bases, merged (a subclass's rule wins)."""
+        rules: Dict[str, Param] = {}
+        for klass in reversed(cls.__mro__):
+            rules.update(klass.__dict__.get("params", {}))
+        return rules
+
+    @classmethod
+    def check_params(cls, values: Mapping[str, Any]) -> None:
+        """Check a game's keyword arguments before it is built: every name must be a parameter of
+        the class (an ``__init__`` along its hierarchy) and every value must pass its :class:`Param`.
+
+        Raises:
+            MarlError: an unknown name (with the closest and the valid names), or a value of the
+                wrong type or outside its range (naming the game, the parameter, the value, the range).
+        """
+        owner = f"text game '{cls._label(values)}'"
+        valid = _init_parameters(cls)
+        for name in values:
+            if name not in valid:
+                raise MarlError(
+                    f"{owner}: unknown parameter '{name}'.{closest(name, valid)} Valid parameters: {', '.join(valid)}."
+                )
+        rules = cls.param_rules()
+        for name, value in values.items():
+            if name in rules:
+                check_param(owner, name, value, rules[name])
+
+    @classmethod
+    def _label(cls, values: Mapping[str, Any]) -> str:
+        """The game's name in messages: the family, with the scenario when one is given."""
+        for key in ("game", "env_id", "scenario", "values"):
+            if isinstance(values.get(key), str) and values[key] != cls.family:
+                return f"{cls.family}:{values[key]}"
+        return cls.family
 
     def __init__(
         self,
@@ -183,12 +377,10 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         ):
             if value not in valid:
                 raise unknown_choice(name, value, valid)
-        if int(retries) < 0:
-            raise MarlError(f"retries must be >= 0, got {retries!r}.")
         self.scenario = scenario
         self.invalid_action = invalid_action
         self.invalid_penalty = float(invalid_penalty)
-        self.retries = int(retries)
+        self.retries = retries
         self.format_reward = float(format_reward)
         self.history = history
         self.compact = prompt_style == "compact"
@@ -419,7 +611,26 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         return []
 
     def fit(self, algo: str, **overrides: Any) -> Any:
-        """Train ``algo`` (an LLM self-play algorithm: ``mars``, ``advantage_alignment``, ...) on this game."""
+        """Train ``algo`` (an LLM self-play algorithm: ``mars``, ``advantage_alignment``, ...) on this game.
+
+        Raises:
+            MarlError: an override that is a parameter of the game (``prompt_style``, ``history``,
+                ``rounds``, ...) rather than a key of ``algo``: the message shows it in ``make_env``.
+        """
+        game_keys = [k for k in overrides if k in _init_parameters(type(self))]
+        if game_keys:
+            from marl.config import config_class
+
+            keys = config_class(algo).keys_of()
+            misplaced = [k for k in game_keys if k not in keys]
+            if misplaced:
+                given = ", ".join(f"{k}={overrides[k]!r}" for k in misplaced)
+                raise MarlError(
+                    f"{given}: {'a parameter' if len(misplaced) == 1 else 'parameters'} of the text game "
+                    f"{self.info.family}:{self.scenario}, set when it is made, not by fit: "
+                    f"make_env({self.info.family!r}, ..., {given}).fit({algo!r}, ...). fit takes the keys of "
+                    f"{algo} (e.g. max_new_tokens, context_policy, model)."
+                )
         return fit_env(self, algo, **overrides)
 
     def __repr__(self) -> str:
