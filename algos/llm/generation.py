@@ -11,7 +11,7 @@ import torch
 
 from marl.env import MarlError, unknown_choice
 from marl.errors import optional_import
-from marl.text import Param, check_param
+from marl.text_params import Param, check_param
 from marl.algos.llm.tokenizer import CONTEXT_POLICIES, check_vocabulary, model_context
 
 Chat = List[Dict[str, str]]

@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from marl.env import MarlError, unknown_choice
-from marl.text import Bot, Param, RandomBot, TextEnv, check_param
+from marl.text import Bot, RandomBot, TextEnv
+from marl.text_params import Param, check_param
 
 COOPERATE, DEFECT = "<A>", "<B>"
 GAMES: Dict[str, Dict[str, Tuple[float, float]]] = {

@@ -41,7 +41,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from marl.env import MarlError, closest
 from marl.errors import optional_import
 from marl.envs.text.openspiel_bots import CFRBot, MCTSBot, cfr_unsupported
-from marl.text import Param, RandomBot, TextEnv, check_library_params
+from marl.text import RandomBot, TextEnv
+from marl.text_params import Param, check_library_params
 
 INSTALL_HINT = "pip install open_spiel (or pip install marl-rllib[llm])"
 MINI_HANABI = {"players": 2, "colors": 2, "ranks": 2, "hand_size": 3, "max_information_tokens": 3, "max_life_tokens": 3}

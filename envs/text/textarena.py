@@ -72,7 +72,8 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from marl.env import MarlError
 from marl.errors import optional_import
-from marl.text import Param, RandomBot, TextEnv, check_library_params
+from marl.text import RandomBot, TextEnv
+from marl.text_params import Param, check_library_params
 
 INSTALL_HINT = 'pip install textarena (or pip install "marl-rllib[textarena]")'
 SCENARIOS = ("TicTacToe-v0", "ReverseTicTacToe-v0", "ConnectFour-v0")  # games with a legal-move reader

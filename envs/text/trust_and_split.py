@@ -35,7 +35,8 @@ import re
 from typing import Dict, List, Optional
 
 from marl.env import unknown_choice
-from marl.text import Bot, Param, RandomBot, TextEnv
+from marl.text import Bot, RandomBot, TextEnv
+from marl.text_params import Param
 
 HANDS = ("rock", "paper", "scissors")
 BEATS = {"rock": "scissors", "paper": "rock", "scissors": "paper"}  # winner -> loser
