@@ -206,20 +206,22 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
     @classmethod
     def check_params(cls, values: Mapping[str, Any]) -> None:
         """Check a game's keyword arguments before it is built: every name must be a parameter of
-        the class (an ``__init__`` along its hierarchy) and every value must pass its :class:`Param`.
+        the class (of an ``__init__`` along its hierarchy, or in :attr:`params`) and every value must
+        pass its :class:`Param`.
 
         Raises:
             MarlError: an unknown name (with the closest and the valid names), or a value of the
                 wrong type or outside its range (naming the game, the parameter, the value, the range).
         """
         owner = f"text game '{cls._label(values)}'"
-        valid = init_parameters(cls)
+        rules = cls.param_rules()
+        # a game whose __init__ reads its own **kwargs declares those names in params
+        valid = init_parameters(cls) + [k for k in rules if k not in init_parameters(cls)]
         for name in values:
             if name not in valid:
                 raise MarlError(
                     f"{owner}: unknown parameter '{name}'.{closest(name, valid)} Valid parameters: {', '.join(valid)}."
                 )
-        rules = cls.param_rules()
         for name, value in values.items():
             if name in rules:
                 check_param(owner, name, value, rules[name])
