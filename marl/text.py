@@ -35,6 +35,12 @@ overrides it. ``format_reward`` is added to the reward of every valid reply
 
 Every episode reports ``invalid_rate`` (bad replies / replies to a move list:
 free-text replies are not counted) in its metrics.
+
+Game parameters are checked before a game is built, by one rule table per class
+(:attr:`TextEnv.params`, merged along the class hierarchy; :class:`Param`): a float, a
+string or a bool where a whole number is meant, or a count below its bound, is a
+:class:`MarlError` naming the game, the parameter, the value and the valid range, never
+rounded or converted. A keyword no ``__init__`` of the class takes is refused the same way.
 """
 
 from __future__ import annotations
@@ -42,12 +48,21 @@ from __future__ import annotations
 import abc
 import random
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gymnasium as gym
 from ray.rllib.env.multi_agent_env import MultiAgentEnv as RLlibMultiAgentEnv
 
 from marl.env import EnvInfo, EnvSpec, GroupInfo, MarlError, fit_env, unknown_choice
+from marl.errors import closest
+from marl.text_params import (  # noqa: F401  (Param, check_param, ...: re-exported for game modules)
+    Param,
+    check_library_params,
+    check_param,
+    checked_init,
+    init_parameters,
+    rule_of_default,
+)
 
 INVALID_ACTIONS = ("penalty", "retry", "forfeit")
 HISTORIES = ("full", "last")
@@ -152,7 +167,8 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         seed: seed of the game's own randomness (``reset(seed=...)`` overrides).
 
     Raises:
-        MarlError: an unknown ``invalid_action``, ``history`` or ``prompt_style``.
+        MarlError: an unknown ``invalid_action``, ``history`` or ``prompt_style``; a parameter
+            that breaks its rule (:attr:`params`, :meth:`check_params`).
     """
 
     family = "text"
@@ -162,6 +178,61 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
     # plays whole games for marl.competitive (versus, cross-play, marl league); imported on first use
     game_runner = "marl.algos.llm.matches:TextGameRunner"
     max_decisions = 100  # per agent and game; subclasses set the true bound
+    # the longest free-text reply the game reads, in characters: the default reply budget of its
+    # free-text turns (moves are bounded by the legal moves themselves); games override it
+    free_text_chars = 256
+    # parameter rules (merged along the class hierarchy, a subclass's entry wins): checked
+    # before any __init__ of a subclass runs (module docstring)
+    params: ClassVar[Dict[str, Param]] = {
+        "invalid_penalty": Param("number"),
+        "retries": Param("whole", low=0),
+        "format_reward": Param("number"),
+        "seed": Param("whole", optional=True),
+    }
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = checked_init(cls.__dict__["__init__"])  # type: ignore[method-assign]
+
+    @classmethod
+    def param_rules(cls) -> Dict[str, Param]:
+        """The :attr:`params` of ``cls`` and its bases, merged (a subclass's rule wins)."""
+        rules: Dict[str, Param] = {}
+        for klass in reversed(cls.__mro__):
+            rules.update(klass.__dict__.get("params", {}))
+        return rules
+
+    @classmethod
+    def check_params(cls, values: Mapping[str, Any]) -> None:
+        """Check a game's keyword arguments before it is built: every name must be a parameter of
+        the class (of an ``__init__`` along its hierarchy, or in :attr:`params`) and every value must
+        pass its :class:`Param`.
+
+        Raises:
+            MarlError: an unknown name (with the closest and the valid names), or a value of the
+                wrong type or outside its range (naming the game, the parameter, the value, the range).
+        """
+        owner = f"text game '{cls._label(values)}'"
+        rules = cls.param_rules()
+        # a game whose __init__ reads its own **kwargs declares those names in params
+        valid = init_parameters(cls) + [k for k in rules if k not in init_parameters(cls)]
+        for name in values:
+            if name not in valid:
+                raise MarlError(
+                    f"{owner}: unknown parameter '{name}'.{closest(name, valid)} Valid parameters: {', '.join(valid)}."
+                )
+        for name, value in values.items():
+            if name in rules:
+                check_param(owner, name, value, rules[name])
+
+    @classmethod
+    def _label(cls, values: Mapping[str, Any]) -> str:
+        """The game's name in messages: the family, with the scenario when one is given."""
+        for key in ("game", "env_id", "scenario", "values"):
+            if isinstance(values.get(key), str) and values[key] != cls.family:
+                return f"{cls.family}:{values[key]}"
+        return cls.family
 
     def __init__(
         self,
@@ -183,12 +254,10 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         ):
             if value not in valid:
                 raise unknown_choice(name, value, valid)
-        if int(retries) < 0:
-            raise MarlError(f"retries must be >= 0, got {retries!r}.")
         self.scenario = scenario
         self.invalid_action = invalid_action
         self.invalid_penalty = float(invalid_penalty)
-        self.retries = int(retries)
+        self.retries = retries
         self.format_reward = float(format_reward)
         self.history = history
         self.compact = prompt_style == "compact"
@@ -419,7 +488,26 @@ class TextEnv(RLlibMultiAgentEnv, abc.ABC):
         return []
 
     def fit(self, algo: str, **overrides: Any) -> Any:
-        """Train ``algo`` (an LLM self-play algorithm: ``mars``, ``advantage_alignment``, ...) on this game."""
+        """Train ``algo`` (an LLM self-play algorithm: ``mars``, ``advantage_alignment``, ...) on this game.
+
+        Raises:
+            MarlError: an override that is a parameter of the game (``prompt_style``, ``history``,
+                ``rounds``, ...) rather than a key of ``algo``: the message shows it in ``make_env``.
+        """
+        game_keys = [k for k in overrides if k in init_parameters(type(self))]
+        if game_keys:
+            from marl.config import config_class
+
+            keys = config_class(algo).keys_of()
+            misplaced = [k for k in game_keys if k not in keys]
+            if misplaced:
+                given = ", ".join(f"{k}={overrides[k]!r}" for k in misplaced)
+                raise MarlError(
+                    f"{given}: {'a parameter' if len(misplaced) == 1 else 'parameters'} of the text game "
+                    f"{self.info.family}:{self.scenario}, set when it is made, not by fit: "
+                    f"make_env({self.info.family!r}, ..., {given}).fit({algo!r}, ...). fit takes the keys of "
+                    f"{algo} (e.g. max_new_tokens, context_policy, model)."
+                )
         return fit_env(self, algo, **overrides)
 
     def __repr__(self) -> str:

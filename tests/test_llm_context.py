@@ -138,19 +138,28 @@ def test_a_state_longer_than_the_context_names_the_game_counts_and_options(bpe):
     chat = ipd_history(bpe)
     gen = Generator(check_tokenizer(bpe), max_new_tokens=16, label="text:ipd")
     minimal = _n(gen, chat[:1] + chat[-1:])
+    # rules + state leave 15 of the 16 tokens asked for: the reply budget is clamped, not refused
+    ids = gen.prompt_ids(chat, minimal + 15)
+    assert len(ids) == minimal and gen.budget(ids, minimal + 15) == 15
     with pytest.raises(marl.MarlError) as e:
-        gen.prompt_ids(chat, minimal + 15)
+        gen.prompt_ids(chat, minimal)  # not even one reply token left
     msg = str(e.value)
     for part in (
         "text:ipd",
         f"rules and current state alone: {minimal}",
-        "max_new_tokens=16",
-        f"holds {minimal + 15} positions",
-        "history='last'",
-        "prompt_style='compact'",
-        "longer context",
+        "needs at least 1 (one token of free text)",
+        "the reply budget, 16 tokens",
+        f"holds {minimal} positions",
+        "make_env(..., prompt_style='compact')",
+        "a model with a longer context, fit(..., model=...)",
     ):
         assert part in msg, (part, msg)
+    # with context_policy="error" dropping the game so far helps too: fit and make_env options
+    strict = Generator(check_tokenizer(bpe), max_new_tokens=16, context_policy="error", label="text:ipd")
+    with pytest.raises(marl.MarlError) as e:
+        strict.prompt_ids(chat, minimal)
+    for part in ("fit(..., context_policy='truncate')", "make_env(..., history='last')"):
+        assert part in str(e.value), (part, str(e.value))
 
 
 def test_the_model_context_is_read_from_its_config(bpe):

@@ -46,7 +46,11 @@ class LLMConfig(EngineConfig):
     generator: str = key("hf (transformers generate) or vllm (GPU, marl-rllib[vllm])", choices=GENERATORS)
     temperature: float = key("sampling temperature of training games; 0 = greedy", ge=0)
     top_p: float = key("nucleus sampling mass", gt=0, le=1)
-    max_new_tokens: int = key("reply budget in tokens", ge=1)
+    max_new_tokens: Optional[int] = key(
+        "reply budget in tokens, clamped to what the context leaves after the prompt; null = from the game "
+        "(one move, or the game's bound on a free-text reply)",
+        ge=1,
+    )
     constrain_actions: bool = key("sample only the tokens of legal moves")
     max_context: Optional[int] = key("prompt + reply tokens; null = the model's max positions", ge=1)
     context_policy: str = key(

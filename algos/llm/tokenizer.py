@@ -107,7 +107,8 @@ def load_tokenizer(tokenizer: Any, model: Any, chat_template: Optional[str] = No
     the model's own path when ``tokenizer`` is None; then :func:`check_tokenizer`.
 
     Raises:
-        MarlError: no tokenizer can be found (a model built from a config needs ``tokenizer=``),
+        MarlError: no tokenizer can be found (a model built from a config needs ``tokenizer=``; a
+            missing folder or one without tokenizer files: :func:`~marl.algos.llm.models.pretrained_source`),
             or :func:`check_tokenizer` fails.
     """
     if tokenizer is not None and not isinstance(tokenizer, str):
@@ -117,7 +118,10 @@ def load_tokenizer(tokenizer: Any, model: Any, chat_template: Optional[str] = No
         raise MarlError(
             "A model built from a config needs tokenizer= (e.g. marl.algos.llm.policy.word_tokenizer(words))."
         )
-    return check_tokenizer(_transformers().AutoTokenizer.from_pretrained(path), chat_template)
+    from marl.algos.llm.models import from_pretrained  # models imports this module
+
+    tok = from_pretrained(_transformers().AutoTokenizer.from_pretrained, path, "tokenizer", ("tokenizer",))
+    return check_tokenizer(tok, chat_template)
 
 
 def check_tokenizer(tok, chat_template: Optional[str] = None):

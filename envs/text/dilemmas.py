@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Tuple
 
 from marl.env import MarlError, unknown_choice
 from marl.text import Bot, RandomBot, TextEnv
+from marl.text_params import Param, check_param
 
 COOPERATE, DEFECT = "<A>", "<B>"
 GAMES: Dict[str, Dict[str, Tuple[float, float]]] = {
@@ -66,18 +67,23 @@ class IteratedDilemma(TextEnv):
     family = "ipd"
     simultaneous = True
     kind = "mixed"
+    params = {"game": Param("text"), "rounds": Param("whole", low=1), "payoffs": Param("table", optional=True)}
 
     def __init__(
         self, game: str = "ipd", rounds: int = 10, payoffs: Optional[Dict[str, Tuple[float, float]]] = None, **kwargs
     ):
         if payoffs is None and game not in GAMES:
             raise unknown_choice("dilemma", game, list(GAMES))
-        if int(rounds) < 1:
-            raise MarlError(f"rounds must be >= 1, got {rounds!r}.")
-        self.payoffs = {k: tuple(map(float, v)) for k, v in (payoffs or GAMES[game]).items()}
-        if sorted(self.payoffs) != ["CC", "CD", "DC", "DD"]:
-            raise MarlError(f"payoffs needs the keys CC, CD, DC, DD, got {sorted(self.payoffs)}.")
-        self.rounds = int(rounds)
+        table = payoffs or GAMES[game]
+        if sorted(table) != ["CC", "CD", "DC", "DD"]:
+            raise MarlError(f"payoffs needs the keys CC, CD, DC, DD, got {sorted(table)}.")
+        for k, pair in table.items():
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise MarlError(f"text game '{game}': payoffs[{k!r}]={pair!r} must be a pair (r1, r2) of numbers.")
+            for seat, r in enumerate(pair):
+                check_param(f"text game '{game}'", f"payoffs[{k!r}][{seat}]", r, Param("number"))
+        self.payoffs = {k: (float(v[0]), float(v[1])) for k, v in table.items()}
+        self.rounds = rounds
         self.max_decisions = self.rounds
         self.family = game if game in GAMES else "ipd"
         super().__init__(game, **kwargs)

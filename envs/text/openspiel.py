@@ -42,6 +42,7 @@ from marl.env import MarlError, closest
 from marl.errors import optional_import
 from marl.envs.text.openspiel_bots import CFRBot, MCTSBot, cfr_unsupported
 from marl.text import RandomBot, TextEnv
+from marl.text_params import Param, check_library_params
 
 INSTALL_HINT = "pip install open_spiel (or pip install marl-rllib[llm])"
 MINI_HANABI = {"players": 2, "colors": 2, "ranks": 2, "hand_size": 3, "max_information_tokens": 3, "max_life_tokens": 3}
@@ -359,6 +360,7 @@ class OpenSpielGame(TextEnv):
     """
 
     family = "openspiel"
+    params = {"game": Param("text"), "params": Param("table", optional=True), "draw_reward": Param("number")}
 
     def __init__(
         self, game: str = "tic_tac_toe", params: Optional[Dict[str, Any]] = None, draw_reward: float = 0.1, **kwargs
@@ -371,7 +373,7 @@ class OpenSpielGame(TextEnv):
                 f"Unknown OpenSpiel game '{game}'.{closest(game, names)} Valid choices: the scenarios "
                 f"{', '.join(SCENARIOS)} or any name in pyspiel.registered_names()."
             )
-        self.game = pyspiel.load_game(name, {**base_params, **(params or {})})
+        self.game = _load_game(pyspiel, game, name, {**base_params, **(params or {})})
         gtype = self.game.get_type()
         if gtype.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
             raise MarlError(
@@ -553,6 +555,24 @@ class OpenSpielGame(TextEnv):
         if cfr_unsupported(self.game) is None:
             out["cfr"] = CFRBot
         return out
+
+
+def _load_game(pyspiel, game: str, name: str, params: Dict[str, Any]):
+    """``pyspiel.load_game(name, params)`` with the parameters checked against the game's own
+    (names and types of ``parameter_specification``) and OpenSpiel's errors as :class:`MarlError`.
+
+    Raises:
+        MarlError: an unknown parameter, a value of the wrong type, or one OpenSpiel refuses
+            (e.g. a player count outside the game's range).
+    """
+    owner = f"text game 'openspiel:{game}'"
+    spec = next((g.parameter_specification for g in pyspiel.registered_games() if g.short_name == name), None)
+    if spec is not None:
+        check_library_params(owner, "params", params, dict(spec))
+    try:
+        return pyspiel.load_game(name, params)
+    except pyspiel.SpielError as e:
+        raise MarlError(f"{owner}: OpenSpiel refused params={params!r}: {e}") from e
 
 
 def make(scenario: Optional[str] = None, **kwargs) -> OpenSpielGame:

@@ -64,6 +64,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import importlib
+import inspect
 import random
 import re
 from typing import Any, Dict, Iterator, List, Optional
@@ -71,6 +73,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from marl.env import MarlError
 from marl.errors import optional_import
 from marl.text import RandomBot, TextEnv
+from marl.text_params import Param, check_library_params
 
 INSTALL_HINT = 'pip install textarena (or pip install "marl-rllib[textarena]")'
 SCENARIOS = ("TicTacToe-v0", "ReverseTicTacToe-v0", "ConnectFour-v0")  # games with a legal-move reader
@@ -111,6 +114,21 @@ def _offline() -> Iterator[None]:
         yield
     finally:
         nltk.download = saved
+
+
+def _defaults(spec) -> Dict[str, Any]:
+    """Keyword arguments of a TextArena env id with their defaults: the env class's ``__init__``
+    defaults, overridden by the id's registered ``kwargs`` (the types :func:`check_library_params` checks)."""
+    module, _, name = str(spec.entry_point).partition(":")
+    try:
+        with _offline():  # word games load nltk corpora at import
+            cls = getattr(importlib.import_module(module), name)
+        sig = inspect.signature(cls.__init__)
+    except Exception:  # a game whose module cannot be imported here fails in ta.make, with its own error
+        return dict(spec.kwargs)
+    out = {k: p.default for k, p in sig.parameters.items() if k != "self" and p.default is not p.empty}
+    out.update(spec.kwargs)
+    return out
 
 
 def _unwrap(ta, env):
@@ -216,6 +234,7 @@ class TextArenaGame(TextEnv):
 
     family = "textarena"
     kind = "competitive"
+    params = {"env_id": Param("text"), "draw_reward": Param("number"), "env_kwargs": Param("table", optional=True)}
 
     def __init__(
         self,
@@ -237,6 +256,9 @@ class TextArenaGame(TextEnv):
         self.env_id = env_id
         self.draw_reward = float(draw_reward)
         self._random = random.Random(0).getstate()  # the game's own `random` state (module docstring)
+        check_library_params(
+            f"text game 'textarena:{env_id}'", "env_kwargs", env_kwargs or {}, _defaults(registry[env_id])
+        )
         self.ta_env = self._call(ta.make, env_id, **(env_kwargs or {}))
         self.raw = _unwrap(ta, self.ta_env)
         self.reader = READERS.get(type(self.raw).__name__, _Reader)(self.raw)

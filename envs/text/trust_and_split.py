@@ -34,8 +34,9 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional
 
-from marl.env import MarlError, unknown_choice
+from marl.env import unknown_choice
 from marl.text import Bot, RandomBot, TextEnv
+from marl.text_params import Param
 
 HANDS = ("rock", "paper", "scissors")
 BEATS = {"rock": "scissors", "paper": "rock", "scissors": "paper"}  # winner -> loser
@@ -91,13 +92,21 @@ class TrustAndSplit(TextEnv):
     ``claims_mean``, ``claims_mean_high`` / ``claims_mean_low``.
 
     Raises:
-        MarlError: unknown ``values``, ``rounds`` < 1, ``coins`` < 1 or
-            ``max_message_chars`` < 1.
+        MarlError: unknown ``values``; ``rounds``, ``coins`` or ``max_message_chars`` not a
+            whole number >= 1, ``messages`` / ``public_values`` not a bool (the rules of
+            :attr:`params`, checked by :meth:`~marl.text.TextEnv.check_params`).
     """
 
     family = "trust_and_split"
     simultaneous = True
     kind = "mixed"
+    params = {
+        "rounds": Param("whole", low=1),
+        "messages": Param("flag"),
+        "public_values": Param("flag", optional=True),
+        "max_message_chars": Param("whole", low=1),
+        "coins": Param("whole", low=1),
+    }
 
     def __init__(
         self,
@@ -112,15 +121,14 @@ class TrustAndSplit(TextEnv):
     ):
         if values not in VALUES:
             raise unknown_choice("Trust-and-Split values", values, VALUES)
-        for name, v in (("rounds", rounds), ("coins", coins), ("max_message_chars", max_message_chars)):
-            if int(v) < 1:
-                raise MarlError(f"{name} must be >= 1, got {v!r}.")
         self.values_kind = values
-        self.rounds = int(rounds)
-        self.coins = int(coins)
-        self.messages_on = bool(messages)
-        self.public_values = (not self.messages_on) if public_values is None else bool(public_values)
-        self.max_message_chars = int(max_message_chars)
+        self.rounds = rounds
+        self.coins = coins
+        self.messages_on = messages
+        self.public_values = (not self.messages_on) if public_values is None else public_values
+        self.max_message_chars = max_message_chars
+        # a reply is read up to its last "<message>...</message>" block, cut to max_message_chars
+        self.free_text_chars = max_message_chars + len("<message></message>")
         self.max_decisions = self.rounds * (2 if self.messages_on else 1)
         super().__init__(scenario or values, **kwargs)
 
