@@ -1,0 +1,69 @@
+"""Test-only budget clamp for the doc examples (tests/test_doc_examples.py).
+
+tests/test_doc_examples.py puts this folder first on ``PYTHONPATH`` of the subprocess that runs a
+page's code blocks, so Python imports this module at start-up (the ``site`` module's
+``sitecustomize`` hook, https://docs.python.org/3/library/site.html). It does nothing unless
+``MARL_DOC_TEST_ITERATIONS`` is set; then every training call (``marl.fit``, ``env.fit``,
+``marl train``) trains that many iterations after its start instead of the example's budget, and
+the greedy evaluation at the end of ``fit`` plays at most ``MARL_DOC_TEST_EVAL_EPISODES`` episodes.
+The example's own ``stop`` is still checked as ``fit`` checks it, so a wrong stop in a doc fails.
+marl itself has no test-only branch: the clamp wraps :func:`marl.fit` from outside and installs
+the wrapper behind ``MultiAgentEnv.fit`` with the public :func:`marl.env.set_fit_entry`.
+"""
+
+import functools
+import os
+
+
+def _iterations_done(resume: str) -> int:
+    """Iterations already trained in the checkpoint ``resume`` names (a checkpoint or a run folder)."""
+    import json
+
+    from marl.checkpoint import resolve_checkpoint
+
+    manifest = resolve_checkpoint(resume) / "marl_manifest.json"
+    return int(json.loads(manifest.read_text())["iteration"])
+
+
+def _start_ray(tries: int = 3) -> None:
+    """Start Ray as ``fit`` would, trying again when its node does not come up in Ray's 30 s
+    (seen on a 2-core machine shared by many jobs); ``fit`` then uses the running Ray."""
+    import ray
+
+    from marl.api import start_ray
+
+    for attempt in range(tries):
+        try:
+            start_ray()
+            return
+        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception on a startup timeout
+            if "timed out during startup" not in str(e) or attempt == tries - 1:
+                raise
+            ray.shutdown()
+
+
+def _install(iterations: int, eval_cap: int) -> None:
+    import marl
+    import marl.api
+    from marl.config import validate_stop
+    from marl.env import MultiAgentEnv, set_fit_entry
+
+    full = marl.api.fit
+
+    @functools.wraps(full)
+    def fit(env, algo, *, stop=None, resume=None, **overrides):
+        if stop is not None:
+            validate_stop(stop)  # the example's stop must be valid even though it is not used
+        done = _iterations_done(resume) if resume else 0
+        _start_ray()
+        if isinstance(env, MultiAgentEnv):  # text games evaluate against opponents, not here
+            overrides["eval_episodes"] = min(int(overrides.get("eval_episodes", eval_cap)), eval_cap)
+        return full(env, algo, stop={"iterations": done + iterations}, resume=resume, **overrides)
+
+    marl.api.fit = fit
+    marl.fit = fit
+    set_fit_entry(fit)
+
+
+if os.environ.get("MARL_DOC_TEST_ITERATIONS"):
+    _install(int(os.environ["MARL_DOC_TEST_ITERATIONS"]), int(os.environ.get("MARL_DOC_TEST_EVAL_EPISODES", "4")))
