@@ -141,7 +141,7 @@ def _run_page(blocks: List[Block], tmp_path: Path) -> subprocess.CompletedProces
     ]
     (tmp_path / "blocks.json").write_text(json.dumps(spec))
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.setdefault("MARL_DOC_TEST_ITERATIONS", "1")
     env.setdefault("MARL_DOC_TEST_EVAL_EPISODES", "4")
