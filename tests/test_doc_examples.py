@@ -193,6 +193,7 @@ def test_markers_parse_and_every_code_block_is_counted(tmp_path):
         ROOT = saved
 
 
+@pytest.mark.slow  # minutes in all: a subprocess, Ray and a few one-iteration trainers per page
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=[str(p.relative_to(ROOT)) for p in PAGES_WITH_CODE])
 def test_page_code_blocks_run(page: Path, tmp_path):
     blocks = _code_blocks(page)
