@@ -201,11 +201,25 @@ def state_pickles(checkpoint: Path, under: Optional[Path] = None) -> List[Path]:
     return sorted(p for p in root.rglob("*.pkl") if p.name.endswith("state.pkl") or modules in p.parents)
 
 
+def check_state(checkpoint: Path, trust: bool = False, under: Optional[Path] = None) -> None:
+    """Unless ``trust``, check every pickle RLlib would read from ``checkpoint`` (or its part ``under``)
+    against the allowlist (:func:`marl.safe_pickle.check_pickles`), without using what they hold.
+
+    Raises:
+        marl.safe_pickle.UntrustedCheckpoint: a pickle names something outside the allowlist.
+        MarlError: a pickle that cannot be read (a damaged checkpoint).
+    """
+    if not trust:
+        check_pickles(Path(checkpoint), state_pickles(checkpoint, under))
+
+
 @contextmanager
-def reading(checkpoint: Path, trust: bool = False, under: Optional[Path] = None) -> Iterator[None]:
+def reading(
+    checkpoint: Path, trust: bool = False, under: Optional[Path] = None, checked: bool = False
+) -> Iterator[None]:
     """A block in which RLlib reads ``checkpoint``: unless ``trust``, its pickles are first checked
-    (:func:`marl.safe_pickle.check_pickles`: a remote learner reads them too) and this process's
-    RLlib reads them through :class:`~marl.safe_pickle.SafeUnpickler`.
+    (:func:`check_state`, skipped when the caller did so: ``checked``; a remote learner reads them
+    too) and this process's RLlib reads them through :class:`~marl.safe_pickle.SafeUnpickler`.
 
     Raises:
         marl.safe_pickle.UntrustedCheckpoint: a pickle names something outside the allowlist.
@@ -216,7 +230,8 @@ def reading(checkpoint: Path, trust: bool = False, under: Optional[Path] = None)
         return
     from marl.engine.rllib_seam import checkpoint_unpickling
 
-    check_pickles(Path(checkpoint), state_pickles(checkpoint, under))
+    if not checked:
+        check_state(checkpoint, trust, under)
     with checkpoint_unpickling(lambda f: safe_load(f, f"A file of checkpoint {checkpoint}")):
         yield
 

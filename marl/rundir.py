@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 import yaml
 from filelock import FileLock, Timeout
 
-from marl.checkpoint import checkpoint_key, list_checkpoints, read_meta, reading, resolve_checkpoint
+from marl.checkpoint import check_state, checkpoint_key, list_checkpoints, read_meta, reading, resolve_checkpoint
 from marl.env import EnvInfo, spaces_equal
 from marl.errors import MarlError
 
@@ -137,6 +137,7 @@ def open_resume(
     """
     ckpt = resolve_checkpoint(resume, trust=trust)
     meta = read_meta(ckpt, trust=trust)
+    check_state(ckpt, trust)  # RLlib's pickles, against the allowlist, before Ray starts
     diffs = compare_with_checkpoint(meta, algo, info, agent_to_module)
     if diffs:
         raise MarlError(
@@ -368,10 +369,12 @@ def check_log_dir(log_dir: Path) -> None:
     if not probe.is_dir():
         what = "is a file" if probe == p else f"cannot be made: {probe} is a file"
         raise MarlError(f"log_dir '{log_dir}' {what}; give a folder for the run folders (log_dir=...).")
-    if not os.access(probe, os.W_OK | os.X_OK):
+    # a folder without its owner's write bit is read-only on purpose, even for root (whom os.access lets write)
+    if not os.access(probe, os.W_OK | os.X_OK) or not probe.stat().st_mode & 0o200:
         where = "" if probe == p else f" ({probe}, where it would be made)"
         raise MarlError(
-            f"log_dir '{log_dir}' is not writable by this process{where}; give a folder you can write (log_dir=...)."
+            f"log_dir '{log_dir}' is read-only{where} (mode {probe.stat().st_mode & 0o777:o}); give a folder you can "
+            "write (log_dir=...)."
         )
 
 
@@ -416,7 +419,8 @@ def restore(trainer: Trainer, run: RunFolder, config: Dict[str, Any]) -> None:
     source = run.source
     assert source is not None, "restore() is for a run folder opened with a checkpoint to resume from"
     try:
-        with reading(source.checkpoint, source.trusted):  # RLlib's pickles through marl's allowlist
+        # RLlib's pickles through marl's allowlist (checked against it by open_resume)
+        with reading(source.checkpoint, source.trusted, checked=True):
             trainer.restore_from_path(str(source.checkpoint))
     except MarlError:  # a pickle outside the allowlist, a damaged pickle: already worded
         raise

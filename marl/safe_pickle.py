@@ -69,7 +69,14 @@ def _torch_storage_from_bytes(b: bytes) -> Any:
     """What ``torch.storage._load_from_bytes`` does, with torch's restricted unpickler."""
     import torch
 
-    return torch.load(io.BytesIO(b), weights_only=True)
+    try:
+        return torch.load(io.BytesIO(b), weights_only=True)
+    except pickle.UnpicklingError as e:  # torch's allowlist refused a global of the nested pickle
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise UntrustedCheckpoint(
+            f"A torch tensor in a checkpoint file holds a pickle that torch's weights-only reader refuses ({first}); "
+            f"refused. {TRUST_HINT}"
+        ) from e
 
 
 class UntrustedCheckpoint(MarlError, pickle.UnpicklingError):
