@@ -193,24 +193,26 @@ def write_meta(checkpoint: Path, meta: Dict[str, Any]) -> None:
     (Path(checkpoint) / META_FILE).write_text(json.dumps(body, indent=1))
 
 
-def state_pickles(checkpoint: Path, under: Optional[Path] = None) -> List[Path]:
-    """The pickles RLlib reads when it restores ``checkpoint`` (``*state.pkl``) or builds one of its
-    modules (everything under ``learner_group/learner/rl_module``), optionally only those ``under``."""
+def state_pickles(checkpoint: Path, under: Optional[Path] = None, modules: bool = True) -> List[Path]:
+    """The pickles RLlib reads when it restores ``checkpoint`` (``*state.pkl``) and, with ``modules``,
+    when it builds one of its modules (every pickle under ``learner_group/learner/rl_module``: the
+    class and constructor arguments too); only those ``under`` a sub-folder if given."""
     root = Path(checkpoint) / under if under is not None else Path(checkpoint)
-    modules = Path(checkpoint) / MODULES_DIR
-    return sorted(p for p in root.rglob("*.pkl") if p.name.endswith("state.pkl") or modules in p.parents)
+    built = Path(checkpoint) / MODULES_DIR
+    return sorted(p for p in root.rglob("*.pkl") if p.name.endswith("state.pkl") or (modules and built in p.parents))
 
 
-def check_state(checkpoint: Path, trust: bool = False, under: Optional[Path] = None) -> None:
-    """Unless ``trust``, check every pickle RLlib would read from ``checkpoint`` (or its part ``under``)
-    against the allowlist (:func:`marl.safe_pickle.check_pickles`), without using what they hold.
+def check_state(checkpoint: Path, trust: bool = False, under: Optional[Path] = None, modules: bool = True) -> None:
+    """Unless ``trust``, check every pickle RLlib would read from ``checkpoint`` (or its part ``under``;
+    ``modules``: :func:`state_pickles`) against the allowlist (:func:`marl.safe_pickle.check_pickles`),
+    without using what they hold.
 
     Raises:
         marl.safe_pickle.UntrustedCheckpoint: a pickle names something outside the allowlist.
         MarlError: a pickle that cannot be read (a damaged checkpoint).
     """
     if not trust:
-        check_pickles(Path(checkpoint), state_pickles(checkpoint, under))
+        check_pickles(Path(checkpoint), state_pickles(checkpoint, under, modules))
 
 
 @contextmanager

@@ -36,6 +36,7 @@ SPACES: Dict[str, Type[gym.Space]] = {
         gym.spaces.MultiBinary,
         gym.spaces.Tuple,
         gym.spaces.Dict,
+        gym.spaces.Text,
     )
 }
 
@@ -88,6 +89,8 @@ def _space_args(s: gym.Space) -> Dict[str, Any]:
         return {"n": s.n}
     if isinstance(s, gym.spaces.Tuple):
         return {"spaces": list(s.spaces)}
+    if isinstance(s, gym.spaces.Text):
+        return {"max_length": s.max_length, "min_length": s.min_length, "charset": s.characters}
     return {"spaces": dict(cast(gym.spaces.Dict, s).spaces)}
 
 

@@ -137,7 +137,8 @@ def open_resume(
     """
     ckpt = resolve_checkpoint(resume, trust=trust)
     meta = read_meta(ckpt, trust=trust)
-    check_state(ckpt, trust)  # RLlib's pickles, against the allowlist, before Ray starts
+    # the pickles RLlib's restore reads (its state files), against the allowlist, before Ray starts
+    check_state(ckpt, trust, modules=False)
     diffs = compare_with_checkpoint(meta, algo, info, agent_to_module)
     if diffs:
         raise MarlError(

@@ -32,6 +32,7 @@ _SPACES = {
     "gymnasium.spaces.multi_binary": {"MultiBinary"},
     "gymnasium.spaces.tuple": {"Tuple"},
     "gymnasium.spaces.dict": {"Dict"},
+    "gymnasium.spaces.text": {"Text"},  # text games' observation and action spaces
 }
 
 #: module -> names a checkpoint's pickles may use; anything else is refused.
@@ -62,7 +63,12 @@ ALLOWED: Dict[str, FrozenSet[str]] = {
         "ray.rllib.core.rl_module.rl_module": {"RLModuleSpec"},
     }.items()
 }
-MODULE_PACKAGES = ("marl.",)  # RLModule subclasses defined here are allowed too (marl's algorithms)
+#: package prefix -> (module, class): subclasses of that class defined in the package are allowed too:
+#: marl's RLModules, and the Hugging Face model configs an LLM module is built from (plain attributes).
+SUBCLASSES = {
+    "marl.": ("ray.rllib.core.rl_module.rl_module", "RLModule"),
+    "transformers.": ("transformers", "PretrainedConfig"),
+}
 
 
 def _torch_storage_from_bytes(b: bytes) -> Any:
@@ -111,7 +117,7 @@ class SafeUnpickler(pickle.Unpickler):
             return _torch_storage_from_bytes
         if name in ALLOWED.get(module, ()):
             return super().find_class(module, name)
-        if module.startswith(MODULE_PACKAGES) and _is_rl_module(super().find_class, module, name):
+        if _allowed_subclass(module, name):
             return super().find_class(module, name)
         raise UntrustedCheckpoint(
             f"{self.source} asks to load '{module}.{name}', which marl does not load from a checkpoint "
@@ -119,14 +125,20 @@ class SafeUnpickler(pickle.Unpickler):
         )
 
 
-def _is_rl_module(find: Any, module: str, name: str) -> bool:
-    from ray.rllib.core.rl_module.rl_module import RLModule
+def _allowed_subclass(module: str, name: str) -> bool:
+    """``module.name`` is a class of :data:`SUBCLASSES` (importing a module of that package, not running
+    anything the pickle chose)."""
+    import importlib
 
+    base = next((b for prefix, b in SUBCLASSES.items() if module.startswith(prefix)), None)
+    if base is None:
+        return False
     try:
-        obj = find(module, name)
+        obj = getattr(importlib.import_module(module), name)
+        parent = getattr(importlib.import_module(base[0]), base[1])
     except (ImportError, AttributeError):
         return False
-    return isinstance(obj, type) and issubclass(obj, RLModule)
+    return isinstance(obj, type) and issubclass(obj, parent)
 
 
 def safe_load(file: Any, source: str = "a checkpoint file") -> Any:
