@@ -130,7 +130,7 @@ def read_meta(checkpoint: Path, trust: bool = False) -> Dict[str, Any]:
     try:
         from marl.meta_json import decode
 
-        meta = decode(json.loads(path.read_text()))
+        meta = decode(json.loads(path.read_text()), checkpoint)
     except FileNotFoundError:
         raise MarlError(f"Checkpoint {checkpoint} is damaged: its file '{META_FILE}' is missing.") from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError, MarlError) as e:
@@ -180,12 +180,21 @@ def _check_meta(checkpoint: Path, meta: Any) -> Dict[str, Any]:
     return meta
 
 
+OBJECTS_DIR = "marl_objects"  # Hugging Face tokenizers of the metadata, one folder each (save_pretrained)
+
+
 def write_meta(checkpoint: Path, meta: Dict[str, Any]) -> None:
     """Write :data:`META_FILE`: ``meta`` as JSON; an env spec with a value that has no JSON form
-    (an object built in code) is written as ``None`` (:mod:`marl.meta_json`)."""
+    (an object built in code) is written as ``None``; a tokenizer object goes to a folder of
+    :data:`OBJECTS_DIR` (:mod:`marl.meta_json`)."""
     from marl.meta_json import NotJson, encode
 
-    body = {k: encode(v, strict=False) for k, v in meta.items() if k != "env_spec"}
+    def save(obj: Any) -> str:
+        rel = f"{OBJECTS_DIR}/{len(list((Path(checkpoint) / OBJECTS_DIR).glob('*')))}"
+        obj.save_pretrained(str(Path(checkpoint) / rel))
+        return rel
+
+    body = {k: encode(v, strict=False, save=save) for k, v in meta.items() if k != "env_spec"}
     try:
         body["env_spec"] = encode(meta.get("env_spec"))
     except NotJson:
