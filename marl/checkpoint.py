@@ -163,7 +163,7 @@ def _check_meta(checkpoint: Path, meta: Any) -> Dict[str, Any]:
     if not isinstance(meta, dict):
         raise MarlError(f"Checkpoint {checkpoint} is damaged: its metadata is a {type(meta).__name__}, not a dict.")
     types = {**META_TYPES, "env_spec": (EnvSpec, type(None)), "env_info": (EnvInfo, type(None))}
-    for key in ("algo", "config", "agent_to_module"):
+    for key in ("algo", "agent_to_module"):
         if key not in meta:
             raise MarlError(f"Checkpoint {checkpoint} is damaged: its metadata has no entry '{key}'.")
     for key, want in types.items():
@@ -177,6 +177,7 @@ def _check_meta(checkpoint: Path, meta: Any) -> Dict[str, Any]:
         raise MarlError(
             f"Checkpoint {checkpoint} is damaged: its agent -> module table has entries that are not text: {bad!r:.200}."
         )
+    meta.setdefault("config", {})  # none saved: the algorithm's defaults
     return meta
 
 
