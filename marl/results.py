@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from marl.checkpoint import read_meta, reading, resolve_checkpoint
+from marl.checkpoint import MODULES_DIR, read_meta, reading, resolve_checkpoint
 from marl.config import ConfigBase, restore_config, trainer_class
 from marl.env import EnvSpec, MultiAgentEnv, list_envs
 from marl.errors import MarlError
@@ -93,7 +93,7 @@ def load(path: str, env: Optional[MultiAgentEnv] = None, trust_checkpoint: bool 
     meta = read_meta(ckpt, trust=trust_checkpoint)
     if env is None and not trust_checkpoint:
         check_env_spec(ckpt, meta.get("env_spec"))
-    with reading(ckpt, trust_checkpoint):
+    with reading(ckpt, trust_checkpoint, under=MODULES_DIR):  # the modules are all a policy reads
         policy = trainer_class(meta["algo"]).policy_from_checkpoint(ckpt, meta, env)
     return Result(
         metrics=meta.get("metrics", {}),
@@ -107,8 +107,9 @@ def load(path: str, env: Optional[MultiAgentEnv] = None, trust_checkpoint: bool 
 
 
 def check_env_spec(ckpt: Any, spec: Optional[EnvSpec]) -> None:
-    """Refuse an env spec whose family is not registered (building it would import a module the
-    checkpoint names) or whose scenario is not one the family lists (where it lists them).
+    """Refuse an env spec whose family is not registered, or whose scenario is a module path
+    (``pkg.module``, ``pkg:attr``) the family does not list: building either would import a module
+    the checkpoint names. A plain scenario name is resolved by the family inside its own package.
 
     Raises:
         MarlError: names the family or scenario, the registered ones, and ``env=``.
@@ -127,8 +128,10 @@ def check_env_spec(ckpt: Any, spec: Optional[EnvSpec]) -> None:
     except Exception:  # noqa: BLE001 - a family that cannot list its scenarios leaves the check to make_env
         return
     listed = [s for s in scenarios if isinstance(s, str) and not s.startswith("<unavailable")]
-    if listed and spec.scenario is not None and spec.scenario not in listed:
+    # a plain name is resolved by the family inside its own package; a module path would import what it names
+    path_like = spec.scenario is not None and any(c in spec.scenario for c in ".:/")
+    if path_like and spec.scenario not in listed:
         raise MarlError(
-            f"Checkpoint {ckpt} names scenario {spec.scenario!r} of env family {spec.family!r}, which the family "
-            f"does not list; marl builds a checkpoint's env only from a listed scenario: {how}."
+            f"Checkpoint {ckpt} names scenario {spec.scenario!r} of env family {spec.family!r}, a module path "
+            f"the family does not list; marl imports no module a checkpoint names: {how}."
         )

@@ -17,6 +17,7 @@ a source the user trusts can be read without it (``trust_checkpoint=True``).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
 from pathlib import Path
@@ -69,6 +70,9 @@ SUBCLASSES = {
     "marl.": ("ray.rllib.core.rl_module.rl_module", "RLModule"),
     "transformers.": ("transformers", "PretrainedConfig"),
 }
+#: packages whose dataclasses (records of fields, e.g. JaxMARL's SMAX ``State``) may appear in an env's
+#: saved state (``MultiAgentEnv.get_state``, in ``algorithm_state.pkl``); marl's own records too.
+DATACLASS_PACKAGES = ("marl.", "jaxmarl.")
 
 
 def _torch_storage_from_bytes(b: bytes) -> Any:
@@ -131,14 +135,17 @@ def _allowed_subclass(module: str, name: str) -> bool:
     import importlib
 
     base = next((b for prefix, b in SUBCLASSES.items() if module.startswith(prefix)), None)
-    if base is None:
+    records = module.startswith(DATACLASS_PACKAGES)
+    if base is None and not records:
         return False
     try:
         obj = getattr(importlib.import_module(module), name)
-        parent = getattr(importlib.import_module(base[0]), base[1])
+        parent = getattr(importlib.import_module(base[0]), base[1]) if base else None
     except (ImportError, AttributeError):
         return False
-    return isinstance(obj, type) and issubclass(obj, parent)
+    if not isinstance(obj, type):
+        return False
+    return (parent is not None and issubclass(obj, parent)) or (records and dataclasses.is_dataclass(obj))
 
 
 def safe_load(file: Any, source: str = "a checkpoint file") -> Any:

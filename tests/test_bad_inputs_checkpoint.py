@@ -211,9 +211,10 @@ CASES: Dict[str, Case] = {
         _spec("evil_family", "x"), _load, "names env family 'evil_family', which is not registered"
     ),
     "unregistered env family (eval)": Case(_spec("os", "system"), _eval, "names env family 'os'"),
-    "scenario the family does not list": Case(
-        _spec("mpe", "antigravity"), _load, "names scenario 'antigravity' of env family 'mpe'"
+    "scenario that is a module path": Case(
+        _spec("mpe", "antigravity.x"), _load, "names scenario 'antigravity.x' of env family 'mpe', a module path"
     ),
+    "scenario that is a module:attr (eval)": Case(_spec("pettingzoo", "os:system"), _eval, "a module path"),
 }
 
 
