@@ -220,6 +220,7 @@ def fit(
     stop: Optional[Dict[str, float]] = None,
     resume: Optional[str] = None,
     callbacks: Sequence[Callback] = (),
+    trust_checkpoint: bool = False,
     **overrides: Any,
 ) -> Result:
     """Train ``algo`` on ``env`` and return a :class:`~marl.results.Result`.
@@ -238,14 +239,19 @@ def fit(
             otherwise in a new run folder whose ``parent.json`` names the source, which is
             only read (docs/index.md, "Run folders").
         callbacks: a list of :class:`~marl.callbacks.Callback` instances, called after the env's own.
+        trust_checkpoint: the ``resume`` checkpoint comes from a source you trust: read it without
+            marl's limits (pickled metadata of an older marl, no manifest, RLlib pickles naming
+            classes outside :data:`marl.safe_pickle.ALLOWED`; docs/security.md).
         **overrides: config keys (``lr=3e-4``, ``share="group"``,
             ``num_env_runners=2``, ...); unknown keys are errors listing the valid ones.
 
     Raises:
         MarlError: bad configuration or input (before Ray starts; ``callbacks`` that are not a
             list of Callback instances; checks across keys, docs/configuration.md); a ``resume``
-            checkpoint that is damaged or does not match (before anything is written);
-            a run folder another process is writing.
+            checkpoint that is damaged, untrusted or does not match (before anything is written);
+            a ``log_dir`` that is a file or not writable (before Ray starts); a run folder another
+            process is writing; a checkpoint that cannot be written (a full disk: the last good
+            checkpoint is kept, the partial one removed).
         TrainingDiverged: a loss became NaN/inf; the last good checkpoint is
             kept and named in the message.
         marl.errors.RunInterrupted: Ctrl-C / SIGTERM (a ``KeyboardInterrupt``): the current
@@ -259,7 +265,9 @@ def fit(
     given = dict(overrides)  # as the user wrote them, for the resume hint
     overrides = _anneal_to_stop(stop, overrides)
     cfg, algo_cls, env, mapping = prepare(env, algo, overrides)  # checked before a run folder exists
-    source = open_resume(resume, algo, env.info, dict(mapping.agent_to_module)) if resume else None
+    source = (
+        open_resume(resume, algo, env.info, dict(mapping.agent_to_module), trust=trust_checkpoint) if resume else None
+    )
     with open_run(cfg.log_dir, env.info, cfg.algo, source) as run:  # locked until the end of the block
         ray_started = start_ray()
         try:

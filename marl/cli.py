@@ -4,6 +4,7 @@
     marl train env=mpe:simple_adversary algo=ippo env.num_envs=16 share=group
     marl eval marl_runs/<run>            # or a checkpoint folder; episodes=100
     marl eval marl_runs/<run> env=smax:8m     # transfer: act on another scenario (HPN / DPN agents)
+    marl eval <checkpoint> --trust-checkpoint  # one from a trusted source, without marl's limits (docs/security.md)
     marl league marl_runs/<run> bots=[random] episodes=50   # cross-play matrix + ratings of its checkpoints
     marl list                            # env families and algorithms; marl list mpe: mpe's scenarios
     marl bench throughput --iters 10     # from the marl.benchmarks plugin
@@ -152,18 +153,21 @@ def _eval(items: List[str]) -> int:
     rest = parse_cli_overrides([i for i in items[1:] if not i.startswith("env.")])
     load_plugins()
     protocols = {k: v for k, v in rest.items() if k in _EVAL_OPTIONS}
+    trust = rest.pop("trust_checkpoint", False)
+    if not isinstance(trust, bool):
+        raise MarlError(f"marl eval: --trust-checkpoint takes no value (got {trust!r}).")
     unknown = sorted(set(rest) - {"episodes", "env", "opponent"} - set(_EVAL_OPTIONS))
     if unknown:
         extra = "".join(f", {name}=... ({target[1]})" for name, target in sorted(_EVAL_OPTIONS.items()))
         raise MarlError(
             f"marl eval: unknown option(s) {unknown}. Valid: episodes=N, env=family:scenario, "
-            f"env.<kwarg>=value, opponent=<bot> (text games){extra}."
+            f"env.<kwarg>=value, opponent=<bot> (text games), --trust-checkpoint{extra}."
         )
     episodes = _positive_int("episodes", rest.get("episodes", 100))
     env = None
     if "env" in rest:
         env = _make_env(rest["env"], {"num_envs": min(episodes, 32), **env_kwargs})
-    result = marl.load(path, env=env)
+    result = marl.load(path, env=env, trust_checkpoint=trust)
     if protocols:
         for name, value in protocols.items():
             print(json.dumps(load_target(_EVAL_OPTIONS[name][0])(result, value, episodes), indent=2))

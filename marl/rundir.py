@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 import yaml
 from filelock import FileLock, Timeout
 
-from marl.checkpoint import checkpoint_key, list_checkpoints, read_meta, resolve_checkpoint
+from marl.checkpoint import check_state, checkpoint_key, list_checkpoints, read_meta, reading, resolve_checkpoint
 from marl.env import EnvInfo, spaces_equal
 from marl.errors import MarlError
 
@@ -93,11 +93,14 @@ class ResumeSource:
         checkpoint: the checkpoint folder (absolute).
         meta: its metadata (:func:`marl.checkpoint.read_meta`).
         run: the marl run folder that holds it, or ``None`` (a copy elsewhere).
+        trusted: the user vouched for its source (``trust_checkpoint=True``): it is read
+            without marl's limits (:func:`marl.checkpoint.reading`).
     """
 
     checkpoint: Path
     meta: Dict[str, Any]
     run: Optional[Path]
+    trusted: bool = False
 
     def is_latest(self) -> bool:
         """The checkpoint is the latest of its run folder (by iteration, env steps)."""
@@ -117,19 +120,25 @@ class ResumeSource:
         }
 
 
-def open_resume(resume: str, algo: str, info: EnvInfo, agent_to_module: Dict[str, str]) -> ResumeSource:
+def open_resume(
+    resume: str, algo: str, info: EnvInfo, agent_to_module: Dict[str, str], trust: bool = False
+) -> ResumeSource:
     """Find, verify and check the checkpoint named by ``resume=``; writes nothing anywhere.
 
     Args:
         resume: a checkpoint folder or a run folder (its latest checkpoint).
         algo, info, agent_to_module: the new call's algorithm, ``EnvInfo`` and policy mapping.
+        trust: read the checkpoint without marl's limits (``fit(trust_checkpoint=True)``).
 
     Raises:
-        MarlError: no checkpoint there, a damaged one (names the file), or one that
-            does not match the call (:func:`compare_with_checkpoint`, every difference named).
+        MarlError: no checkpoint there, a damaged one (names the file), a pickle outside the
+            allowlist (without ``trust``), or one that does not match the call
+            (:func:`compare_with_checkpoint`, every difference named).
     """
-    ckpt = resolve_checkpoint(resume)
-    meta = read_meta(ckpt)
+    ckpt = resolve_checkpoint(resume, trust=trust)
+    meta = read_meta(ckpt, trust=trust)
+    # the pickles RLlib's restore reads (its state files), against the allowlist, before Ray starts
+    check_state(ckpt, trust, modules=False)
     diffs = compare_with_checkpoint(meta, algo, info, agent_to_module)
     if diffs:
         raise MarlError(
@@ -139,7 +148,8 @@ def open_resume(resume: str, algo: str, info: EnvInfo, agent_to_module: Dict[str
             "with, or start a new run without resume=."
         )
     parent = ckpt.parent.parent
-    return ResumeSource(ckpt, meta, parent if ckpt.parent.name == "checkpoints" and is_run_folder(parent) else None)
+    run = parent if ckpt.parent.name == "checkpoints" and is_run_folder(parent) else None
+    return ResumeSource(ckpt, meta, run, trusted=trust)
 
 
 def compare_with_checkpoint(
@@ -343,15 +353,52 @@ def _continue_in_place(source: ResumeSource) -> Optional[RunFolder]:
     return RunFolder(folder, lock, source, in_place=True)
 
 
+RUN_MODE = 0o750  # run folders: the owner writes, the group reads, others nothing (Ray's own are 0777)
+
+
+def check_log_dir(log_dir: Path) -> None:
+    """Refuse a ``log_dir`` where no run folder can be made (before Ray starts or anything is written).
+
+    Raises:
+        MarlError: ``log_dir`` (or the nearest existing folder above it) is a file, or a folder this
+            process cannot write; the message names the path.
+    """
+    p = Path(log_dir).expanduser().absolute()
+    probe = next((q for q in (p, *p.parents) if q.exists()), None)
+    if probe is None:
+        return
+    if not probe.is_dir():
+        what = "is a file" if probe == p else f"cannot be made: {probe} is a file"
+        raise MarlError(f"log_dir '{log_dir}' {what}; give a folder for the run folders (log_dir=...).")
+    # a folder without its owner's write bit is read-only on purpose, even for root (whom os.access lets write)
+    if not os.access(probe, os.W_OK | os.X_OK) or not probe.stat().st_mode & 0o200:
+        where = "" if probe == p else f" ({probe}, where it would be made)"
+        raise MarlError(
+            f"log_dir '{log_dir}' is read-only{where} (mode {probe.stat().st_mode & 0o777:o}); give a folder you can "
+            "write (log_dir=...)."
+        )
+
+
+def _make_private_dir(path: Path) -> None:
+    """``mkdir -p path``; every folder it makes is :data:`RUN_MODE` (not the umask's default)."""
+    missing = [q for q in (path, *path.parents) if not q.exists()]
+    path.mkdir(parents=True)
+    for q in missing:
+        os.chmod(q, RUN_MODE)
+
+
 def _new_run(log_dir: Path, info: EnvInfo, algo: str, source: Optional[ResumeSource]) -> RunFolder:
+    check_log_dir(log_dir)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     while True:  # never share a folder: a name taken by another run gets another suffix
         path = log_dir / f"{info.family}-{info.scenario}-{algo}-{stamp}-{uuid.uuid4().hex[:4]}"
         try:
-            path.mkdir(parents=True)
+            _make_private_dir(path)
             break
         except FileExistsError:
             continue
+        except OSError as e:  # a race with the checks above, a read-only file system
+            raise MarlError(f"Cannot make a run folder under log_dir '{log_dir}': {e}.") from e
     lock = RunLock(path).acquire()
     write_json(path / RUN_MARKER, {"created": _now(), "algo": algo, "env": f"{info.family}:{info.scenario}"})
     if source is not None:
@@ -373,7 +420,11 @@ def restore(trainer: Trainer, run: RunFolder, config: Dict[str, Any]) -> None:
     source = run.source
     assert source is not None, "restore() is for a run folder opened with a checkpoint to resume from"
     try:
-        trainer.restore_from_path(str(source.checkpoint))
+        # RLlib's pickles through marl's allowlist (checked against it by open_resume)
+        with reading(source.checkpoint, source.trusted, checked=True):
+            trainer.restore_from_path(str(source.checkpoint))
+    except MarlError:  # a pickle outside the allowlist, a damaged pickle: already worded
+        raise
     except Exception as e:  # noqa: BLE001 - torch / RLlib errors of every kind, reworded below
         saved = source.meta.get("config") or {}
         changed = [

@@ -8,7 +8,7 @@ import pickle
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from marl.checkpoint import META_FILE, write_manifest
+from marl.checkpoint import write_manifest, write_meta
 from marl.rundir import RUN_MARKER, write_json
 
 TESTS = Path(__file__).resolve().parent
@@ -47,11 +47,10 @@ class FakeTrainer:
 
 
 def fake_checkpoint(run: Path, iteration: int, meta: Dict, env_steps: int = 0, manifest: bool = True) -> Path:
-    """A checkpoint folder with a metadata pickle (no RLlib state) inside run folder ``run``."""
+    """A checkpoint folder with marl's metadata (no RLlib state) inside run folder ``run``."""
     path = Path(run) / "checkpoints" / f"checkpoint_{iteration:06d}"
     path.mkdir(parents=True)
-    with open(path / META_FILE, "wb") as f:
-        pickle.dump({**meta, "metrics": {"iteration": iteration, "env_steps": env_steps}}, f)
+    write_meta(path, {**meta, "metrics": {"iteration": iteration, "env_steps": env_steps}})
     if manifest:
         write_manifest(path, iteration, env_steps)
     if not (Path(run) / RUN_MARKER).exists():

@@ -30,7 +30,7 @@ class Recorder(Callback):
 
     def on_checkpoint_save(self, trainer, path):
         self.calls.append("checkpoint_save")
-        assert (path / "marl_meta.pkl").exists()
+        assert (path / "marl_meta.json").exists()
 
     def on_checkpoint_restore(self, trainer):
         self.calls.append("checkpoint_restore")

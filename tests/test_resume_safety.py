@@ -123,7 +123,8 @@ def test_checkpoint_from_before_manifests_and_markers_still_resumes_in_place(run
     ckpt = run_copy / "checkpoints" / "checkpoint_000003"
     for p in [run_copy / RUN_MARKER, *run_copy.glob("checkpoints/*/" + MANIFEST_FILE)]:
         p.unlink()
-    res = MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 4}, resume=str(ckpt), **QUICK)
+    # without a manifest it resumes only when trusted (tests/test_bad_inputs_checkpoint.py: refused otherwise)
+    res = MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 4}, resume=str(ckpt), trust_checkpoint=True, **QUICK)
     assert res.log_dir == str(run_copy) and res.metrics["iteration"] == 4 and res.metrics["env_steps"] == 80
     assert not (run_copy / PARENT_FILE).exists() and is_run_folder(run_copy)  # config.yaml + checkpoints/
     assert [p.name for p in list_checkpoints(run_copy)][-1] == "checkpoint_000004"
@@ -210,10 +211,12 @@ def test_unreadable_manifest_or_metadata_is_a_clear_error(run_copy):
     (ckpt / MANIFEST_FILE).write_text('{"files": {"a')
     with pytest.raises(MarlError, match=f"Checkpoint {ckpt} is damaged: its file '{MANIFEST_FILE}' cannot be read"):
         marl.load(str(ckpt))
-    (ckpt / MANIFEST_FILE).unlink()  # now a checkpoint from before manifests, with a truncated pickle
+    (ckpt / MANIFEST_FILE).unlink()  # a checkpoint without a manifest is damaged (unless trusted: an old one)
+    with pytest.raises(MarlError, match=f"Checkpoint {ckpt} is damaged: its file '{MANIFEST_FILE}' is missing"):
+        marl.load(str(ckpt))
     (ckpt / META_FILE).write_bytes((ckpt / META_FILE).read_bytes()[:50])
     with pytest.raises(MarlError, match=f"Checkpoint {ckpt} is damaged: its file '{META_FILE}' cannot be read"):
-        marl.load(str(ckpt))
+        marl.load(str(ckpt), trust_checkpoint=True)
     with pytest.raises(MarlError, match="No marl checkpoint at '/no/such/run': the path does not exist"):
         marl.load("/no/such/run")
 

@@ -63,3 +63,48 @@ def test_the_cluster_marl_starts_listens_on_loopback_with_authentication(tmp_pat
     assert all(_loopback(address) for address, _, _ in out["listening"]), out["listening"]
     assert out["mode"] == "token"  # Ray's default for a new local cluster; marl never opts out
     assert out["answers"] == {"none": "UNAUTHENTICATED", "wrong": "UNAUTHENTICATED", "token": "OK"}, out["answers"]
+
+
+MODES = """
+import json, os, stat, sys
+from pathlib import Path
+import marl
+from marl.api import start_ray
+from toy_envs import MatchEnv
+
+home = Path.home()
+token = home / ".ray" / "auth_token"
+if sys.argv[1] == "old-token":  # a token an earlier Ray left readable by everyone
+    token.parent.mkdir(mode=0o755)
+    token.write_text("0" * 64)
+    os.chmod(token, 0o644)
+start_ray(num_cpus=2)
+res = MatchEnv(num_envs=4).fit("ippo", stop={"iterations": 1}, log_dir=str(home / "runs" / "deep"), progress=False,
+                               eval_episodes=0, rollout_length=5, epochs=1)
+mode = lambda p: stat.S_IMODE(p.stat().st_mode)
+print(json.dumps({"token": mode(token), "ray_dir": mode(token.parent), "run": mode(Path(res.log_dir)),
+                  "log_dir": mode(home / "runs" / "deep"), "log_parent": mode(home / "runs"),
+                  "ray_results": (home / "ray_results").exists()}))
+"""
+
+
+def test_secrets_and_run_folders_are_private(tmp_path):
+    """With a fresh HOME: the token Ray makes is 0600 in a 0700 ~/.ray (Ray's own writer leaves 0644); a
+    token left 0644 by an earlier run is made 0600; the run folder and the log_dir folders marl makes are
+    0750; a run makes no ~/ray_results (Ray makes that folder 0777)."""
+    for start in ("new-token", "old-token"):
+        home = tmp_path / start
+        home.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        env.update(HOME=str(home), PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]))
+        r = subprocess.run([sys.executable, "-c", MODES, start], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        out = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("{")))
+        assert out == {
+            "token": 0o600,
+            "ray_dir": 0o700,
+            "run": 0o750,
+            "log_dir": 0o750,
+            "log_parent": 0o750,
+            "ray_results": False,
+        }, {k: oct(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in out.items()}

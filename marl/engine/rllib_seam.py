@@ -44,6 +44,15 @@ RLlib private name                          why marl needs it (public wrapper he
 ``ray.init(_node_ip_address=...)``          Ray 2.60 binds a local node to every interface unless its
                                             single-machine mode is on when the node starts
                                             (:func:`init_loopback_ray`)
+``ray._private.authentication``             Ray writes the cluster's auth token to ``~/.ray/auth_token``
+``.authentication_token_setup``             with the process umask (0644); marl writes it 0600
+                                            (:func:`init_loopback_ray`, :func:`private_token_file`)
+``Trainable._setup_logdir``                 every ``Algorithm`` makes a folder in ``~/ray_results``, which
+                                            Ray makes world-writable (0777); marl's trainers use their run
+                                            folder or a private temporary one (:class:`PrivateLogdir`)
+``ray.rllib.utils.checkpoints.pickle``      the unpickler RLlib reads checkpoint state with; marl swaps
+                                            in its allowlisting one while it restores
+                                            (:func:`checkpoint_unpickling`)
 ==========================================  ==========================================================
 
 RLModule's ``_forward``, ``_forward_train``, ``_forward_inference`` and ``_forward_exploration`` are
@@ -52,7 +61,11 @@ RLlib's documented override points (its RLModule guide), not private API, and ar
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Tuple
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
@@ -152,13 +165,88 @@ def init_loopback_ray(**init_kwargs: Any) -> None:
     listen on every interface) unless its single-machine mode is on; that mode is read from
     ``ray_constants.ENABLE_RAY_CLUSTER`` when the node starts, and the address from ``ray.init``'s
     ``_node_ip_address``.
+
+    The auth token a new cluster makes is written readable by its owner only (0600, in a 0700
+    ``~/.ray``); a token file an earlier run left readable by others is made private too
+    (:func:`private_token_file`).
     """
     import ray
     from ray._private import ray_constants
+    from ray._private.authentication import authentication_token_setup as token_setup
 
-    multi_node = ray_constants.ENABLE_RAY_CLUSTER
+    multi_node, write_token = ray_constants.ENABLE_RAY_CLUSTER, token_setup.generate_and_save_token
     ray_constants.ENABLE_RAY_CLUSTER = False
+    token_setup.generate_and_save_token = _save_private_token
     try:
         ray.init(_node_ip_address="127.0.0.1", **init_kwargs)
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = multi_node
+        token_setup.generate_and_save_token = write_token
+    private_token_file()
+
+
+def token_path() -> Path:
+    """Where Ray keeps the auth token it makes for a new local cluster (``~/.ray/auth_token``)."""
+    from ray._private.authentication.authentication_token_setup import _get_default_token_path
+
+    return _get_default_token_path()
+
+
+def _save_private_token() -> None:
+    """Ray's ``generate_and_save_token``, creating the file with mode 0600 from the start."""
+    from ray._private.authentication.authentication_token_generator import generate_new_authentication_token
+
+    path = token_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(generate_new_authentication_token())
+
+
+def private_token_file() -> None:
+    """Make Ray's token file 0600 and its folder 0700 where this user owns them (a token made by
+    Ray itself, or by an earlier marl, is 0644)."""
+    path = token_path()
+    for p, mode in ((path.parent, 0o700), (path, 0o600)):
+        try:
+            if p.exists() and p.stat().st_uid == os.getuid():
+                os.chmod(p, mode)
+        except OSError:  # a read-only home: nothing marl can change
+            pass
+
+
+class PrivateLogdir:
+    """Mixin for an ``Algorithm`` subclass (before ``Algorithm`` in the bases): its Trainable log folder
+    is ``self.run_dir`` when set, else a new private (0700) temporary folder, never a folder under
+    ``~/ray_results`` (which Ray makes world-writable, 0777)."""
+
+    run_dir: Any = None
+
+    def _setup_logdir(self) -> None:
+        run_dir = getattr(self, "run_dir", None)
+        logdir = str(run_dir) if run_dir is not None else tempfile.mkdtemp(prefix="marl-rllib-")
+        trainable: Any = self  # Trainable's attribute, typed there (None until set up), not in this mixin
+        trainable._logdir = logdir
+
+
+@contextmanager
+def checkpoint_unpickling(load: Callable[[Any], Any]) -> Iterator[None]:
+    """While the block runs, RLlib reads checkpoint pickles in this process with ``load(file)``
+    (e.g. :func:`marl.safe_pickle.safe_load`) instead of ``pickle.load``; writing is unchanged."""
+    from ray.rllib.utils import checkpoints
+
+    real = checkpoints.pickle
+
+    class _Pickle:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        @staticmethod
+        def load(f: Any, *args: Any, **kwargs: Any) -> Any:
+            return load(f)
+
+    checkpoints.pickle = _Pickle()  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        checkpoints.pickle = real

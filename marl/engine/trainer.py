@@ -40,7 +40,7 @@ from marl.config.checks import Rule, RunFacts, check_rules
 from marl.engine.context import RunAccess
 from marl.engine.faults import RunnerFaults
 from marl.engine.resume import SAMPLING_KEY, restore_sampling, sampling_state
-from marl.engine.rllib_seam import wants_component
+from marl.engine.rllib_seam import PrivateLogdir, wants_component
 from marl.engine.runner import MappingFn
 from marl.engine.spec import TrainerConfig, agent_module_specs, build_algorithm_config
 from marl.env import MultiAgentEnv
@@ -68,7 +68,7 @@ class StepOutput:
     metrics: Dict[str, float] = field(default_factory=dict)
 
 
-class Trainer(RunAccess, Algorithm):
+class Trainer(RunAccess, PrivateLogdir, Algorithm):
     """Base of marl's algorithms (an RLlib ``Algorithm``).
 
     Args:
