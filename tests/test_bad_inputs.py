@@ -47,6 +47,14 @@ def ipd():
     return marl.make_env("ipd", rounds=2)
 
 
+def tiny_model():
+    """A ``transformers`` config (random weights, no files, no download): passes the model-path check,
+    so the case reaches the check it is about (a name like "gpt2" is refused first as a missing folder)."""
+    from marl.algos.llm.policy import tiny_config
+
+    return tiny_config(64)
+
+
 def fit(make, algo, stop=None, **kw):
     """A thunk: ``marl.fit(make(), algo, ...)`` (one iteration unless ``stop`` says otherwise)."""
     return lambda: marl.fit(make(), algo, stop={"iterations": 1} if stop is None else stop, **kw)
@@ -295,26 +303,26 @@ CONFIG = [
     ("loss_agg='sum'", fit(ipd, "reinforce", model="gpt2", loss_agg="sum"), LOADER, "Unknown loss_agg 'sum'."),
     (
         "opponents={'self': -1}",
-        fit(ipd, "reinforce", model="gpt2", opponents={"self": -1.0}),
+        lambda: fit(ipd, "reinforce", model=tiny_model(), opponents={"self": -1.0})(),
         "marl.algos.llm.selfplay",
         "opponents must be a dict name -> probability (>= 0, not all 0)",
     ),
     (
         "opponents={'grim': 1}",
-        fit(ipd, "reinforce", model="gpt2", opponents={"grim": 1.0}),
-        "marl.algos.llm.runner",
+        lambda: fit(ipd, "reinforce", model=tiny_model(), opponents={"grim": 1.0})(),
+        "marl.algos.llm.games",
         "Unknown opponent 'grim'.",
     ),
     ("no model", fit(ipd, "reinforce"), "marl.algos.llm.selfplay", "reinforce needs model=: a local path or hub id"),
     (
         "model path missing",
         fit(ipd, "mars", model="/nonexistent/model"),
-        "marl.algos.llm.selfplay",
+        "marl.algos.llm.models",
         "model='/nonexistent/model': no such folder",
     ),
     (
         "num_envs on a text game",
-        fit(ipd, "reinforce", model="gpt2", num_envs=4),
+        lambda: fit(ipd, "reinforce", model=tiny_model(), num_envs=4)(),
         "marl.api",
         "num_envs=4: a text game is one game per env; play more games per iteration with games_per_iteration=N",
     ),
