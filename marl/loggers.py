@@ -12,8 +12,8 @@ then the greedy evaluation under ``eval/``::
 The tracker packages are optional extras (``pip install "marl[wandb]"``,
 ``pip install "marl[mlflow]"``) and are imported only when a logger is built. The
 tracker's run id rides in marl's checkpoints, so a resumed run goes on logging into
-the same tracker run. These play the part of BenchMARL's ``wandb`` / ``mlflow``
-loggers (facebookresearch/BenchMARL, ``benchmarl/experiment/logger.py``).
+the same tracker run. These play the part of the ``wandb`` / ``mlflow``
+loggers of BenchMARL (Bettini et al. 2024, arXiv:2312.01472).
 """
 
 from __future__ import annotations
