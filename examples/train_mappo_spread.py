@@ -30,7 +30,10 @@ def main():
 
     print("\nLearning curve (mean team-sum return of training episodes):")
     every = max(1, len(result.history) // 15)
-    for m in result.history[::every] + result.history[-1:]:
+    rows = result.history[::every]
+    if rows and rows[-1] is not result.history[-1]:  # the last iteration once, even when the stride lands on it
+        rows.append(result.history[-1])
+    for m in rows:
         r = m.get("episode_return_mean", float("nan"))
         print(f"  {m['env_steps']:>9,d} env steps  {r:8.2f}  ({m['env_steps_per_s']:.0f} steps/s)")
     print(f"\nGreedy evaluation, 100 episodes: {result.eval['episode_return_mean']:.2f} (random play: about -81)")
