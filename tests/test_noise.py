@@ -88,16 +88,23 @@ def test_a_real_warning_still_shows():
     handler = logging.Handler()
     handler.emit = kept.append  # type: ignore[method-assign]
     rllib, tune = logging.getLogger("ray.rllib.algorithms.algorithm_config"), logging.getLogger("ray.tune.utils.util")
+    # an earlier test or Ray itself may have raised these loggers' levels: set them, so the
+    # filters (not a level) decide what is kept
+    saved = [(log.level, log.disabled) for log in (rllib, tune)]
     for log in (rllib, tune):
         log.addHandler(handler)
+        log.setLevel(logging.WARNING)
+        log.disabled = False
     try:
         rllib.warning("You are running PPO on the new API stack! This is the new default behavior for this algorithm.")
         rllib.warning("Your train_batch_size is smaller than the rollout fragment length.")
         tune.warning("Install gputil for GPU system monitoring.")
         tune.warning("Install psutil to monitor system performance.")
     finally:
-        for log in (rllib, tune):
+        for log, (level, disabled) in zip((rllib, tune), saved):
             log.removeHandler(handler)
+            log.setLevel(level)
+            log.disabled = disabled
     assert [r.getMessage()[:20] for r in kept] == ["Your train_batch_siz", "Install psutil to mo"]
 
 
