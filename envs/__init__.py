@@ -104,3 +104,11 @@ register_eval_option(
 )
 
 import marl.envs.wrappers  # noqa: E402,F401  registers the "offbeat" and "crash" wrappers
+
+register_env(
+    "mamujoco",
+    "marl.envs.mamujoco:make",
+    "Multi-Agent MuJoCo (gymnasium_robotics mamujoco_v1): continuous control split into agents, "
+    "e.g. HalfCheetah agent_conf='2x3'; needs marl-rllib[mamujoco]",
+    scenarios="marl.envs.mamujoco:scenarios",
+)
