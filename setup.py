@@ -59,6 +59,9 @@ setup(
         "llm": ["transformers>=4.45", "peft>=0.13", "open_spiel>=1.5"],
         # Gymnasium multi-agent envs of EPyMARL's benchmarks (make_env("gymnasium", ...)): LBF and RWARE
         "gym-envs": ["lbforaging>=2.0", "rware>=2.0"],
+        # Multi-Agent MuJoCo (make_env("mamujoco", "HalfCheetah", agent_conf="2x3")); tested with
+        # gymnasium-robotics 1.4.2 and mujoco 4.0.0 under the pinned gymnasium 1.2.2
+        "mamujoco": ["gymnasium-robotics>=1.4", "mujoco>=3.1"],
         # TextArena's two-player games as text games (make_env("textarena", "TicTacToe-v0"))
         "textarena": ["textarena>=0.7"],
         # experiment trackers as run callbacks (marl.loggers.WandbLogger / MLflowLogger; docs/logging.md).

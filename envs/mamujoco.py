@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, unknown_choice
-from marl.envs.common import AgentLayout, build_groups, check_num_envs, flat_box
+from marl.envs.common import AgentLayout, build_groups, check_kwargs, check_num_envs, flat_box
 
 __all__ = ["MaMuJoCoEnv", "make", "scenarios", "agent_confs", "VECTOR_MODES"]
 
@@ -110,6 +110,28 @@ def check_agent_conf(scenario: str, agent_conf: Any) -> str:
     if agent_conf not in valid:
         raise unknown_choice(f"agent_conf of MaMuJoCo {scenario}", agent_conf, list(valid))
     return agent_conf
+
+
+def _robot(scenario: str) -> str:
+    """The Gymnasium robot a MaMuJoCo scenario is built on (the ManySegment ones on Ant / Swimmer)."""
+    return {"ManySegmentAnt": "Ant", "ManySegmentSwimmer": "Swimmer"}.get(scenario, scenario)
+
+
+def robot_kwargs(scenario: str) -> List[str]:
+    """The keywords of Gymnasium's ``<robot>-v5`` env class that a MaMuJoCo ``scenario`` is built on
+    (``ctrl_cost_weight``, ``reset_noise_scale``, ...); ``[]`` where it has no registered v5 env."""
+    import gymnasium
+
+    try:
+        spec = gymnasium.spec(f"{_robot(scenario)}-v5")
+    except gymnasium.error.Error:
+        return []
+    entry = spec.entry_point
+    creator = gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    if creator is None:
+        return []
+    skip = {"self", "render_mode", "kwargs"}
+    return [k for k in inspect.signature(creator).parameters if k not in skip]
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -334,6 +356,9 @@ class MaMuJoCoEnv(MultiAgentEnv):
             _check_int("episode_limit", episode_limit, 1),
             dict(mujoco_kwargs),
         )
+        valid = robot_kwargs(scenario)
+        if valid:
+            check_kwargs(f"MaMuJoCo {scenario} (Gymnasium's {_robot(scenario)}-v5 env)", mujoco_kwargs, valid)
         if vector not in VECTOR_MODES:
             raise unknown_choice("vector", vector, list(VECTOR_MODES))
         probe = build_copy(*args)  # spaces and agents, read in this process
