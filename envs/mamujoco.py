@@ -28,6 +28,7 @@ its front leg to ``agent_1``. The adapter builds each copy through ``gymnasium_r
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import inspect
 import os
@@ -36,9 +37,10 @@ import socket
 import subprocess
 import sys
 import traceback
+import warnings
 import weakref
 from multiprocessing.connection import Connection
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -88,8 +90,12 @@ def agent_confs() -> Dict[str, Tuple[str, ...]]:
 
 
 def scenarios() -> List[str]:
-    """The MaMuJoCo robots that have agent partitions (``Ant``, ``HalfCheetah``, ``Hopper``, ...)."""
-    return list(agent_confs())
+    """The MaMuJoCo robots that have agent partitions (``Ant``, ``HalfCheetah``, ``Hopper``, ...); ``[]`` where
+    gymnasium_robotics is not installed (listings and suite checks go on; ``make_env`` says what to install)."""
+    try:
+        return list(agent_confs())
+    except MarlError:
+        return []
 
 
 def check_agent_conf(scenario: str, agent_conf: Any) -> str:
@@ -140,6 +146,24 @@ def _check_int(name: str, value: Any, low: int) -> int:
     return int(value)
 
 
+@contextlib.contextmanager
+def _mujoco_warnings() -> Iterator[None]:
+    """Route MuJoCo's warnings to Python's ``warnings`` (shown once per message) while a model compiles.
+
+    MuJoCo otherwise prints each one and appends it to ``MUJOCO_LOG.TXT`` in the working directory, once
+    per copy (mujoco 4.0 warns that Gymnasium's HalfCheetah XML uses the deprecated ``settotalmass``).
+    The previous handler is restored afterwards.
+    """
+    import mujoco
+
+    old = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(lambda msg: warnings.warn(f"MuJoCo: {msg}", RuntimeWarning, stacklevel=2))
+    try:
+        yield
+    finally:
+        mujoco.set_mju_user_warning(old)
+
+
 def build_copy(scenario: str, agent_conf: str, agent_obsk: int, episode_limit: int, kwargs: Dict[str, Any]) -> Any:
     """One ``mamujoco_v1.parallel_env`` (a PettingZoo ``ParallelEnv``) on Gymnasium's ``<scenario>-v5``,
     its own time limit at ``episode_limit`` steps and without Gymnasium's per-step env checker.
@@ -152,14 +176,15 @@ def build_copy(scenario: str, agent_conf: str, agent_obsk: int, episode_limit: i
     from gymnasium_robotics import mamujoco_v1
 
     try:
-        return mamujoco_v1.parallel_env(
-            scenario,
-            agent_conf,
-            agent_obsk=agent_obsk,
-            max_episode_steps=episode_limit,
-            disable_env_checker=True,
-            **kwargs,
-        )
+        with _mujoco_warnings():
+            return mamujoco_v1.parallel_env(
+                scenario,
+                agent_conf,
+                agent_obsk=agent_obsk,
+                max_episode_steps=episode_limit,
+                disable_env_checker=True,
+                **kwargs,
+            )
     except Exception as e:  # gymnasium_robotics raises bare Exceptions and TypeErrors of gymnasium.make
         raise MarlError(
             f"gymnasium_robotics could not build MaMuJoCo {scenario} agent_conf={agent_conf!r} "
