@@ -70,8 +70,8 @@ def _obsk_module() -> Any:
 def agent_confs() -> Dict[str, Tuple[str, ...]]:
     """Scenario -> its valid ``agent_conf`` values, read from ``gymnasium_robotics``'s partition table.
 
-    The table is the ``if label in [...]`` / ``partitioning == "..."`` chain of
-    ``gymnasium_robotics/envs/multiagent_mujoco/obsk.py``'s ``get_parts_and_edges``; the ManySegment
+    The table is the ``if label in [...]`` / ``partitioning == "..."`` chain of the function
+    ``gymnasium_robotics.envs.multiagent_mujoco.obsk.get_parts_and_edges``; the ManySegment
     robots take any ``"<agents>x<segments per agent>"`` (listed as :data:`ANY_SPLIT`).
 
     Raises:
