@@ -21,7 +21,7 @@ pytest.importorskip(
 
 from gymnasium_robotics import mamujoco_v1  # noqa: E402
 
-from marl.envs.mamujoco import agent_confs  # noqa: E402
+from marl.envs.mamujoco import _mujoco_warnings, agent_confs  # noqa: E402
 
 LIMIT = 5
 
@@ -80,7 +80,7 @@ def test_observations_and_state_are_mamujocos():
     """Copy b seeded with seed + b equals gymnasium_robotics's env reset with that seed, step by step."""
     env = cheetah(num_envs=2, episode_limit=1000)
     s = env.reset(seed=7)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _mujoco_warnings():  # no MUJOCO_LOG.TXT in the working directory
         warnings.simplefilter("ignore")
         ref = mamujoco_v1.parallel_env("HalfCheetah", "2x3", agent_obsk=1)
     obs, _ = ref.reset(seed=8)  # copy 1
