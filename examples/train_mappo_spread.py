@@ -5,7 +5,7 @@
 
 Random play scores about -81 (team sum over 3 agents and 25 steps); the goal at
 1M env steps is -40 or better. What this script measured, per seed: docs/algorithms/ppo.md,
-"Measured results"; over 5 seeds with the benchmark protocol: docs/benchmarks.md, "mpe_core".
+"Measured results"; 3 seeds at 200k env steps with the benchmark protocol: docs/benchmarks.md, "mpe_short".
 Config overrides go after --set, e.g. --set gamma=0.99 epochs=10.
 """
 
