@@ -104,3 +104,10 @@ register_eval_option(
 )
 
 import marl.envs.wrappers  # noqa: E402,F401  registers the "offbeat" and "crash" wrappers
+
+register_env(
+    "image_cue",
+    "marl.envs.cue:make",
+    "Toy task with Dict observations (a 16x16x3 uint8 image with the cue, a 4-vector without it)",
+    scenarios="marl.envs.cue:scenarios",
+)

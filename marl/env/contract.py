@@ -10,7 +10,11 @@ Shapes used throughout (``B`` env copies, ``N_g`` agents in group ``g``):
 =================  ======================================  ==========================
 field              shape                                   meaning
 =================  ======================================  ==========================
-``obs[g]``         ``[B, N_g, obs_dim_g]`` float32          per-agent observation
+``obs[g]``         ``[B, N_g, obs_dim_g]`` float32          per-agent observation (1-D
+                                                           ``Box``); structured spaces:
+                                                           ``[B, N_g, *shape]`` in the
+                                                           space's dtype, or a dict
+                                                           key -> such tensor (below)
 ``state``          ``[B, state_dim]`` float32               global state
 ``avail_actions``  ``[B, N_g, n_actions_g]`` bool           legal actions (discrete);
                                                            ``None`` for continuous
@@ -21,6 +25,15 @@ field              shape                                   meaning
                                                            never a termination
 ``extras[c][g]``   ``[B, N_g]`` (declared dtype)            extra per-agent column ``c``
 =================  ======================================  ==========================
+
+Structured observations (docs/observations.md): ``GroupInfo.obs_space`` may
+be a ``Box`` of any rank (an image ``[H, W, C]``, uint8 or float) or a
+``gym.spaces.Dict`` of such Boxes. ``obs[g]`` is then ``[B, N_g, *shape]`` in
+the space's dtype (uint8 stays uint8, other dtypes are float32), or a dict
+``key -> [B, N_g, *shape_k]`` for a ``Dict`` space (same for ``final_obs``).
+1-D Boxes are the flat case: float32 ``[B, N_g, obs_dim_g]``, as before.
+:func:`obs_leaves`, :func:`obs_dtype` and :func:`map_obs` are the helpers every
+layer uses for both forms.
 
 Envs reset themselves: when copy ``b`` ends at a step, the returned ``obs`` and
 ``state`` of row ``b`` already belong to the next episode, and ``final_obs`` /
@@ -59,7 +72,9 @@ class GroupInfo:
     Attributes:
         name: group id, e.g. ``"agent"``, ``"adversary"``.
         agents: agent ids of the group in their fixed order (index ``i`` of dim ``N_g``).
-        obs_space: per-agent observation space (a 1-D ``gym.spaces.Box``).
+        obs_space: per-agent observation space: a ``gym.spaces.Box`` (1-D: a flat
+            vector; any other rank, e.g. an image ``[H, W, C]``, is structured) or a
+            ``gym.spaces.Dict`` of Boxes (see the module docstring).
         action_space: per-agent action space (``Discrete`` or 1-D ``Box``).
         team: the side the group plays for; value decomposition mixes within a team.
     """
@@ -76,7 +91,21 @@ class GroupInfo:
 
     @property
     def obs_dim(self) -> int:
-        return int(np.prod(self.obs_space.shape))
+        """Values in one agent's observation: the vector size of a 1-D ``Box`` (the flattened size,
+        summed over keys, of a structured space)."""
+        return sum(int(np.prod(b.shape)) for b in obs_leaves(self.obs_space).values())
+
+    @property
+    def structured(self) -> bool:
+        """The observation is not a 1-D ``Box`` (see :func:`is_structured`)."""
+        return is_structured(self.obs_space)
+
+    @property
+    def obs_shape(self) -> Any:
+        """Per-agent observation shape: a tuple for a ``Box``, key -> tuple for a ``Dict``."""
+        if isinstance(self.obs_space, gym.spaces.Dict):
+            return {k: tuple(b.shape) for k, b in obs_leaves(self.obs_space).items()}
+        return tuple(self.obs_space.shape)
 
     @property
     def discrete(self) -> bool:
@@ -204,6 +233,73 @@ class EnvInfo:
         )
 
 
+OBS_KEY = "obs"  # the key a structured Box observation takes where a dict of keys is needed
+
+
+def is_structured(space: gym.spaces.Space) -> bool:
+    """``space`` is a structured observation space: a ``Dict``, or a ``Box`` whose rank is not 1
+    (1-D Boxes are marl's flat observations, float32 ``[B, N, obs_dim]``)."""
+    return isinstance(space, gym.spaces.Dict) or (isinstance(space, gym.spaces.Box) and len(space.shape) != 1)
+
+
+def obs_leaves(space: gym.spaces.Space) -> Dict[str, gym.spaces.Box]:
+    """The Boxes of an observation space by key: a ``Dict``'s own (in its key order), ``{OBS_KEY: box}``
+    for a ``Box``. Spaces are checked by :func:`marl.env.check_env` (rule ``spaces``), not here."""
+    if isinstance(space, gym.spaces.Dict):
+        return dict(space.spaces.items())
+    return {OBS_KEY: space}
+
+
+def obs_dtype(box: gym.spaces.Space, structured: bool = True) -> torch.dtype:
+    """The torch dtype of observation tensors of ``box``: ``uint8`` for a uint8 Box of a structured space
+    (images stay bytes: a quarter of float32's memory), float32 otherwise (flat 1-D Boxes always)."""
+    if structured and np.dtype(getattr(box, "dtype", np.float32)) == np.uint8:
+        return torch.uint8
+    return torch.float32
+
+
+def obs_dtypes(space: gym.spaces.Space) -> Dict[str, torch.dtype]:
+    """Key -> torch dtype of an observation space's tensors (:func:`obs_leaves`, :func:`obs_dtype`)."""
+    structured = is_structured(space)
+    return {k: obs_dtype(b, structured) for k, b in obs_leaves(space).items()}
+
+
+def map_obs(fn: Callable[..., Any], obs: Any, *rest: Any) -> Any:
+    """``fn`` applied to an observation tensor, or key by key to a dict of them (with the same keys of
+    each of ``rest``): the one tree-map every layer (rollouts, replay, minibatches) uses for structured
+    observations. ``None`` stays ``None``."""
+    if obs is None:
+        return None
+    if isinstance(obs, dict):
+        return {k: map_obs(fn, v, *(r[k] for r in rest)) for k, v in obs.items()}
+    return fn(obs, *rest)
+
+
+def flatten_columns(cols: Dict[str, Any], sep: str = "/") -> Dict[str, Any]:
+    """Nested columns (a structured ``"obs"``: key -> array) as flat ones, ``"obs/image"`` ... (the form
+    RLlib's ``SampleBatch`` and the replay buffers' arrays keep); :func:`nest_columns` inverts it."""
+    out: Dict[str, Any] = {}
+    for k, v in cols.items():
+        if isinstance(v, dict):
+            out.update({f"{k}{sep}{kk}": vv for kk, vv in v.items()})
+        else:
+            out[k] = v
+    return out
+
+
+def nest_columns(cols: Dict[str, Any], sep: str = "/") -> Dict[str, Any]:
+    """Inverse of :func:`flatten_columns`: ``"obs/image"``, ``"obs/vector"`` -> ``"obs": {image, vector}``
+    (key order kept)."""
+    out: Dict[str, Any] = {}
+    for k, v in cols.items():
+        if sep in k:
+            head, tail = k.split(sep, 1)
+            out.setdefault(head, {})[tail] = v
+        else:
+            out[k] = v
+    return out
+
+
 def spaces_equal(a: gym.spaces.Space, b: gym.spaces.Space) -> bool:
     """Structural equality of two gymnasium spaces (type, shape, bounds, n)."""
     if type(a) is not type(b):
@@ -212,6 +308,8 @@ def spaces_equal(a: gym.spaces.Space, b: gym.spaces.Space) -> bool:
         return int(a.n) == int(b.n) and int(a.start) == int(b.start)
     if isinstance(a, gym.spaces.Box) and isinstance(b, gym.spaces.Box):
         return a.shape == b.shape and np.array_equal(a.low, b.low) and np.array_equal(a.high, b.high)
+    if isinstance(a, gym.spaces.Dict) and isinstance(b, gym.spaces.Dict):
+        return list(a.spaces) == list(b.spaces) and all(spaces_equal(a[k], b[k]) for k in a.spaces)
     return a == b
 
 
