@@ -227,7 +227,7 @@ class PolicyMapping:
         assert isinstance(space, gym.spaces.Dict)  # obs_space of a structured module
         dtypes = obs_dtypes(self.group_info(mid).obs_space)
         return {
-            f"obs/{k}": (tuple(b.shape), np.uint8 if dtypes.get(k) == torch.uint8 else np.float32)
+            f"obs/{k}": (tuple(b.shape or ()), np.uint8 if dtypes.get(k) == torch.uint8 else np.float32)
             for k, b in space.spaces.items()
         }
 

@@ -216,3 +216,67 @@ def test_flatten_obs_wrapper_concatenates_keys():
     want = torch.cat([a["image"].reshape(2, 2, -1).float(), a["vector"]], -1)
     assert b.dtype == torch.float32 and torch.equal(b, want)
     marl.check_env(env, steps=10, verbose=False)
+
+
+# ------------------------------------------------------------------ memory benchmark
+def test_obs_memory_counts_what_is_stored():
+    from marl.benchmarks.obs_memory import measure, rollout_obs_bytes
+
+    env, m = _mapping()
+    rollout = _rollout(env, m, 6)  # T=6, B=2
+    mod = rollout["modules"]["shared"]
+    stored = sum(t.numel() * t.element_size() for col in ("obs", "final_obs") for t in mod[col].values())
+    assert rollout_obs_bytes(m, 12, 2) == stored
+    uint8, float32 = measure(side=16, agents=2, steps=10, rollout_steps=160, num_envs=4)
+    image = 11 * 2 * 16 * 16 * 3  # 11 observations of 2 agents in one 10-step episode
+    assert float32.episode_bytes - uint8.episode_bytes == 3 * image  # 4 bytes per image value instead of 1
+    assert float32.rollout_bytes - uint8.rollout_bytes == 3 * (2 * 40 + 1) * 4 * 2 * 16 * 16 * 3
+
+
+# ------------------------------------------------------------------ learning (image_cue: 8 steps x 2 agents)
+CHANCE = 8 * 2 / 4  # 4.0: any policy blind to the image is right 1 time in 4 (the vector carries no cue)
+BAR = 12.0  # of the optimum 16
+
+
+def test_random_play_earns_chance():
+    """Uniform actions over 4 episodes of 64 copies: mean return 4.0 +- 0.5 (binomial std of the mean ~0.08)."""
+    env = marl.make_env("image_cue", num_envs=64)
+    step, ret, gen = env.reset(seed=0), torch.zeros(64), torch.Generator().manual_seed(0)
+    for _ in range(8 * 4):
+        step = env.step(env.random_actions(step, gen))
+        ret += step.reward["agent"].sum(-1)
+    assert abs(float(ret.mean()) / 4 - CHANCE) < 0.5
+
+
+def test_mappo_reads_the_image(ray_session, run_dir):
+    """MAPPO (team critic on the state, actor through the small CNN + identity vector encoder): greedy return
+    after 10 iterations of 16 x 16 steps (2,560 env steps), seeds 0/1/2: 16.0 / 16.0 / 16.0 (about 45 s each on
+    the 2-core machine); chance (random play, or any policy that ignores the image) is 4.0 of 16, the bar 12."""
+    env = marl.make_env("image_cue", num_envs=16)
+    res = env.fit(
+        "mappo", stop={"iterations": 10}, log_dir=run_dir, progress=False, rollout_length=16, eval_episodes=64, seed=0
+    )
+    assert res.eval["episode_return_mean"] >= BAR, res.eval
+
+
+QLEARN = dict(
+    epsilon_anneal_steps=3000,
+    batch_size=32,
+    episodes_per_update=4,
+    target_update_interval=20,
+    td_lambda=0.0,
+    gamma=0.5,
+    recurrent=False,
+    eval_episodes=64,
+    seed=0,
+)
+
+
+@pytest.mark.parametrize("algo", ["iql", "qmix"])
+def test_q_learning_reads_the_image(algo, ray_session, run_dir):
+    """IQL / QMIX (feed-forward Q-network behind the encoder, uint8 replay): greedy return after 8,000 env steps,
+    seeds 0/1/2: IQL 16.0 / 16.0 / 16.0, QMIX 16.0 / 16.0 / 16.0 (40-100 s each on the shared 2-core machine);
+    chance 4.0 of 16, the bar 12."""
+    env = marl.make_env("image_cue", num_envs=16)
+    res = env.fit(algo, stop={"env_steps": 8000}, log_dir=run_dir, progress=False, **QLEARN)
+    assert res.eval["episode_return_mean"] >= BAR, res.eval

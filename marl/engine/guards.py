@@ -115,7 +115,7 @@ class StepGuard(EnvGuard):
         fields: Dict[str, Any] = {}  # Step field -> its clean value (a tensor or a group -> tensor dict)
         for field, group, t, key in bad:
             self.masked.append(int((~torch.isfinite(t)).sum()))
-            clean = torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
+            clean: Any = torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
             if key is not None:  # a Dict observation: the group's dict with the one key replaced
                 assert group is not None
                 per_group = getattr(step, field)

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, cast
 
 import gymnasium as gym
 import numpy as np
@@ -246,8 +246,8 @@ def obs_leaves(space: gym.spaces.Space) -> Dict[str, gym.spaces.Box]:
     """The Boxes of an observation space by key: a ``Dict``'s own (in its key order), ``{OBS_KEY: box}``
     for a ``Box``. Spaces are checked by :func:`marl.env.check_env` (rule ``spaces``), not here."""
     if isinstance(space, gym.spaces.Dict):
-        return dict(space.spaces.items())
-    return {OBS_KEY: space}
+        return {k: cast(gym.spaces.Box, b) for k, b in space.spaces.items()}
+    return {OBS_KEY: cast(gym.spaces.Box, space)}
 
 
 def obs_dtype(box: gym.spaces.Space, structured: bool = True) -> torch.dtype:

@@ -162,7 +162,7 @@ class EnvGuard:
                 group,
             )
         new = {k: self._cast_one(v, f"{field}['{k}']", group, seen, want[k]) for k, v in t.items()}
-        out = t if all(new[k] is t[k] for k in t) else new
+        out: Any = t if all(new[k] is t[k] for k in t) else new
         seen[id(t)] = out
         return out
 
@@ -247,7 +247,7 @@ class EnvGuard:
             t = value.get(group) if group is not None and isinstance(value, dict) else value
             if t is None and (field.startswith("final_") or field == "avail_actions"):
                 continue  # final_*: None means "as the current"; avail_actions None: every action legal
-            if key is not None:  # a Dict observation (its keys were checked in _cast_obs)
+            if key is not None and isinstance(t, dict):  # a Dict observation (keys checked in _cast_obs)
                 t, field = t[key], f"{field}['{key}']"
             if not isinstance(t, torch.Tensor):
                 raise self.error(
