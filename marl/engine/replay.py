@@ -24,12 +24,10 @@ module ``m``):
 array                       shape                           meaning
 ==========================  ==============================  =============================
 ``<m>/obs``                 ``[C, L+1, N_m, D_m]`` float32  observation (with agent id),
-                                                            the last one of the episode at
-                                                            index ``length``; structured:
-                                                            ``<m>/obs/<key>`` ``[C, L+1,
-                                                            N_m, *shape_k]`` in the key's
-                                                            dtype (uint8 images: 1 byte
-                                                            per value)
+                                                            the episode's last at index
+                                                            ``length``; structured: one
+                                                            ``<m>/obs/<key>`` per key, in
+                                                            its dtype (uint8 stays uint8)
 ``<m>/avail``               ``[C, L+1, N_m, A_m]`` bool     legal actions (discrete)
 ``<m>/actions``             ``[C, L, N_m]`` int64           actions taken
 ``<m>/rewards``             ``[C, L, N_m]`` float32         per-agent rewards
@@ -421,9 +419,7 @@ class TransitionBuffer:
     ==============================  ===============================  ==============================
     ``<m>/obs``, ``<m>/next_obs``   ``[C, N_m, D_m]`` float32        observation at t and t+1 (the
                                                                      episode's last one if it ended;
-                                                                     structured: ``<m>/obs/<key>``,
-                                                                     ``<m>/next_obs/<key>`` in the
-                                                                     key's dtype)
+                                                                     structured: per key, its dtype)
     ``<m>/actions``                 ``[C, N_m]`` int64 (discrete),   actions taken at t
                                     ``[C, N_m, K_m]`` float32
     ``<m>/rewards``                 ``[C, N_m]`` float32             per-agent rewards

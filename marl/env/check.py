@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import gymnasium as gym
 import torch
 
-from marl.env.contract import EnvInfo, GroupInfo, MultiAgentEnv, Step, obs_dtypes, obs_leaves
+from marl.env.contract import EnvInfo, GroupInfo, MultiAgentEnv, Step
+from marl.env.obs import obs_dtypes, obs_leaves
 from marl.env.guard import EnvGuard
 from marl.env.rules import EnvRuleError, env_name
 

@@ -11,10 +11,7 @@ Shapes used throughout (``B`` env copies, ``N_g`` agents in group ``g``):
 field              shape                                   meaning
 =================  ======================================  ==========================
 ``obs[g]``         ``[B, N_g, obs_dim_g]`` float32          per-agent observation (1-D
-                                                           ``Box``); structured spaces:
-                                                           ``[B, N_g, *shape]`` in the
-                                                           space's dtype, or a dict
-                                                           key -> such tensor (below)
+                                                           ``Box``; structured: below)
 ``state``          ``[B, state_dim]`` float32               global state
 ``avail_actions``  ``[B, N_g, n_actions_g]`` bool           legal actions (discrete);
                                                            ``None`` for continuous
@@ -31,9 +28,8 @@ be a ``Box`` of any rank (an image ``[H, W, C]``, uint8 or float) or a
 ``gym.spaces.Dict`` of such Boxes. ``obs[g]`` is then ``[B, N_g, *shape]`` in
 the space's dtype (uint8 stays uint8, other dtypes are float32), or a dict
 ``key -> [B, N_g, *shape_k]`` for a ``Dict`` space (same for ``final_obs``).
-1-D Boxes are the flat case: float32 ``[B, N_g, obs_dim_g]``, as before.
 :func:`obs_leaves`, :func:`obs_dtype` and :func:`map_obs` are the helpers every
-layer uses for both forms.
+layer uses for both forms (:mod:`marl.env.obs`).
 
 Envs reset themselves: when copy ``b`` ends at a step, the returned ``obs`` and
 ``state`` of row ``b`` already belong to the next episode, and ``final_obs`` /
@@ -47,19 +43,20 @@ the actions against :class:`EnvInfo`, calls the adapter's raw
 :meth:`MultiAgentEnv.step_env`, resets the rows whose episode ended with the
 adapter's :meth:`MultiAgentEnv.reset_rows` and builds the ``final_*`` fields.
 
-This module imports nothing of marl but :mod:`marl.errors`.
+This module imports nothing of marl but :mod:`marl.env.obs` and :mod:`marl.errors`.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, cast
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from marl.env.obs import is_structured, obs_leaves
 from marl.errors import MarlError, unknown_choice
 
 KINDS = ("cooperative", "competitive", "mixed")
@@ -231,73 +228,6 @@ class EnvInfo:
         return all(
             spaces_equal(g.obs_space, gs[0].obs_space) and spaces_equal(g.action_space, gs[0].action_space) for g in gs
         )
-
-
-OBS_KEY = "obs"  # the key a structured Box observation takes where a dict of keys is needed
-
-
-def is_structured(space: gym.spaces.Space) -> bool:
-    """``space`` is a structured observation space: a ``Dict``, or a ``Box`` whose rank is not 1
-    (1-D Boxes are marl's flat observations, float32 ``[B, N, obs_dim]``)."""
-    return isinstance(space, gym.spaces.Dict) or (isinstance(space, gym.spaces.Box) and len(space.shape) != 1)
-
-
-def obs_leaves(space: gym.spaces.Space) -> Dict[str, gym.spaces.Box]:
-    """The Boxes of an observation space by key: a ``Dict``'s own (in its key order), ``{OBS_KEY: box}``
-    for a ``Box``. Spaces are checked by :func:`marl.env.check_env` (rule ``spaces``), not here."""
-    if isinstance(space, gym.spaces.Dict):
-        return {k: cast(gym.spaces.Box, b) for k, b in space.spaces.items()}
-    return {OBS_KEY: cast(gym.spaces.Box, space)}
-
-
-def obs_dtype(box: gym.spaces.Space, structured: bool = True) -> torch.dtype:
-    """The torch dtype of observation tensors of ``box``: ``uint8`` for a uint8 Box of a structured space
-    (images stay bytes: a quarter of float32's memory), float32 otherwise (flat 1-D Boxes always)."""
-    if structured and np.dtype(getattr(box, "dtype", np.float32)) == np.uint8:
-        return torch.uint8
-    return torch.float32
-
-
-def obs_dtypes(space: gym.spaces.Space) -> Dict[str, torch.dtype]:
-    """Key -> torch dtype of an observation space's tensors (:func:`obs_leaves`, :func:`obs_dtype`)."""
-    structured = is_structured(space)
-    return {k: obs_dtype(b, structured) for k, b in obs_leaves(space).items()}
-
-
-def map_obs(fn: Callable[..., Any], obs: Any, *rest: Any) -> Any:
-    """``fn`` applied to an observation tensor, or key by key to a dict of them (with the same keys of
-    each of ``rest``): the one tree-map every layer (rollouts, replay, minibatches) uses for structured
-    observations. ``None`` stays ``None``."""
-    if obs is None:
-        return None
-    if isinstance(obs, dict):
-        return {k: map_obs(fn, v, *(r[k] for r in rest)) for k, v in obs.items()}
-    return fn(obs, *rest)
-
-
-def flatten_columns(cols: Dict[str, Any], sep: str = "/") -> Dict[str, Any]:
-    """Nested columns (a structured ``"obs"``: key -> array) as flat ones, ``"obs/image"`` ... (the form
-    RLlib's ``SampleBatch`` and the replay buffers' arrays keep); :func:`nest_columns` inverts it."""
-    out: Dict[str, Any] = {}
-    for k, v in cols.items():
-        if isinstance(v, dict):
-            out.update({f"{k}{sep}{kk}": vv for kk, vv in v.items()})
-        else:
-            out[k] = v
-    return out
-
-
-def nest_columns(cols: Dict[str, Any], sep: str = "/") -> Dict[str, Any]:
-    """Inverse of :func:`flatten_columns`: ``"obs/image"``, ``"obs/vector"`` -> ``"obs": {image, vector}``
-    (key order kept)."""
-    out: Dict[str, Any] = {}
-    for k, v in cols.items():
-        if sep in k:
-            head, tail = k.split(sep, 1)
-            out.setdefault(head, {})[tail] = v
-        else:
-            out[k] = v
-    return out
 
 
 def spaces_equal(a: gym.spaces.Space, b: gym.spaces.Space) -> bool:

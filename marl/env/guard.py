@@ -28,7 +28,7 @@ Each failure is an :class:`~marl.env.rules.EnvRuleError` naming the env, the
 step, the env copy, the agent and the key. Cost per step: a dtype and a shape
 comparison per tensor and one ``any`` over each action mask.
 
-This module imports nothing of marl but :mod:`marl.env.contract` and :mod:`marl.env.rules`.
+This module imports nothing of marl but :mod:`marl.env.contract`, :mod:`marl.env.obs` and :mod:`marl.env.rules`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import gymnasium as gym
 import torch
 
-from marl.env.contract import EnvInfo, Step, obs_dtypes, obs_leaves
+from marl.env.contract import EnvInfo, Step
+from marl.env.obs import obs_dtypes, obs_leaves
 from marl.env.rules import EnvRuleError, agents_of, note_cast
 
 _FLOAT_FIELDS = ("obs", "final_obs", "reward")  # group -> float32 tensors
