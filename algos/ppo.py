@@ -27,13 +27,14 @@ from torch import nn
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
+from marl.algos.networks.encoders import Encoded, ObsEncoder, leading, rows_of
 from marl.algos.networks.mlp import MLP
 from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
 from marl.algos.policy_gradient import ValueNorm, ppo_losses
 from marl.algos.ppo_config import CRITICS, PPOConfig  # noqa: F401  (importable from here too)
 from marl.config import config_view
 from marl.engine.on_policy import OnPolicyLearner, OnPolicyTrainer, critic_model_config
-from marl.env import MarlError
+from marl.env import MarlError, map_obs
 
 NEG_INF = -1e10  # logit of an unavailable action (finite so log-probs never become NaN)
 
@@ -65,7 +66,9 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
     linear head), whose outputs are the logits or the Gaussian mean. The critic
     (an MLP on the critic input: global state plus agent one-hot for MAPPO, the
     agent's observation for IPPO) and its :class:`ValueNorm` exist only on
-    learners (``inference_only=False``).
+    learners (``inference_only=False``). Structured observations (``obs_space``, a ``Dict``): the
+    actor reads them through per-key encoders (:mod:`marl.algos.networks.encoders`, layers
+    ``encoder``), and so does an observation critic (``critic_space``).
     """
 
     def setup(self):
@@ -78,7 +81,12 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
             self.log_std = nn.Parameter(torch.full((c["n_actions"],), float(c.get("log_std_init", -0.5))))
         self.team = bool(c.get("team_critic", False))
         if not self.inference_only:
-            self.critic = MLP(c["critic_dim"], int(c.get("critic_heads", 1)), hidden, int(c["layers"]), act, ln)
+            space, heads = c.get("critic_space"), int(c.get("critic_heads", 1))
+            if space is None:
+                self.critic = MLP(c["critic_dim"], heads, hidden, int(c["layers"]), act, ln)
+            else:  # IPPO's critic on a structured observation
+                enc = ObsEncoder(space, c.get("encoder"))
+                self.critic = Encoded(enc, MLP(enc.out_dim, heads, hidden, int(c["layers"]), act, ln))
             self.value_norm = ValueNorm()
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -103,8 +111,10 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         """Distribution inputs ``[M', A]`` of a minibatch (see :meth:`_forward_train`)."""
         obs = batch["obs"]
         if self.team:  # [M, N, D]: all agents of M env steps
-            obs = obs.reshape(-1, obs.shape[-1])
-        out = self.actor.unroll(obs if self.recurrent else obs.unsqueeze(1), batch.get("h0"), batch.get("starts"))
+            obs = rows_of(obs)
+        if not self.recurrent:
+            obs = map_obs(lambda x: x.unsqueeze(1), obs)
+        out = self.actor.unroll(obs, batch.get("h0"), batch.get("starts"))
         return out.reshape(-1, out.shape[-1])
 
     @torch.no_grad()
@@ -121,8 +131,8 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         Returns ``actions`` (``[B, N]`` int64 or ``[B, N, A]`` float32),
         ``logp`` ``[B, N]`` and the next hidden state ``[B, N, H]`` (``None`` for MLPs).
         """
-        B, N = obs.shape[:2]
-        out, h = self.actor.step(obs.reshape(B * N, -1), None if h is None else h.reshape(B * N, -1))
+        B, N = leading(obs)
+        out, h = self.actor.step(rows_of(obs), None if h is None else h.reshape(B * N, -1))
         if self.discrete:
             logp_all = masked_log_softmax(out, None if avail is None else avail.reshape(B * N, -1))
             # the draw torch.distributions.Categorical.sample makes (same generator calls, same actions)
@@ -140,7 +150,7 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
 
     def _forward(self, batch, **kwargs):  # RLlib's generic inference path (not used by our runner)
-        a, logp, _ = self.act(batch["obs"].unsqueeze(1), None, None, explore=False)
+        a, logp, _ = self.act(map_obs(lambda x: x.unsqueeze(1), batch["obs"]), None, None, explore=False)
         return {"actions": a.squeeze(1)}
 
     # --- training (learners; goes through DDP when num_learners > 1)
@@ -156,8 +166,10 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         dist_in = self._actor_train(batch)
         if self.team:
             return {"dist_in": dist_in, "values": self.critic(batch["critic_in"]).reshape(-1)}
-        critic_in = batch["critic_in"].reshape(dist_in.shape[0], -1)
-        return {"dist_in": dist_in, "values": self.critic(critic_in).squeeze(-1)}
+        critic_in = batch["critic_in"]
+        if isinstance(critic_in, dict):  # a structured observation critic: the encoder takes any leading dims
+            return {"dist_in": dist_in, "values": self.critic(critic_in).reshape(-1)}
+        return {"dist_in": dist_in, "values": self.critic(critic_in.reshape(dist_in.shape[0], -1)).squeeze(-1)}
 
     def log_prob_entropy(self, dist_in, actions, avail):
         """``log pi(a|o)`` and entropy per row: both ``[M]``."""
@@ -212,6 +224,14 @@ def ppo_loss_terms(
     return parts["policy_loss"] - entropy_coef * parts["entropy"] + value_loss_coef * parts["value_loss"], parts
 
 
+def structured_critic(cfg: PPOConfig, mapping, mid: str) -> Dict[str, Any]:
+    """``critic_space`` (the module's ``Dict`` observation space) and ``encoder`` for an observation critic
+    (IPPO) of a module with structured observations; nothing otherwise (state critics read the state vector)."""
+    if cfg.critic_kind != "obs" or not mapping.structured(mid):
+        return {}
+    return {"critic_space": mapping.obs_space(mid), "encoder": dict(cfg.encoder or {})}
+
+
 # ============================================================ learner and algorithm
 class PPOLearner(OnPolicyLearner):
     """IPPO/MAPPO learner: the on-policy core's update (GAE, epochs x minibatches,
@@ -248,6 +268,7 @@ class PPO(OnPolicyTrainer):
             "policy_gain": cfg.policy_gain,
             "log_std_init": cfg.log_std_init,
             **agent_model_config(cfg, mapping, mid),
+            **structured_critic(cfg, mapping, mid),
         }
 
     @classmethod

@@ -279,6 +279,7 @@ class ValueDecomp(OffPolicyTrainer):
             mid: {
                 "n": mapping.n_agents(mid),
                 "obs_dim": mapping.obs_dim(mid),
+                "obs": mapping.obs_columns(mid),
                 "n_actions": mapping.group_info(mid).n_actions,
             }
             for mid in mapping.modules

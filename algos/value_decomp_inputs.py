@@ -19,7 +19,7 @@ padded ``[E, T+1, N, A]`` layout with zeros after each episode.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch.nn import functional as F
@@ -28,23 +28,40 @@ from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
 from marl.algos.networks.base import AgentNetwork
+from marl.algos.networks.encoders import leading, rows_of, with_key
 from marl.algos.networks.mixers import QMixer
 from marl.algos.networks.registry import build_agent_net
 from marl.algos.q_learning import epsilon_greedy
 from marl.engine.off_policy import make_target
+from marl.env import map_obs, nest_columns
 
 JOINT = "__joint__"  # batch key of the team-level columns (not a module id: forward_train skips it)
 
 
-def agent_inputs(obs: torch.Tensor, actions: torch.Tensor, n_actions: int) -> torch.Tensor:
+def agent_inputs(obs: Any, actions: torch.Tensor, n_actions: int) -> Any:
     """``obs [E, T+1, N, D]``, ``actions [E, T, N]`` -> ``[E * N, T+1, D + n_actions]``: one row per
-    agent's episode, with the one-hot last action (``n_actions = 0``: none), in one fresh tensor."""
+    agent's episode, with the one-hot last action (``n_actions = 0``: none), in one fresh tensor.
+    A structured ``obs`` (key -> ``[E, T+1, N, *shape_k]``) gives key -> ``[E * N, T+1, *shape_k]``,
+    the last action under the key ``"last_action"`` (the encoder reads it as one more vector)."""
+    if isinstance(obs, dict):
+        return structured_agent_inputs(obs, actions, n_actions)
     E, T1, N, D = obs.shape
     x = obs.new_zeros(E, N, T1, D + n_actions)
     x[..., :D] = obs.transpose(1, 2)
     if n_actions:
         x[:, :, 1:, D:].scatter_(-1, actions.transpose(1, 2).long().unsqueeze(-1), 1.0)
     return x.view(E * N, T1, -1)
+
+
+def structured_agent_inputs(obs: Dict[str, torch.Tensor], actions: torch.Tensor, n_actions: int) -> Dict[str, Any]:
+    """:func:`agent_inputs` of a structured observation (each key transposed to agent-episode rows)."""
+    E, T, N = actions.shape
+    rows = {k: v.transpose(1, 2).reshape(E * N, T + 1, *v.shape[3:]) for k, v in obs.items()}
+    if n_actions:
+        last = actions.new_zeros(E, N, T + 1, n_actions, dtype=torch.float32)
+        last[:, :, 1:].scatter_(-1, actions.transpose(1, 2).long().unsqueeze(-1), 1.0)
+        rows = with_key(rows, "last_action", last.view(E * N, T + 1, n_actions))
+    return rows
 
 
 class PackedEpisodes:
@@ -134,13 +151,13 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         Returns ``actions [B, N]`` int64, ``logp [B, N]`` (zeros: not a stochastic
         policy) and the next state ``[B, N, S + A]`` (``None`` if stateless).
         """
-        B, N = obs.shape[:2]
-        x, hid, S = obs.reshape(B * N, -1), None, self.net.state_size
+        B, N = leading(obs)
+        x, hid, S = rows_of(obs), None, self.net.state_size
         if h is not None:
             h = h.reshape(B * N, -1)
             hid = h[:, :S] if S else None
             if self.use_last_action:
-                x = torch.cat([x, h[:, S:]], -1)
+                x = with_key(x, "last_action", h[:, S:]) if isinstance(x, dict) else torch.cat([x, h[:, S:]], -1)
         q, hid = self.net.step(x, hid)
         av = None if avail is None else avail.reshape(B * N, -1).bool()
         a = epsilon_greedy(q, av, float(epsilon) if explore else 0.0)
@@ -151,9 +168,8 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         return a.reshape(B, N), torch.zeros(B, N), h_next
 
     def _forward(self, batch, **kwargs):  # RLlib's generic inference path (not used by our runner)
-        a, _, _ = self.act(
-            batch["obs"].unsqueeze(1), None, self.initial_state((batch["obs"].shape[0], 1)), explore=False
-        )
+        obs = map_obs(lambda x: x.unsqueeze(1), batch["obs"])
+        a, _, _ = self.act(obs, None, self.initial_state((leading(obs)[0], 1)), explore=False)
         return {"actions": a.squeeze(1)}
 
     # --- training
@@ -162,10 +178,10 @@ class QAgentModule(TorchRLModule, InferenceOnlyAPI):
         """Size of the last-action one-hot in the input (0 without ``last_action``)."""
         return self.n_actions if self.use_last_action else 0
 
-    def q_sequence(self, net: AgentNetwork, obs: torch.Tensor, actions: torch.Tensor, steps=None) -> torch.Tensor:
+    def q_sequence(self, net: AgentNetwork, obs: Any, actions: torch.Tensor, steps=None) -> torch.Tensor:
         """Unroll ``net`` over whole episodes from the zero state: ``obs [E, T+1, N, D]``, ``actions [E, T, N]``,
         ``steps [E]`` (optional: used steps, length + 1; the network may skip the rest) -> ``Q [E, T+1, N, A]``."""
-        N = obs.shape[2]
+        N = actions.shape[2]
         q = net.sequence(
             agent_inputs(obs, actions, self.last_dim), None if steps is None else steps.repeat_interleave(N)
         )
@@ -236,4 +252,4 @@ def split_joint(cols: Dict[str, torch.Tensor], modules: List[str]) -> Dict[str, 
             m, field = k.split("/", 1)
             out[m][field] = v
     out[JOINT] = {"state": cols["state"], "terminated": cols["terminated"], "filled": filled}
-    return out
+    return {m: nest_columns(c) if m != JOINT else c for m, c in out.items()}  # "obs/<key>" -> obs[key]

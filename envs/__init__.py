@@ -112,3 +112,9 @@ register_env(
     "e.g. HalfCheetah agent_conf='2x3'; needs marl-rllib[mamujoco]",
     scenarios="marl.envs.mamujoco:scenarios",
 )
+register_env(
+    "image_cue",
+    "marl.envs.cue:make",
+    "Toy task with Dict observations (a 16x16x3 uint8 image with the cue, a 4-vector without it)",
+    scenarios="marl.envs.cue:scenarios",
+)

@@ -12,12 +12,16 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
+import gymnasium as gym
+import numpy as np
 import torch
 
 from marl.config.engine import SHARE_MODES  # the choices of the config key share
-from marl.env import EnvInfo, GroupInfo, MarlError, spaces_equal, unknown_choice
+from marl.env import OBS_KEY, EnvInfo, GroupInfo, MarlError, obs_dtypes, obs_leaves, spaces_equal, unknown_choice
+
+AGENT_ID_KEY = "agent_id"  # the key of the agent one-hot in a structured module observation
 
 Share = Union[str, Callable[[str], str]]
 
@@ -196,6 +200,52 @@ class PolicyMapping:
     def obs_dim(self, mid: str) -> int:
         """Input size of module ``mid``: observation plus the agent one-hot if used."""
         return self.group_info(mid).obs_dim + (self.n_agents(mid) if self.uses_agent_id(mid) else 0)
+
+    def structured(self, mid: str) -> bool:
+        """Module ``mid``'s observation is structured (an image ``Box`` or a ``Dict``): its inputs are
+        dicts key -> ``[B, N_m, *shape_k]`` (:meth:`module_obs`)."""
+        return self.group_info(mid).structured
+
+    def obs_space(self, mid: str) -> gym.spaces.Space:
+        """The space of module ``mid``'s inputs: a 1-D float32 ``Box`` of :meth:`obs_dim` values (flat),
+        or a ``Dict`` of the group's keys (a Box observation under ``"obs"``) plus the agent one-hot
+        ``"agent_id"`` ``Box(N_m,)`` where it is used (structured)."""
+        if not self.structured(mid):
+            return gym.spaces.Box(-np.inf, np.inf, (self.obs_dim(mid),), np.float32)
+        leaves: Dict[str, gym.spaces.Space] = dict(obs_leaves(self.group_info(mid).obs_space))
+        if self.uses_agent_id(mid):
+            leaves[AGENT_ID_KEY] = gym.spaces.Box(0.0, 1.0, (self.n_agents(mid),), np.float32)
+        return gym.spaces.Dict(leaves)
+
+    def obs_columns(self, mid: str) -> Dict[str, Tuple[Tuple[int, ...], Any]]:
+        """What buffers store of module ``mid``'s observation per agent: column -> ``(shape, numpy dtype)``;
+        ``{"obs": ((D,), float32)}`` for a flat one, ``{"obs/<key>": (shape_k, dtype_k)}`` for a structured
+        one (uint8 images stay uint8; the agent one-hot is ``"obs/agent_id"``)."""
+        if not self.structured(mid):
+            return {"obs": ((self.obs_dim(mid),), np.float32)}
+        space = self.obs_space(mid)
+        assert isinstance(space, gym.spaces.Dict)  # obs_space of a structured module
+        dtypes = obs_dtypes(self.group_info(mid).obs_space)
+        return {
+            f"obs/{k}": (tuple(b.shape or ()), np.uint8 if dtypes.get(k) == torch.uint8 else np.float32)
+            for k, b in space.spaces.items()
+        }
+
+    def module_obs(self, mid: str, per_group: Dict[str, Any]) -> Any:
+        """Module ``mid``'s observation from the group observations of a :class:`~marl.env.Step`:
+        ``[B, N_m, D (+ N_m)]`` (flat: :meth:`gather` then :meth:`add_agent_id`), or a dict
+        key -> ``[B, N_m, *shape_k]`` (structured; a Box observation under ``"obs"``, the agent
+        one-hot under ``"agent_id"`` where used; dtypes kept, uint8 images stay uint8)."""
+        if not self.structured(mid):
+            return self.add_agent_id(mid, self.gather(mid, per_group))
+        keys = list(obs_leaves(self.group_info(mid).obs_space))
+        as_dict = {g: v if isinstance(v, dict) else {OBS_KEY: v} for g, v in per_group.items()}
+        out = {k: self.gather(mid, {g: d[k] for g, d in as_dict.items()}) for k in keys}
+        if self.uses_agent_id(mid):
+            first = out[keys[0]]
+            n = self.n_agents(mid)
+            out[AGENT_ID_KEY] = torch.eye(n, device=first.device).expand(first.shape[0], n, n)
+        return out
 
     # ------------------------------------------------------------------ tensors
     def gather(self, mid: str, per_group: Dict[str, torch.Tensor]) -> torch.Tensor:

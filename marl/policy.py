@@ -5,10 +5,21 @@ from __future__ import annotations
 import numbers
 from typing import Any, Dict, List, Mapping, Optional
 
+import gymnasium as gym
 import numpy as np
 import torch
 
-from marl.env import EnvInfo, EnvSpec, EpisodeStats, MultiAgentEnv, Step, spaces_equal
+from marl.env import (
+    EnvInfo,
+    EnvSpec,
+    EpisodeStats,
+    GroupInfo,
+    MultiAgentEnv,
+    Step,
+    obs_dtypes,
+    obs_leaves,
+    spaces_equal,
+)
 from marl.env.rules import EnvRuleError
 from marl.errors import MarlError, closest
 from marl.mapping import PolicyMapping
@@ -55,12 +66,13 @@ class Policy:
         out = {}
         m = self.mapping
         for mid, module in self.modules.items():
-            o = m.add_agent_id(mid, m.gather(mid, {g: torch.as_tensor(v, dtype=torch.float32) for g, v in obs.items()}))
+            o = m.module_obs(mid, {g: _as_obs(v, self.mapping.info.groups[g]) for g, v in obs.items()})
             g = m.group_info(mid)
             av = m.gather(mid, avail_actions) if g.discrete and avail_actions.get(g.name) is not None else None
             h = self._h.get(mid)
-            if h is None or h.shape[0] != o.shape[0]:
-                h = module.initial_state(o.shape[:2])
+            lead = tuple(next(iter(o.values())).shape[:2]) if isinstance(o, dict) else tuple(o.shape[:2])
+            if h is None or h.shape[0] != lead[0]:
+                h = module.initial_state(lead)
             elif done is not None:
                 h = h * (~done).view(-1, 1, 1).to(h.dtype)
             a, _, self._h[mid] = module.act(o, av, h, explore=self.explore)
@@ -74,6 +86,9 @@ class Policy:
         check_single(info, obs)
         batched = {}
         for name, g in info.groups.items():
+            if g.structured:  # key by key, agents without an observation get zeros
+                batched[name] = _stack_structured(g, [obs.get(a) for a in g.agents])
+                continue
             rows = [
                 np.asarray(obs[a], dtype=np.float32).reshape(-1) if a in obs else np.zeros(g.obs_dim, np.float32)
                 for a in g.agents
@@ -178,8 +193,60 @@ def _episodes_never_end(info: EnvInfo, steps: int, ended: int, wanted: int) -> E
 
 # ------------------------------------------------------------------ input checks
 def expected_obs(info: EnvInfo) -> str:
-    """``"'agent': [B, 3, 18], 'adversary': [B, 1, 8]"``: the observation shapes a policy of ``info`` takes."""
-    return ", ".join(f"'{name}': [B, {g.n_agents}, {g.obs_dim}]" for name, g in info.groups.items())
+    """``"'agent': [B, 3, 18], 'adversary': [B, 1, 8]"``: the observation shapes a policy of ``info`` takes
+    (a structured group: ``[B, N, *shape]`` per key)."""
+    return ", ".join(f"'{name}': {_want(g)}" for name, g in info.groups.items())
+
+
+def _want(g: GroupInfo) -> str:
+    """How a message shows a group's observation batch."""
+    if not g.structured:
+        return f"[B, {g.n_agents}, {g.obs_dim}]"
+    shapes = {k: [f"B, {g.n_agents}", *map(str, b.shape)] for k, b in obs_leaves(g.obs_space).items()}
+    if isinstance(g.obs_space, gym.spaces.Dict):
+        return "{" + ", ".join(f"'{k}': [{', '.join(v)}]" for k, v in shapes.items()) + "}"
+    return f"[{', '.join(shapes['obs'])}]"
+
+
+def _as_obs(v: Any, g: GroupInfo) -> Any:
+    """A group's observation batch as tensors: float32 (flat), or each key in its space's dtype (structured)."""
+    if not g.structured:
+        return torch.as_tensor(v, dtype=torch.float32)
+    dtypes = obs_dtypes(g.obs_space)
+    if isinstance(v, Mapping):
+        return {k: torch.as_tensor(v[k], dtype=dtypes[k]) for k in dtypes}
+    return torch.as_tensor(v, dtype=dtypes["obs"])
+
+
+def _obs_shape(v: Any, g: GroupInfo) -> Optional[tuple]:
+    """``(B, N)`` of a group's observation batch whose per-agent shapes fit ``g``'s space, else ``None``."""
+    leaves = obs_leaves(g.obs_space)
+    if not g.structured:
+        shape = tuple(np.shape(v))
+        return shape[:2] if len(shape) == 3 and shape[1:] == (g.n_agents, g.obs_dim) else None
+    parts = v if isinstance(g.obs_space, gym.spaces.Dict) else {"obs": v}
+    if not isinstance(parts, Mapping) or set(parts) != set(leaves):
+        return None
+    shapes = {tuple(np.shape(parts[k])) for k in leaves}
+    leads = {s[:2] for s in shapes}
+    fits = all(tuple(np.shape(parts[k]))[2:] == tuple(b.shape) for k, b in leaves.items())
+    return leads.pop() if fits and len(leads) == 1 and next(iter(leads))[1:] == (g.n_agents,) else None
+
+
+def _stack_structured(g: GroupInfo, per_agent: List[Any]) -> Any:
+    """One env's observations of a structured group's agents (``None``: none, zeros) -> ``[1, N, *shape]`` per key."""
+    leaves, dtypes = obs_leaves(g.obs_space), obs_dtypes(g.obs_space)
+    is_dict = isinstance(g.obs_space, gym.spaces.Dict)
+    out = {}
+    for k, b in leaves.items():
+        rows = [
+            torch.zeros(b.shape, dtype=dtypes[k])
+            if o is None
+            else torch.as_tensor(o[k] if is_dict else o, dtype=dtypes[k])
+            for o in per_agent
+        ]
+        out[k] = torch.stack(rows)[None]
+    return out if is_dict else out["obs"]
 
 
 def check_inputs(info: EnvInfo, obs: Any, avail_actions: Mapping[str, Any], done: Any) -> None:
@@ -196,14 +263,15 @@ def check_inputs(info: EnvInfo, obs: Any, avail_actions: Mapping[str, Any], done
         )
     B = None
     for name, g in info.groups.items():
-        shape = tuple(np.shape(obs[name]))
-        if len(shape) != 3 or shape[1:] != (g.n_agents, g.obs_dim) or shape[0] != (B or shape[0]):
+        lead = _obs_shape(obs[name], g)
+        if lead is None or lead[0] != (B or lead[0]):
+            shape = _show_shape(obs[name])
             raise MarlError(
                 f"Policy.act: observations of group '{name}' have shape {shape}; expected "
-                f"[B, {g.n_agents}, {g.obs_dim}] ({g.n_agents} agents {g.agents}, one B for all "
+                f"{_want(g)} ({g.n_agents} agents {g.agents}, one B for all "
                 f"groups). All groups: {{{want}}}."
             )
-        B = shape[0]
+        B = lead[0]
         av = avail_actions.get(name)
         if g.discrete and av is not None and tuple(np.shape(av)) != (B, g.n_agents, g.n_actions):
             raise MarlError(
@@ -214,12 +282,22 @@ def check_inputs(info: EnvInfo, obs: Any, avail_actions: Mapping[str, Any], done
         raise MarlError(f"Policy.act: done has shape {tuple(np.shape(done))}; expected [B] = ({B},).")
 
 
+def _show_shape(v: Any) -> Any:
+    """The shape of an observation batch (key -> shape for a dict) for messages."""
+    if isinstance(v, Mapping):
+        return {k: tuple(np.shape(x)) for k, x in v.items()}
+    return tuple(np.shape(v))
+
+
 def check_single(info: EnvInfo, obs: Mapping[str, Any]) -> None:
     """Raise a :class:`MarlError` unless ``obs`` maps agent ids of ``info`` to ``obs_dim``-sized observations."""
     for a, o in obs.items():
         if a not in info.agents:
             raise MarlError(f"Policy.act: unknown agent '{a}'.{closest(a, info.agents)} Agents: {info.agents}.")
-        g, size = info.group_of(a), int(np.prod(np.shape(o)))
+        g = info.group_of(a)
+        if g.structured:
+            continue  # stacked key by key (_stack_structured); a wrong shape fails there, naming torch's reason
+        size = int(np.prod(np.shape(o)))
         if size != g.obs_dim:
             raise MarlError(
                 f"Policy.act: the observation of agent '{a}' has {size} values "

@@ -305,8 +305,8 @@ def test_bad_info_and_bad_objects():
     with pytest.raises(MarlError, match=r"group 'a': action_space must be Discrete or a 1-D Box, got MultiDiscrete"):
         marl.check_env(env)
     env = Toy()
-    env.info.groups["c"].obs_space = gym.spaces.Box(-1, 1, (3, 1), np.float32)
-    with pytest.raises(MarlError, match=r"group 'c': obs_space must be a 1-D Box"):
+    env.info.groups["c"].obs_space = gym.spaces.MultiBinary(3)  # a Box of any rank or a Dict of Boxes is valid
+    with pytest.raises(MarlError, match=r"group 'c': obs_space must be a Box of rank >= 1 \(a vector, an image"):
         marl.check_env(env)
     with pytest.raises(
         MarlError, match=r"\[rule env_type\] check_env: expected a marl MultiAgentEnv, a PettingZoo env"

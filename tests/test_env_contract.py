@@ -190,7 +190,7 @@ def test_wrapper_forwards_and_has_no_spec_by_hand():
 
 
 def test_registered_wrappers_apply_in_order_and_ride_in_the_spec(tag_wrapper):
-    assert list(marl.env.list_wrappers()) == ["offbeat", "tag", "crash"]
+    assert list(marl.env.list_wrappers()) == ["flatten_obs", "offbeat", "tag", "crash"]
     env = make_env("stag_hunter", num_envs=3, seed=1, crash=0.0, tag={"bonus": 2.0}, offbeat={"catch": 2})
     kinds = [type(env).__name__, type(env.env).__name__, type(env.env.env).__name__, type(env.env.env.env).__name__]
     assert kinds == ["CrashWrapper", "Tag", "OffBeatWrapper", "StagHunter"]

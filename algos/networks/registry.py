@@ -13,8 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import gymnasium as gym
+import numpy as np
+
 from marl.algos.networks.asn import ASN_KEYS, build_asn, check_asn
 from marl.algos.networks.base import AgentNetwork
+from marl.algos.networks.encoders import EncodedAgent, ObsEncoder
 from marl.algos.networks.entity import EntityInputs
 from marl.algos.networks.hpn import HPN_KEYS, build_dpn, build_hpn
 from marl.algos.networks.mlp import build_mappo_actor
@@ -83,7 +87,10 @@ def build_agent_net(kind: str, c: Dict[str, Any], n_actions: int, family: Option
     """The agent network ``kind`` for a module's ``model_config`` ``c`` and ``n_actions`` outputs.
 
     An entity-aware network reads ``entity_layout`` (this module's group),
-    ``group_obs_dim``, ``id_dim`` and ``last_action_dim`` from ``c``.
+    ``group_obs_dim``, ``id_dim`` and ``last_action_dim`` from ``c``. A module with structured
+    observations (``c["obs_space"]``, a ``Dict``: :meth:`marl.mapping.PolicyMapping.obs_space`) gets
+    the network behind an :class:`~marl.algos.networks.encoders.ObsEncoder` (layers ``c["encoder"]``;
+    the last-action one-hot, ``last_action_dim`` values, joins the observation as key ``"last_action"``).
 
     Raises:
         MarlError: ``kind`` is not registered for ``family`` (lists the choices), or
@@ -94,6 +101,8 @@ def build_agent_net(kind: str, c: Dict[str, Any], n_actions: int, family: Option
         raise _unknown(kind, choices)
     entry = _NETWORKS[kind]
     build = entry.builders.get(family, entry.builders.get(None))
+    if c.get("obs_space") is not None:
+        return _encoded(kind, entry, build, c, n_actions)
     if not entry.entity:
         return build(c, n_actions)
     inputs = EntityInputs(c["entity_layout"], c["group_obs_dim"], c.get("id_dim", 0), c.get("last_action_dim", 0))
@@ -103,6 +112,30 @@ def build_agent_net(kind: str, c: Dict[str, Any], n_actions: int, family: Option
             f"{inputs.targets}), but the group has {n_actions}."
         )
     return build(inputs, c)
+
+
+def _encoded(
+    kind: str, entry: AgentNetworkEntry, build: Callable[..., AgentNetwork], c: Dict[str, Any], n_actions: int
+):
+    """Network ``kind`` on the features of an :class:`ObsEncoder` of ``c["obs_space"]`` (see :func:`build_agent_net`)."""
+    if entry.entity:
+        raise MarlError(structured_entity_error(kind, "this module"))
+    space = c["obs_space"]
+    last = int(c.get("last_action_dim", 0))
+    if last:
+        space = gym.spaces.Dict({**space.spaces, "last_action": gym.spaces.Box(0.0, 1.0, (last,), np.float32)})
+    encoder = ObsEncoder(space, c.get("encoder"))
+    inner = build({**c, "obs_dim": encoder.out_dim, "last_action_dim": 0}, n_actions)
+    return EncodedAgent(encoder, inner)
+
+
+def structured_entity_error(kind: str, where: str) -> str:
+    """The message for an entity-aware network asked to read structured observations."""
+    return (
+        f"agent='{kind}' reads 1-D vector observations split into entities; {where} has structured "
+        f"observations (an image Box or a Dict). Use agent='mlp' (its per-key encoders read images and "
+        f"dicts), or flatten the observations with marl.make_env(..., flatten_obs=True) (docs/observations.md)."
+    )
 
 
 def check_agent(cfg: Union[ConfigBase, Mapping[str, Any]], info, family: Optional[str] = None) -> None:
@@ -122,6 +155,9 @@ def check_agent(cfg: Union[ConfigBase, Mapping[str, Any]], info, family: Optiona
         raise _unknown(kind, choices)
     entry = _NETWORKS[kind]
     if entry.entity:
+        for name, g in info.groups.items():
+            if g.structured:
+                raise MarlError(structured_entity_error(kind, f"group '{name}' of {info.family}:{info.scenario}"))
         _require_layouts(kind, info)
     if entry.check is not None:
         entry.check(cfg, info)
@@ -155,6 +191,8 @@ def agent_model_config(cfg: ConfigBase, mapping, mid: str, last_action_dim: int 
     entry = _NETWORKS[kind]
     # config_keys the schema lacks are skipped (a plugin's network cannot add keys to the schema)
     out = {"agent": kind, **{k: getattr(cfg, k) for k in entry.config_keys if hasattr(cfg, k)}}
+    if mapping.structured(mid):  # the per-key encoders (marl.algos.networks.encoders)
+        out.update(obs_space=mapping.obs_space(mid), encoder=dict(getattr(cfg, "encoder", None) or {}))
     if not entry.entity:
         return out
     g = mapping.group_info(mid)

@@ -10,6 +10,12 @@ importable from here too (loaded on first access).
 from marl.env import register_wrapper
 
 register_wrapper(
+    "flatten_obs",
+    "marl.envs.wrappers.flatten_obs:wrap_flatten_obs",
+    "Structured (image / dict) observations flattened into one float32 vector per agent (docs/observations.md)",
+    order=5,
+)
+register_wrapper(
     "offbeat",
     "marl.envs.wrappers.offbeat:wrap_offbeat",
     "Off-beat actions: every action takes a pre-set number of steps (docs/offbeat.md)",
@@ -22,7 +28,7 @@ register_wrapper(
     order=20,
 )
 
-_LAZY = {"ActionRecord": "offbeat", "OffBeatWrapper": "offbeat", "CrashWrapper": "crash"}
+_LAZY = {"ActionRecord": "offbeat", "OffBeatWrapper": "offbeat", "CrashWrapper": "crash", "FlattenObs": "flatten_obs"}
 
 
 def __getattr__(name):

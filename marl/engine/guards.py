@@ -31,7 +31,8 @@ from marl.env import EnvInfo, Step
 from marl.env.guard import EnvGuard
 from marl.errors import MarlError
 
-Item = Tuple[str, Optional[str], torch.Tensor]  # (field, group or None for the state, tensor)
+# (field, group or None for the state, tensor, key of a Dict observation or None)
+Item = Tuple[str, Optional[str], torch.Tensor, Optional[str]]
 
 
 class StepGuard(EnvGuard):
@@ -62,9 +63,9 @@ class StepGuard(EnvGuard):
         if self.mode == "off":
             return step
         items = list(self._items(step))
-        if math.isfinite(sum(float(t.sum()) for _, _, t in items)):
+        if math.isfinite(sum(float(t.sum()) for _, _, t, _ in items)):
             return step
-        bad = [(f, g, t) for f, g, t in items if not bool(torch.isfinite(t).all())]
+        bad = [item for item in items if not bool(torch.isfinite(item[2]).all())]
         if not bad:  # the sum overflowed, every value is finite
             return step
         if self.mode == "raise":
@@ -81,26 +82,28 @@ class StepGuard(EnvGuard):
 
     # ------------------------------------------------------------------ internals
     def _items(self, step: Step) -> Iterator[Item]:
-        """The tensors to check; ``final_*`` ones only where they are not the current ones."""
+        """The tensors to check (floating ones: a uint8 image holds no NaN); ``final_*`` ones only where
+        they are not the current ones."""
         for field in ("obs", "reward"):
             for g, t in getattr(step, field).items():  # every group: the EnvGuard checked them
-                yield field, g, t
-        yield "state", None, step.state
+                yield from _leaves(field, g, t)
+        yield "state", None, step.state, None
         if step.final_obs is not None:
             for g, t in step.final_obs.items():
                 if t is not step.obs.get(g):
-                    yield "final_obs", g, t
+                    yield from _leaves("final_obs", g, t)
         if step.final_state is not None and step.final_state is not step.state:
-            yield "final_state", None, step.final_state
+            yield "final_state", None, step.final_state, None
 
-    def _describe(self, field: str, group: Optional[str], t: torch.Tensor) -> str:
+    def _describe(self, field: str, group: Optional[str], t: torch.Tensor, key: Optional[str] = None) -> str:
         idx = [int(i) for i in (~torch.isfinite(t)).nonzero()[0]]
         value = float(t[tuple(idx)])
         if group is None:
             who = f"(index {idx[1]})"
         else:
             who = f"of agent '{self.info.groups[group].agents[idx[1]]}' (group '{group}'"
-            who += f", feature {idx[2]})" if len(idx) > 2 else ")"
+            who += f", key '{key}'" if key is not None else ""
+            who += f", feature {tuple(idx[2:]) if len(idx) > 3 else idx[2]})" if len(idx) > 2 else ")"
         return (
             f"Env {self.name} returned {value} in {field} {who}, env copy {idx[0]}, at step "
             f"{self.steps}{' (reset)' if self.steps == 0 else ''}. Fix the env, or set non_finite='mask' to "
@@ -110,9 +113,14 @@ class StepGuard(EnvGuard):
     def _mask(self, step: Step, bad: List[Item]) -> Step:
         """A copy of ``step`` with the non-finite values of ``bad`` replaced by 0 (the env's tensors stay)."""
         fields: Dict[str, Any] = {}  # Step field -> its clean value (a tensor or a group -> tensor dict)
-        for field, group, t in bad:
+        for field, group, t, key in bad:
             self.masked.append(int((~torch.isfinite(t)).sum()))
-            clean = torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
+            clean: Any = torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
+            if key is not None:  # a Dict observation: the group's dict with the one key replaced
+                assert group is not None
+                per_group = getattr(step, field)
+                clean = {**fields.get(field, per_group)[group], key: clean}
+                t = per_group[group]
             # a final_* field that is the very same tensor (no episode ended) gets the clean one too
             for f in (field, f"final_{field}") if field in ("obs", "state") else (field,):
                 if group is None and getattr(step, f) is t:
@@ -120,3 +128,15 @@ class StepGuard(EnvGuard):
                 elif group is not None and getattr(step, f) is not None and getattr(step, f).get(group) is t:
                     fields.setdefault(f, dict(getattr(step, f)))[group] = clean
         return dataclasses.replace(step, **fields)
+
+
+def _leaves(field: str, group: str, t: Any) -> Iterator[Item]:
+    """``(field, group, tensor, key)`` of a group's value: the tensor itself (key ``None``), or each
+    floating tensor of a Dict observation under its key."""
+    if not isinstance(t, dict):
+        if t.is_floating_point():
+            yield field, group, t, None
+        return
+    for k, v in t.items():
+        if v.is_floating_point():
+            yield field, group, v, k

@@ -31,6 +31,7 @@ whose output the algorithm's loss reads.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
@@ -41,6 +42,7 @@ from marl.config.critic import CRITICS, CriticChoice, resolve_critic  # noqa: F4
 from marl.engine.context import RunAccess
 from marl.engine.rllib_seam import SeamLearner
 from marl.engine.trainer import StepOutput, Trainer
+from marl.env import flatten_columns, map_obs, nest_columns
 from marl.errors import TrainingDiverged
 
 MODEL_INPUTS = ("h0", "starts", "critic_in")  # minibatch columns only the forward reads (not per loss row)
@@ -56,15 +58,15 @@ def critic_model_config(kind: str, mapping: Any, mid: str) -> Dict[str, Any]:
     return {"critic_dim": dim, "critic_heads": n if kind == "team" else 1, "team_critic": kind == "team"}
 
 
-def critic_inputs(kind: str, obs: torch.Tensor, state: torch.Tensor, n_agents: int) -> torch.Tensor:
+def critic_inputs(kind: str, obs: Any, state: torch.Tensor, n_agents: int) -> Any:
     """Critic input per agent.
 
     Args:
         kind: ``"state"`` (MAPPO: global state plus agent one-hot) or ``"obs"``
             (IPPO: the agent's own observation, which already carries the id).
-        obs: ``[..., N, D]``; state: ``[..., S]``.
+        obs: ``[..., N, D]`` (structured: key -> ``[..., N, *shape_k]``); state: ``[..., S]``.
     Returns:
-        ``[..., N, C]``.
+        ``[..., N, C]`` (``obs`` itself for ``"obs"``, structured or not).
     """
     if kind == "obs":
         return obs
@@ -86,8 +88,13 @@ def rollout_to_sequences(rollout: Dict[str, Any], critic: str) -> MultiAgentBatc
     policy_batches = {}
     state, final_state = rollout["state"], rollout["final_state"]  # [T+1, B, S], [T, B, S]
     team = critic == "team"
+
+    def seq_rows(v: torch.Tensor) -> Any:  # [T(+1), B, N, ...] -> [B*N, T(+1), ...] (team: [B, N, T(+1), ...])
+        v = v.movedim(0, 2)
+        return (v if team else v.reshape(v.shape[0] * v.shape[1], *v.shape[2:])).contiguous().numpy()
+
     for mid, m in rollout["modules"].items():
-        N = m["obs"].shape[2]
+        N = m["alive"].shape[2]
         cols = {
             "obs": m["obs"],
             "actions": m["actions"],
@@ -102,17 +109,14 @@ def rollout_to_sequences(rollout: Dict[str, Any], critic: str) -> MultiAgentBatc
         if m.get("h") is not None:
             cols["h"] = m["h"]
             cols["starts"] = rollout["starts"].unsqueeze(-1).expand_as(m["alive"])
-        rows = {}
-        for k, v in cols.items():  # [T(+1), B, N, ...] -> [B*N, T(+1), ...] (team: [B, N, T(+1), ...])
-            v = v.movedim(0, 2)
-            rows[k] = (v if team else v.reshape(v.shape[0] * v.shape[1], *v.shape[2:])).contiguous().numpy()
+        # structured observations travel as one column per key ("obs/image", ...): SampleBatch keeps flat columns
+        rows = {k: seq_rows(v) for k, v in flatten_columns(cols).items()}
         if team:
             rows["critic_in"] = state.movedim(0, 1).contiguous().numpy()
             rows["final_critic_in"] = final_state.movedim(0, 1).contiguous().numpy()
         else:
             for k, o, s_ in (("critic_in", m["obs"], state), ("final_critic_in", m["final_obs"], final_state)):
-                v = critic_inputs(critic, o, s_, N).movedim(0, 2)
-                rows[k] = v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]).contiguous().numpy()
+                rows.update(flatten_columns({k: map_obs(seq_rows, critic_inputs(critic, o, s_, N))}))
         policy_batches[mid] = SampleBatch(rows)
     env_steps = int(rollout["terminated"].numel())
     return MultiAgentBatch(policy_batches, env_steps=env_steps)
@@ -128,7 +132,7 @@ def final_values(module: Any, final_in: torch.Tensor, truncated: torch.Tensor, l
     """
     out = torch.zeros_like(like)
     if bool(truncated.any()):
-        out[truncated] = module.values(final_in[truncated])
+        out[truncated] = module.values(map_obs(lambda x: x[truncated], final_in))
     return out
 
 
@@ -295,10 +299,10 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         self.metrics.log_value(
             (mid, "value_mean"), float(v[..., :-1][active].mean()) if active.any() else 0.0, window=1
         )
-        t = b["obs"].dim() - 2  # time axis of the per-agent columns (1, or 2 for the team layout)
+        t = b["alive"].dim() - 1  # time axis of the per-agent columns (1, or 2 for the team layout)
         out = {
-            "obs": b["obs"].narrow(t, 0, adv.shape[-1]),
-            "critic_in": b["critic_in"][:, :-1],
+            "obs": map_obs(lambda x: x.narrow(t, 0, adv.shape[-1]), b["obs"]),
+            "critic_in": map_obs(lambda x: x[:, :-1], b["critic_in"]),
             "actions": b["actions"],
             "logp_old": b["logp"],
             "advantages": adv,
@@ -321,18 +325,18 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         module: Any = self.module[mid].unwrapped()
         if module.team:
             critic_in = data.pop("critic_in")  # [B, T, S]
-            rows = {k: env_steps(v) for k, v in data.items()}
+            rows = {k: map_obs(env_steps, v) for k, v in data.items()}
             rows["critic_in"] = critic_in.reshape(-1, critic_in.shape[-1])
             return rows
         if module.recurrent:
             R, T = data["actions"].shape[:2]
             L = self.cfg.chunk_length if T % self.cfg.chunk_length == 0 else T
-            flat = {k: v.reshape(R * (T // L), L, *v.shape[2:]) for k, v in data.items()}
+            flat = {k: map_obs(lambda v: v.reshape(R * (T // L), L, *v.shape[2:]), v) for k, v in data.items()}
             flat["h0"] = flat.pop("h")[:, 0]
             flat["starts"] = flat["starts"].clone()
             flat["starts"][:, 0] = False  # h0 already is the state at the chunk start
             return flat
-        return {k: v.reshape(-1, *v.shape[2:]) for k, v in data.items()}
+        return {k: map_obs(lambda v: v.reshape(-1, *v.shape[2:]), v) for k, v in data.items()}
 
     # ---------------------------------------------------------------- update
     def minibatches(self, flat: Dict[str, torch.Tensor]) -> Iterator[Dict[str, torch.Tensor]]:
@@ -347,9 +351,9 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         sizes = [len(idx) for idx in perm.tensor_split(K)]
         # one row gather per column and epoch, then contiguous views: a third of the time of gathering
         # every minibatch by advanced indexing (measured), and the same rows in the same order
-        parts = {k: v.index_select(0, perm).split(sizes) for k, v in flat.items()}
+        parts = {k: map_obs(lambda v: v.index_select(0, perm).split(sizes), v) for k, v in flat.items()}
         for i in range(K):
-            yield {k: p[i] for k, p in parts.items()}
+            yield {k: map_obs(operator.itemgetter(i), p) for k, p in parts.items()}
 
     def run_epochs(self, data: Dict[str, Dict[str, torch.Tensor]]) -> None:
         """``epochs`` passes of ``num_minibatches`` gradient steps, all modules in each step."""
@@ -360,7 +364,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
 
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]  # one MultiAgentBatch
         """One on-policy update on a rollout (see the class docstring); returns reduced metrics."""
-        batches = self.begin_update(batch, training_data, timesteps)
+        batches = {mid: nest_columns(b) for mid, b in self.begin_update(batch, training_data, timesteps).items()}
         self.run_epochs({mid: self.training_rows(mid, self.prepare(mid, b)) for mid, b in batches.items()})
         self.after_gradient_based_update(timesteps=timesteps or {})
         return self.metrics.reduce()
@@ -374,7 +378,11 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         """
         module: Any = self.module[module_id].unwrapped()
         nested = module.recurrent or module.team
-        rows = {k: v.reshape(-1, *v.shape[2:]) if nested else v for k, v in batch.items() if k not in MODEL_INPUTS}
+        rows = {
+            k: map_obs(lambda v: v.reshape(-1, *v.shape[2:]), v) if nested else v
+            for k, v in batch.items()
+            if k not in MODEL_INPUTS
+        }
         vn = self.value_normalizer(module)
         if vn is not None:  # in place on the statistics: outside the compiled loss
             vn.update(rows["returns"], rows["active"])

@@ -24,8 +24,10 @@ module ``m``):
 array                       shape                           meaning
 ==========================  ==============================  =============================
 ``<m>/obs``                 ``[C, L+1, N_m, D_m]`` float32  observation (with agent id),
-                                                            the last one of the episode at
-                                                            index ``length``
+                                                            the episode's last at index
+                                                            ``length``; structured: one
+                                                            ``<m>/obs/<key>`` per key, in
+                                                            its dtype (uint8 stays uint8)
 ``<m>/avail``               ``[C, L+1, N_m, A_m]`` bool     legal actions (discrete)
 ``<m>/actions``             ``[C, L, N_m]`` int64           actions taken
 ``<m>/rewards``             ``[C, L, N_m]`` float32         per-agent rewards
@@ -45,7 +47,23 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from marl.config.checks import buffer_room
-from marl.env import MarlError
+from marl.env import MarlError, flatten_columns
+
+
+def obs_columns(shape: Dict[str, Any]) -> Dict[str, Tuple[Tuple[int, ...], Any]]:
+    """A module's observation columns in a buffer: ``shape["obs"]`` (column -> ``(per-agent shape,
+    numpy dtype)``, :meth:`marl.mapping.PolicyMapping.obs_columns`), else one float32 ``"obs"`` of
+    ``obs_dim`` values (flat observations)."""
+    return dict(shape.get("obs") or {"obs": ((int(shape["obs_dim"]),), np.float32)})
+
+
+def rollout_columns(rollout: Dict[str, Any], drop: Tuple[str, ...] = ()) -> Dict[str, Dict[str, np.ndarray]]:
+    """Module -> column -> numpy array of a runner rollout, structured observations flattened to
+    ``obs/<key>`` and ``final_obs/<key>`` columns (:func:`~marl.env.contract.flatten_columns`)."""
+    return {
+        m: {k: v.numpy() for k, v in flatten_columns(cols).items() if k not in drop}
+        for m, cols in rollout["modules"].items()
+    }
 
 
 class JointEpisodeBuffer:
@@ -58,7 +76,8 @@ class JointEpisodeBuffer:
         capacity: episodes kept; the oldest committed episode is evicted first.
         episode_limit: the longest episode ``L`` (steps); longer ones raise.
         num_envs: env copies ``B`` writing concurrently (each holds one open slot).
-        module_shapes: module id -> ``{"n": N_m, "obs_dim": D_m, "n_actions": A_m or None}``.
+        module_shapes: module id -> ``{"n": N_m, "obs_dim": D_m, "n_actions": A_m or None}``, and
+            ``"obs"`` (column -> ``(shape, numpy dtype)``, :func:`obs_columns`) for a structured observation.
         state_dim: ``S``.
         extra_columns: per-agent columns the env declares (``EnvInfo.extra_columns``):
             name -> ``(numpy dtype, fill value)``; stored as ``<m>/<name>`` ``[C, L, N_m]``
@@ -94,9 +113,11 @@ class JointEpisodeBuffer:
             "terminated": np.zeros((C, L), bool),
             "filled": np.zeros((C, L), bool),
         }
+        self.obs_cols = {m: list(obs_columns(s)) for m, s in self.module_shapes.items()}
         for m, s in self.module_shapes.items():
             n = s["n"]
-            self.data[f"{m}/obs"] = np.zeros((C, L + 1, n, s["obs_dim"]), np.float32)
+            for col, (shape, dtype) in obs_columns(s).items():
+                self.data[f"{m}/{col}"] = np.zeros((C, L + 1, n, *shape), dtype)
             self.data[f"{m}/actions"] = np.zeros((C, L, n), np.int64)
             self.data[f"{m}/rewards"] = np.zeros((C, L, n), np.float32)
             self.data[f"{m}/alive"] = np.zeros((C, L, n), bool)
@@ -148,7 +169,7 @@ class JointEpisodeBuffer:
         copies = self._copies(rollout, B)
         done = (rollout["terminated"] | rollout["truncated"]).numpy()
         term = rollout["terminated"].numpy()
-        mods = {m: {k: v.numpy() for k, v in cols.items()} for m, cols in rollout["modules"].items()}
+        mods = rollout_columns(rollout)
         _check_finite_rewards(mods)
         state, final_state = rollout["state"].numpy(), rollout["final_state"].numpy()
         committed = 0
@@ -217,7 +238,8 @@ class JointEpisodeBuffer:
         d["state"][slot, pos] = state[t, cols]
         d["filled"][slot, pos] = True
         for m, x in mods.items():
-            d[f"{m}/obs"][slot, pos] = x["obs"][t, cols]
+            for col in self.obs_cols[m]:
+                d[f"{m}/{col}"][slot, pos] = x[col][t, cols]
             d[f"{m}/actions"][slot, pos] = x["actions"][t, cols]
             d[f"{m}/rewards"][slot, pos] = x["rewards"][t, cols]
             d[f"{m}/alive"][slot, pos] = x["alive"][t, cols]
@@ -239,7 +261,8 @@ class JointEpisodeBuffer:
         d = self.data
         d["state"][slot, pos] = final_state[t, cols]
         for m, x in mods.items():
-            d[f"{m}/obs"][slot, pos] = x["final_obs"][t, cols]
+            for col in self.obs_cols[m]:
+                d[f"{m}/{col}"][slot, pos] = x[f"final_{col}"][t, cols]
             if f"{m}/avail" in d:
                 d[f"{m}/avail"][slot, pos] = x["final_avail"][t, cols]
 
@@ -395,7 +418,8 @@ class TransitionBuffer:
     array                           shape                            meaning
     ==============================  ===============================  ==============================
     ``<m>/obs``, ``<m>/next_obs``   ``[C, N_m, D_m]`` float32        observation at t and t+1 (the
-                                                                     episode's last one if it ended)
+                                                                     episode's last one if it ended;
+                                                                     structured: per key, its dtype)
     ``<m>/actions``                 ``[C, N_m]`` int64 (discrete),   actions taken at t
                                     ``[C, N_m, K_m]`` float32
     ``<m>/rewards``                 ``[C, N_m]`` float32             per-agent rewards
@@ -433,10 +457,12 @@ class TransitionBuffer:
             "next_state": np.zeros((C, state_dim), np.float32),
             "terminated": np.zeros(C, bool),
         }
+        self.obs_cols = {m: list(obs_columns(s)) for m, s in module_shapes.items()}
         for m, s in module_shapes.items():
             n, discrete = s["n"], _is_discrete(m, s)
-            for col in ("obs", "next_obs"):
-                self.data[f"{m}/{col}"] = np.zeros((C, n, s["obs_dim"]), np.float32)
+            for col, (shape, dtype) in obs_columns(s).items():
+                self.data[f"{m}/{col}"] = np.zeros((C, n, *shape), dtype)
+                self.data[f"{m}/next_{col}"] = np.zeros((C, n, *shape), dtype)
             self.data[f"{m}/actions"] = (
                 np.zeros((C, n), np.int64) if discrete else np.zeros((C, n, s["action_dim"]), np.float32)
             )
@@ -462,7 +488,7 @@ class TransitionBuffer:
         Raises:
             MarlError: a reward is NaN / infinite (never stored).
         """
-        mods = {m: {k: v.numpy() for k, v in cols.items() if k != "h"} for m, cols in rollout["modules"].items()}
+        mods = rollout_columns(rollout, drop=("h",))
         _check_finite_rewards(mods)
         cols = self.rollout_columns(rollout, mods)
         n = len(cols["terminated"])
@@ -490,9 +516,9 @@ class TransitionBuffer:
             "terminated": rows(rollout["terminated"].numpy()),
         }
         for m, x in mods.items():
+            for c in self.obs_cols[m]:
+                cols[f"{m}/{c}"], cols[f"{m}/next_{c}"] = rows(x[c]), rows(x[f"final_{c}"])
             for col, src in (
-                ("obs", "obs"),
-                ("next_obs", "final_obs"),
                 ("actions", "actions"),
                 ("rewards", "rewards"),
                 ("alive", "alive"),

@@ -34,6 +34,13 @@ if TYPE_CHECKING:
 Buffer = Dict[str, List[torch.Tensor]]  # column -> one tensor per step
 
 
+def stack(steps: List[Any]) -> Any:
+    """Stack per-step tensors along a new time axis 0, key by key for structured observations."""
+    if steps and isinstance(steps[0], dict):
+        return {k: torch.stack([s[k] for s in steps]) for k in steps[0]}
+    return torch.stack(steps)
+
+
 class MappingFn:
     """Picklable ``agent_id -> module_id`` lookup (RLlib pickles configs into checkpoints)."""
 
@@ -119,10 +126,12 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
             self.opponents.new_episodes(self._starts)
         return step
 
-    def module_inputs(self, mid: str, step: Step) -> Tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
-        """Observation (with agent id), avail mask and alive mask of module ``mid``: ``[B, N_m, ...]``."""
+    def module_inputs(self, mid: str, step: Step) -> Tuple[Any, Optional[torch.Tensor], torch.Tensor]:
+        """Observation (with agent id; a dict of keys for structured observations,
+        :meth:`~marl.mapping.PolicyMapping.module_obs`), avail mask and alive mask of module ``mid``:
+        ``[B, N_m, ...]``."""
         m = self.mapping
-        obs = m.add_agent_id(mid, m.gather(mid, step.obs))
+        obs = m.module_obs(mid, step.obs)
         avail = step.avail_actions.get(m.group_info(mid).name) if m.group_info(mid).discrete else None
         if avail is not None:  # a discrete group: its avail_actions are tensors
             avail = m.gather(mid, cast(Dict[str, torch.Tensor], step.avail_actions))
@@ -181,7 +190,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
         n = T * env.num_envs
         self.num_env_steps_sampled_lifetime += n
         out: Dict[str, Any] = {k: torch.stack(v) for k, v in glob.items()}
-        out["modules"] = {mid: {k: torch.stack(v) for k, v in b.items()} for mid, b in buf.items()}
+        out["modules"] = {mid: {k: stack(v) for k, v in b.items()} for mid, b in buf.items()}
         out["metrics"] = {"env_steps": n, **self._stats.pop(), **self._guard.pop_metrics()}
         return out
 
@@ -192,7 +201,7 @@ class BatchedEnvRunner(RunAccess, EnvRunner, Checkpointable):
             b["rewards"].append(m.gather(mid, nxt.reward))
             for col, per_group in nxt.extras.items():  # the env's declared extra columns, e.g. off-beat "decision"
                 b[col].append(m.gather(mid, per_group))
-            b["final_obs"].append(m.add_agent_id(mid, m.gather(mid, final_obs)))
+            b["final_obs"].append(m.module_obs(mid, final_obs))
             if m.group_info(mid).discrete:
                 b["final_avail"].append(self._final_avail(mid, nxt))
         glob["final_state"].append(nxt.final_state if nxt.final_state is not None else nxt.state)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, cast
 
-import gymnasium as gym
-import numpy as np
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
@@ -36,12 +34,12 @@ class TrainerConfig(AlgorithmConfig):
 
 
 def module_spaces(mapping: PolicyMapping) -> Dict[str, PolicySpec]:
-    """Per module: observation space widened by the agent one-hot, and the action space."""
+    """Per module: observation space widened by the agent one-hot (:meth:`PolicyMapping.obs_space`: a
+    ``Dict`` for structured observations), and the action space."""
     out = {}
     for mid in mapping.modules:
         g = mapping.group_info(mid)
-        obs = gym.spaces.Box(-np.inf, np.inf, (mapping.obs_dim(mid),), np.float32)
-        out[mid] = PolicySpec(observation_space=obs, action_space=g.action_space)
+        out[mid] = PolicySpec(observation_space=mapping.obs_space(mid), action_space=g.action_space)
     return out
 
 

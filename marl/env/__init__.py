@@ -2,6 +2,7 @@
 
 Modules, each importing only those before it (and :mod:`marl.errors`, :mod:`marl.plugins`):
 
+* :mod:`marl.env.obs`: the structured-observation helpers (:func:`obs_leaves`, :func:`map_obs`, ...);
 * :mod:`marl.env.contract`: :class:`EnvInfo`, :class:`GroupInfo`, :class:`Step`,
   :class:`MultiAgentEnv` (with the ``step`` / ``step_env`` template),
   the action checks, :class:`EpisodeStats`;
@@ -38,6 +39,19 @@ _LAZY = {
             "spaces_equal",
         ],
         "marl.env.contract",
+    ),
+    **dict.fromkeys(
+        [
+            "OBS_KEY",
+            "is_structured",
+            "obs_leaves",
+            "obs_dtype",
+            "obs_dtypes",
+            "map_obs",
+            "flatten_columns",
+            "nest_columns",
+        ],
+        "marl.env.obs",
     ),
     "Wrapper": "marl.env.wrapper",
     "check_entity_layout": "marl.env.layout",

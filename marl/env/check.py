@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import gymnasium as gym
 import torch
 
-from marl.env.contract import EnvInfo, MultiAgentEnv, Step
+from marl.env.contract import EnvInfo, GroupInfo, MultiAgentEnv, Step
+from marl.env.obs import obs_dtypes, obs_leaves
 from marl.env.guard import EnvGuard
 from marl.env.rules import EnvRuleError, env_name
 
@@ -30,8 +31,8 @@ def check_env(env: Any, steps: int = 100, seed: Optional[int] = 0, num_envs: int
 
     Checks, besides :func:`check_step` on the reset and on every step (after the per-step guard
     of the env runners, :class:`~marl.env.guard.EnvGuard`, which casts float64 / integer
-    observations to float32 and notes it once): the :class:`EnvInfo` itself (1-D ``Box``
-    observation spaces, ``Discrete`` or 1-D ``Box`` action spaces, positive ``num_envs`` /
+    observations to float32 and notes it once): the :class:`EnvInfo` itself (``Box``
+    observation spaces of any rank >= 1 or ``Dict`` spaces of such Boxes, ``Discrete`` or 1-D ``Box`` action spaces, positive ``num_envs`` /
     ``state_dim``) and that no episode runs longer than ``info.episode_limit`` steps (when it
     is > 0); for an env that saves its state (:meth:`MultiAgentEnv.get_state` not ``None``),
     that the state pickles and that after ``set_state`` the env takes the same
@@ -171,7 +172,7 @@ def summary(env: MultiAgentEnv, steps: int, casts: List[str], masks: bool) -> st
         acts = f"Discrete({g.n_actions})" if g.discrete else f"Box({g.n_actions},)"
         plural = "s" if g.n_agents > 1 else ""
         lines.append(
-            f"  group '{name}' (team '{g.team}'): {g.n_agents} agent{plural} {g.agents}; obs Box({g.obs_dim},), actions {acts}"
+            f"  group '{name}' (team '{g.team}'): {g.n_agents} agent{plural} {g.agents}; obs {_show_space(g)}, actions {acts}"
         )
     limit = f"{i.episode_limit} steps" if i.episode_limit else "none (0: episodes end only when the env says so)"
     lines.append(f"  episode limit: {limit}; state: {i.state_dim} values")
@@ -188,6 +189,18 @@ def summary(env: MultiAgentEnv, steps: int, casts: List[str], masks: bool) -> st
     )
     lines.append("  cast: " + ("; ".join(casts) if casts else "nothing (every value had marl's dtype)"))
     return "\n".join(lines)
+
+
+def _show_space(g: GroupInfo) -> str:
+    """``Box(8,)``, ``Box(16, 16, 3) uint8`` or ``Dict(image: Box(16, 16, 3) uint8, vector: Box(4,))``."""
+    dtypes = obs_dtypes(g.obs_space)
+
+    def box(k: str, b: Any) -> str:
+        return f"Box{tuple(b.shape)}" + (" uint8" if dtypes[k] == torch.uint8 else "")
+
+    if isinstance(g.obs_space, gym.spaces.Dict):
+        return "Dict(" + ", ".join(f"{k}: {box(k, b)}" for k, b in obs_leaves(g.obs_space).items()) + ")"
+    return box("obs", g.obs_space)
 
 
 STATE_STEPS = 10  # steps check_env replays after set_state(get_state())
@@ -251,7 +264,8 @@ def check_step(env: MultiAgentEnv, step: Step, reset: bool = False, where: str =
 
     Rules: ``obs``, ``avail_actions``, ``alive``, ``reward`` are dicts over the
     groups of ``info`` in their order, holding ``[B, N_g, obs_dim]`` float32
-    (finite), ``[B, N_g, n_actions]`` bool (``None`` for continuous groups;
+    (finite; a structured space: ``[B, N_g, *shape]`` in its dtype, or a dict
+    key -> such tensor for a ``Dict`` space, the error naming the key), ``[B, N_g, n_actions]`` bool (``None`` for continuous groups;
     every agent, alive or not, has at least one legal action: the sampler
     picks one for every agent), ``[B, N_g]`` bool and ``[B, N_g]`` float32
     (finite); ``state`` ``[B, state_dim]`` float32 (finite); ``terminated`` and
@@ -283,7 +297,7 @@ def check_step(env: MultiAgentEnv, step: Step, reset: bool = False, where: str =
         _same_groups(getattr(step, name), info, f"{where}: {name}")
     for name, g in info.groups.items():
         what = f"{where}: group '{name}'"
-        _tensor(step.obs[name], (B, g.n_agents, g.obs_dim), torch.float32, f"{what}: obs", True, "obs_shape")
+        _check_obs(step.obs[name], g, B, f"{what}: obs")
         _tensor(step.alive[name], (B, g.n_agents), torch.bool, f"{what}: alive", rule="alive_shape")
         _tensor(step.reward[name], (B, g.n_agents), torch.float32, f"{what}: reward", True, "reward_shape")
         if reset and bool((step.reward[name] != 0).any()):
@@ -307,10 +321,7 @@ def _check_info(env: MultiAgentEnv) -> EnvInfo:
             f"{info.num_envs}, state_dim {info.state_dim}, episode_limit {info.episode_limit}.",
         )
     for name, g in info.groups.items():
-        if not isinstance(g.obs_space, gym.spaces.Box) or len(g.obs_space.shape) != 1:
-            raise _fail(
-                "spaces", f"env {env_name(env)}: group '{name}': obs_space must be a 1-D Box, got {g.obs_space!r}."
-            )
+        _check_obs_space(env, name, g.obs_space)
         box = isinstance(g.action_space, gym.spaces.Box) and len(g.action_space.shape) == 1
         if not (g.discrete or box):
             raise _fail(
@@ -318,6 +329,47 @@ def _check_info(env: MultiAgentEnv) -> EnvInfo:
                 f"env {env_name(env)}: group '{name}': action_space must be Discrete or a 1-D Box, got {g.action_space!r}.",
             )
     return info
+
+
+def _check_obs_space(env: MultiAgentEnv, name: str, space: Any) -> None:
+    """``space`` is a ``Box`` of rank >= 1 or a non-empty ``Dict`` of such Boxes (rule ``spaces``; the
+    message names the offending key)."""
+    where = f"env {env_name(env)}: group '{name}'"
+    valid = "a Box of rank >= 1 (a vector, an image [H, W, C]) or a gym.spaces.Dict of such Boxes"
+    if isinstance(space, gym.spaces.Dict):
+        if not space.spaces:
+            raise _fail("spaces", f"{where}: obs_space is an empty Dict; expected {valid}.")
+        for k, sub in space.spaces.items():
+            if not isinstance(sub, gym.spaces.Box) or len(sub.shape) < 1:
+                raise _fail("spaces", f"{where}: obs_space key '{k}' is {sub!r}; expected {valid}.")
+        return
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) < 1:
+        raise _fail("spaces", f"{where}: obs_space must be {valid}, got {space!r}.")
+
+
+def _check_obs(x: Any, g: GroupInfo, B: int, what: str) -> None:
+    """A group's ``obs`` / ``final_obs``: ``[B, N_g, obs_dim]`` float32 (flat) or, structured,
+    ``[B, N_g, *shape]`` per key in the key's dtype (the message names the key)."""
+    if not g.structured:
+        _tensor(x, (B, g.n_agents, g.obs_dim), torch.float32, what, True, "obs_shape")
+        return
+    dtypes, leaves = obs_dtypes(g.obs_space), obs_leaves(g.obs_space)
+    if not isinstance(g.obs_space, gym.spaces.Dict):
+        _tensor(x, (B, g.n_agents, *leaves["obs"].shape), dtypes["obs"], what, True, "obs_shape")
+        return
+    if not isinstance(x, dict) or list(x) != list(leaves):
+        got = list(x) if isinstance(x, dict) else type(x).__name__
+        raise _fail("obs_space", f"{what} must be a dict with the keys {list(leaves)} (in this order), got {got}.")
+    for k, box in leaves.items():
+        _tensor(x[k], (B, g.n_agents, *box.shape), dtypes[k], f"{what}['{k}']", True, "obs_shape")
+
+
+def _first_obs_row(a: Any, b: Any, rows: torch.Tensor) -> Optional[int]:
+    """:func:`_first_row` over an observation's keys (a tensor, or key -> tensor)."""
+    if not isinstance(a, dict):
+        return _first_row(a, b, rows)
+    found = [r for r in (_first_row(a[k], b[k], rows) for k in a) if r is not None]
+    return min(found) if found else None
 
 
 def _tensor(
@@ -415,8 +467,8 @@ def _check_finals(env: MultiAgentEnv, step: Step, done: torch.Tensor, where: str
         what = f"{where}: group '{name}'"
         if step.final_obs is not None:
             fo = step.final_obs[name]
-            _tensor(fo, (B, g.n_agents, g.obs_dim), torch.float32, f"{what}: final_obs", True, "obs_shape")
-            row = _first_row(fo, step.obs[name], live)
+            _check_obs(fo, g, B, f"{what}: final_obs")
+            row = _first_obs_row(fo, step.obs[name], live)
             if row is not None:
                 raise _final_differs(env, f"{what}: final_obs differs from obs in row {row}, which did not end.")
         if fa is not None:

@@ -10,7 +10,8 @@ Shapes used throughout (``B`` env copies, ``N_g`` agents in group ``g``):
 =================  ======================================  ==========================
 field              shape                                   meaning
 =================  ======================================  ==========================
-``obs[g]``         ``[B, N_g, obs_dim_g]`` float32          per-agent observation
+``obs[g]``         ``[B, N_g, obs_dim_g]`` float32          per-agent observation (1-D
+                                                           ``Box``; structured: below)
 ``state``          ``[B, state_dim]`` float32               global state
 ``avail_actions``  ``[B, N_g, n_actions_g]`` bool           legal actions (discrete);
                                                            ``None`` for continuous
@@ -21,6 +22,14 @@ field              shape                                   meaning
                                                            never a termination
 ``extras[c][g]``   ``[B, N_g]`` (declared dtype)            extra per-agent column ``c``
 =================  ======================================  ==========================
+
+Structured observations (docs/observations.md): ``GroupInfo.obs_space`` may
+be a ``Box`` of any rank (an image ``[H, W, C]``, uint8 or float) or a
+``gym.spaces.Dict`` of such Boxes. ``obs[g]`` is then ``[B, N_g, *shape]`` in
+the space's dtype (uint8 stays uint8, other dtypes are float32), or a dict
+``key -> [B, N_g, *shape_k]`` for a ``Dict`` space (same for ``final_obs``).
+:func:`obs_leaves`, :func:`obs_dtype` and :func:`map_obs` are the helpers every
+layer uses for both forms (:mod:`marl.env.obs`).
 
 Envs reset themselves: when copy ``b`` ends at a step, the returned ``obs`` and
 ``state`` of row ``b`` already belong to the next episode, and ``final_obs`` /
@@ -34,7 +43,7 @@ the actions against :class:`EnvInfo`, calls the adapter's raw
 :meth:`MultiAgentEnv.step_env`, resets the rows whose episode ended with the
 adapter's :meth:`MultiAgentEnv.reset_rows` and builds the ``final_*`` fields.
 
-This module imports nothing of marl but :mod:`marl.errors`.
+This module imports nothing of marl but :mod:`marl.env.obs` and :mod:`marl.errors`.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from marl.env.obs import is_structured, obs_leaves
 from marl.errors import MarlError, unknown_choice
 
 KINDS = ("cooperative", "competitive", "mixed")
@@ -59,7 +69,9 @@ class GroupInfo:
     Attributes:
         name: group id, e.g. ``"agent"``, ``"adversary"``.
         agents: agent ids of the group in their fixed order (index ``i`` of dim ``N_g``).
-        obs_space: per-agent observation space (a 1-D ``gym.spaces.Box``).
+        obs_space: per-agent observation space: a ``gym.spaces.Box`` (1-D: a flat
+            vector; any other rank, e.g. an image ``[H, W, C]``, is structured) or a
+            ``gym.spaces.Dict`` of Boxes (see the module docstring).
         action_space: per-agent action space (``Discrete`` or 1-D ``Box``).
         team: the side the group plays for; value decomposition mixes within a team.
     """
@@ -76,7 +88,21 @@ class GroupInfo:
 
     @property
     def obs_dim(self) -> int:
-        return int(np.prod(self.obs_space.shape))
+        """Values in one agent's observation: the vector size of a 1-D ``Box`` (the flattened size,
+        summed over keys, of a structured space)."""
+        return sum(int(np.prod(b.shape)) for b in obs_leaves(self.obs_space).values())
+
+    @property
+    def structured(self) -> bool:
+        """The observation is not a 1-D ``Box`` (see :func:`is_structured`)."""
+        return is_structured(self.obs_space)
+
+    @property
+    def obs_shape(self) -> Any:
+        """Per-agent observation shape: a tuple for a ``Box``, key -> tuple for a ``Dict``."""
+        if isinstance(self.obs_space, gym.spaces.Dict):
+            return {k: tuple(b.shape) for k, b in obs_leaves(self.obs_space).items()}
+        return tuple(self.obs_space.shape)
 
     @property
     def discrete(self) -> bool:
@@ -212,6 +238,8 @@ def spaces_equal(a: gym.spaces.Space, b: gym.spaces.Space) -> bool:
         return int(a.n) == int(b.n) and int(a.start) == int(b.start)
     if isinstance(a, gym.spaces.Box) and isinstance(b, gym.spaces.Box):
         return a.shape == b.shape and np.array_equal(a.low, b.low) and np.array_equal(a.high, b.high)
+    if isinstance(a, gym.spaces.Dict) and isinstance(b, gym.spaces.Dict):
+        return list(a.spaces) == list(b.spaces) and all(spaces_equal(a[k], b[k]) for k in a.spaces)
     return a == b
 
 

@@ -10,6 +10,9 @@ alike:
 
 * ``obs``, ``reward``, ``alive``, ``avail_actions`` hold every group
   (rule ``groups``);
+* a structured observation (an image ``Box``, a ``Dict`` of Boxes; :func:`~marl.env.contract.is_structured`)
+  holds exactly its space's keys, each ``[B, N_g, *shape_k]`` in the key's dtype (uint8 stays uint8;
+  other real dtypes are cast to float32, noted once); the error names the key (``obs['image']``);
 * observations, state and rewards of another real dtype (float64, float16,
   integers, bool) are cast to float32, and the cast is said once per env and
   key (:class:`~marl.env.rules.EnvCastWarning`); ``alive`` / ``avail_actions``
@@ -25,7 +28,7 @@ Each failure is an :class:`~marl.env.rules.EnvRuleError` naming the env, the
 step, the env copy, the agent and the key. Cost per step: a dtype and a shape
 comparison per tensor and one ``any`` over each action mask.
 
-This module imports nothing of marl but :mod:`marl.env.contract` and :mod:`marl.env.rules`.
+This module imports nothing of marl but :mod:`marl.env.contract`, :mod:`marl.env.obs` and :mod:`marl.env.rules`.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+import gymnasium as gym
 import torch
 
 from marl.env.contract import EnvInfo, Step
+from marl.env.obs import obs_dtypes, obs_leaves
 from marl.env.rules import EnvRuleError, agents_of, note_cast
 
 _FLOAT_FIELDS = ("obs", "final_obs", "reward")  # group -> float32 tensors
@@ -63,6 +68,8 @@ class EnvGuard:
         self.steps = 0
         self.casts: List[str] = []
         self._cast_keys: Set[str] = set()
+        # structured groups: key -> torch dtype of their observation tensors (flat groups: float32, not listed)
+        self._obs_dtypes = {g: obs_dtypes(gi.obs_space) for g, gi in info.groups.items() if gi.structured}
         self._shapes = self._want()  # info is fixed for the env's life: the expected shapes once
 
     def __call__(self, step: Step, reset: bool = False) -> Step:
@@ -125,7 +132,10 @@ class EnvGuard:
                         g,
                     )
                 t = per_group.get(g)
-                new = self._cast_one(t, field, g, seen)
+                if g in self._obs_dtypes and field in ("obs", "final_obs"):
+                    new = self._cast_obs(t, field, g, seen)
+                else:
+                    new = self._cast_one(t, field, g, seen)
                 if new is not t:
                     out.setdefault(field, dict(per_group))[g] = new
         for field in ("state", "final_state", "terminated", "truncated"):
@@ -135,14 +145,44 @@ class EnvGuard:
                 out[field] = new
         return out
 
-    def _cast_one(self, t: Any, field: str, group: Optional[str], seen: Dict[int, torch.Tensor]) -> Any:
+    def _cast_obs(self, t: Any, field: str, group: str, seen: Dict[int, torch.Tensor]) -> Any:
+        """A structured observation (a tensor for a Box, key -> tensor for a Dict) with each key in its
+        space's dtype (:func:`~marl.env.contract.obs_dtypes`); a Dict's keys must be exactly the space's."""
+        if t is None or id(t) in seen:
+            return seen.get(id(t), t)
+        want = self._obs_dtypes[group]
+        is_dict = isinstance(self.info.groups[group].obs_space, gym.spaces.Dict)
+        if not is_dict:
+            return self._cast_one(t, field, group, seen, want["obs"])
+        if not isinstance(t, dict) or list(t) != list(want):
+            got = list(t) if isinstance(t, dict) else type(t).__name__
+            raise self.error(
+                "obs_space",
+                f"a Dict observation must be a dict with the keys {list(want)} (in this order), got {got}",
+                field,
+                group,
+            )
+        new = {k: self._cast_one(v, f"{field}['{k}']", group, seen, want[k]) for k, v in t.items()}
+        out: Any = t if all(new[k] is t[k] for k in t) else new
+        seen[id(t)] = out
+        return out
+
+    def _cast_one(
+        self,
+        t: Any,
+        field: str,
+        group: Optional[str],
+        seen: Dict[int, torch.Tensor],
+        want: Optional[torch.dtype] = None,
+    ) -> Any:
         if t is None:
             return t
         if id(t) in seen:
             return seen[id(t)]
         if not isinstance(t, torch.Tensor):
             raise self.error("step_type", f"expected a torch tensor, got {type(t).__name__}", field, group)
-        want = torch.bool if field in _BOOL_FIELDS or field in ("terminated", "truncated") else torch.float32
+        if want is None:
+            want = torch.bool if field in _BOOL_FIELDS or field in ("terminated", "truncated") else torch.float32
         if t.dtype == want:
             return t
         if t.is_complex() or (want is torch.bool and t.is_floating_point()):
@@ -150,6 +190,12 @@ class EnvGuard:
             raise self.error(rule, f"dtype {t.dtype} cannot be read as {want}", field, group)
         if want is torch.bool:
             new = t != 0
+        elif want is torch.uint8:
+            if t.is_floating_point() or t.dtype == torch.bool or int(t.min()) < 0 or int(t.max()) > 255:
+                raise self.error(
+                    "obs_dtype", f"dtype {t.dtype} cannot be read as the space's uint8 (0..255 integers)", field, group
+                )
+            new = t.to(torch.uint8)
         else:
             new = t.float()
             if t.is_floating_point() and not bool(torch.isfinite(new).all()) and bool(torch.isfinite(t).all()):
@@ -168,35 +214,42 @@ class EnvGuard:
         return new
 
     # ------------------------------------------------------------------ shapes
-    def _want(self) -> List[Tuple[str, Optional[str], Tuple[int, ...], str]]:
-        """(field, group, shape, rule) of every tensor a Step carries."""
+    def _want(self) -> List[Tuple[str, Optional[str], Tuple[int, ...], str, Optional[str]]]:
+        """(field, group, shape, rule, key of a Dict observation or None) of every tensor a Step carries."""
         info, B = self.info, self.info.num_envs
-        out: List[Tuple[str, Optional[str], Tuple[int, ...], str]] = [
-            ("state", None, (B, info.state_dim), "state_shape"),
-            ("final_state", None, (B, info.state_dim), "state_shape"),
-            ("terminated", None, (B,), "flags"),
-            ("truncated", None, (B,), "flags"),
+        out: List[Tuple[str, Optional[str], Tuple[int, ...], str, Optional[str]]] = [
+            ("state", None, (B, info.state_dim), "state_shape", None),
+            ("final_state", None, (B, info.state_dim), "state_shape", None),
+            ("terminated", None, (B,), "flags", None),
+            ("truncated", None, (B,), "flags", None),
         ]
         for g, gi in info.groups.items():
+            dict_obs = isinstance(gi.obs_space, gym.spaces.Dict)
+            for field in ("obs", "final_obs"):
+                if not gi.structured:
+                    out.append((field, g, (B, gi.n_agents, gi.obs_dim), "obs_shape", None))
+                    continue
+                for k, box in obs_leaves(gi.obs_space).items():
+                    out.append((field, g, (B, gi.n_agents, *box.shape), "obs_shape", k if dict_obs else None))
             out += [
-                ("obs", g, (B, gi.n_agents, gi.obs_dim), "obs_shape"),
-                ("final_obs", g, (B, gi.n_agents, gi.obs_dim), "obs_shape"),
-                ("reward", g, (B, gi.n_agents), "reward_shape"),
-                ("alive", g, (B, gi.n_agents), "alive_shape"),
+                ("reward", g, (B, gi.n_agents), "reward_shape", None),
+                ("alive", g, (B, gi.n_agents), "alive_shape", None),
             ]
             if gi.discrete:
                 out += [
-                    ("avail_actions", g, (B, gi.n_agents, gi.n_actions), "avail_shape"),
-                    ("final_avail_actions", g, (B, gi.n_agents, gi.n_actions), "avail_shape"),
+                    ("avail_actions", g, (B, gi.n_agents, gi.n_actions), "avail_shape", None),
+                    ("final_avail_actions", g, (B, gi.n_agents, gi.n_actions), "avail_shape", None),
                 ]
         return out
 
     def _check_shapes(self, step: Step) -> None:
-        for field, group, want, rule in self._shapes:
+        for field, group, want, rule, key in self._shapes:
             value = getattr(step, field)
             t = value.get(group) if group is not None and isinstance(value, dict) else value
             if t is None and (field.startswith("final_") or field == "avail_actions"):
                 continue  # final_*: None means "as the current"; avail_actions None: every action legal
+            if key is not None and isinstance(t, dict):  # a Dict observation (keys checked in _cast_obs)
+                t, field = t[key], f"{field}['{key}']"
             if not isinstance(t, torch.Tensor):
                 raise self.error(
                     "step_type", f"expected a torch tensor of shape {want}, got {type(t).__name__}", field, group
@@ -204,7 +257,7 @@ class EnvGuard:
             if tuple(t.shape) != want:
                 raise self.error(
                     rule,
-                    f"shape {tuple(t.shape)} differs from {want} ({_DIMS.get(field.removeprefix('final_'), '')} "
+                    f"shape {tuple(t.shape)} differs from {want} ({_DIMS.get(field.removeprefix('final_'), '[B, N_g, *shape]')} "
                     f"from env.info); an env keeps the shapes its EnvInfo declares for the whole run",
                     field,
                     group,
