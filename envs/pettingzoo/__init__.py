@@ -51,6 +51,7 @@ from marl.envs.pettingzoo.aec import AEC_MODES, AECStepping
 from marl.envs.common import (
     AgentLayout,
     build_groups,
+    check_episode_limit,
     check_kwargs,
     check_num_envs,
     default_teams,
@@ -58,6 +59,7 @@ from marl.envs.common import (
     flat_box,
     mpe2_modules,
     named_env_constructor,
+    own_step_limit,
 )
 
 DEFAULT_NUM_ENVS = 8
@@ -149,8 +151,9 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
             it (one prefix -> cooperative, several -> mixed).
         teams: optional team -> agent ids or prefixes (see :func:`default_teams`).
         shared_reward: recorded in :attr:`info` (default ``False``).
-        episode_limit: recorded in :attr:`info`; ``None`` reads ``max_cycles`` of
-            the unwrapped env if it has one, else 0.
+        episode_limit: recorded in :attr:`info` (a whole number >= 1); ``None`` reads the
+            env's own (``max_cycles`` of the unwrapped env, or another attribute of
+            ``envs/common.py``: ``own_step_limit``), else 0.
         seed: seed used by ``reset()`` when called without one (``None``: unseeded).
         family: family name recorded in :attr:`info`.
         entity_layout: optional group -> entity layout (format:
@@ -205,8 +208,9 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
             {a: io.action_space for a, io in zip(agents, self._io)},
             team_of,
         )
-        if episode_limit is None:
-            episode_limit = int(getattr(getattr(first, "unwrapped", first), "max_cycles", 0) or 0)
+        episode_limit = check_episode_limit(episode_limit, f"PettingZoo env {scenario!r}")
+        if episode_limit is None:  # the env's own: max_cycles of MPE / SISL / Butterfly envs, a TimeLimit, ...
+            episode_limit = own_step_limit(first)[0]
         self.layout = AgentLayout(agents, groups)
         self.info = EnvInfo(
             family=family,
