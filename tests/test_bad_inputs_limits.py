@@ -9,6 +9,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 import marl
 from marl.errors import MarlError
@@ -135,3 +136,26 @@ def test_every_family_with_a_scenario_list_names_the_closest():
         msg = str(e.value)
         assert bad.split(":")[-1] in msg, (family, msg)
         assert "Did you mean" in msg or f"'{good}'" in msg, (family, msg)  # one-scenario families name it
+
+
+@pytest.mark.parametrize(
+    "family, scenario, kwargs",
+    [
+        ("gymnasium", LBF, {}),
+        ("pettingzoo", "mpe2.simple_spread_v3", {}),
+        ("mpe", "simple_spread", {}),
+        ("mpe", "simple_spread", {"backend": "mpe2"}),
+        ("vmas", "navigation", {}),
+    ],
+)
+def test_episode_limit_is_one_keyword_in_every_family(family, scenario, kwargs):
+    """``episode_limit=7`` is the limit in each family (VMAS ``max_steps``, MPE ``max_cycles`` underneath),
+    and the first episode is cut at step 7 (the envs here run longer by themselves)."""
+    env = marl.make_env(family, scenario, num_envs=2, episode_limit=7, **kwargs)
+    assert env.info.episode_limit == 7
+    s = env.reset(seed=0)
+    gen = torch.Generator().manual_seed(0)
+    for t in range(1, 8):
+        s = env.step(env.random_actions(s, gen))
+        assert bool(s.done.all()) == (t == 7), (family, t)
+    assert env.spec.make(num_envs=1).info.episode_limit == 7  # the spec rebuilds it with the same limit
