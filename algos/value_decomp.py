@@ -43,6 +43,7 @@ from marl.engine.off_policy import OffPolicyLearner, OffPolicyTrainer, UpdateSch
 from marl.engine.replay import JointEpisodeBuffer
 from marl.errors import TrainingDiverged
 from marl.env import MarlError
+from marl.env.rules import episode_limit_hint
 
 __all__ = [
     "MixerModule",
@@ -215,7 +216,8 @@ class ValueDecomp(OffPolicyTrainer):
                 )
         if not info.episode_limit:
             raise MarlError(
-                f"{cfg.algo} stores whole episodes and needs a finite episode_limit; {info.family}:{info.scenario} has none."
+                f"{cfg.algo} stores whole episodes and needs a finite episode_limit; {info.family}:{info.scenario} "
+                f"has none. {episode_limit_hint(info.family, info.scenario)}."
             )
         if cfg.mixer == "qmix" and info.state_dim <= 0:
             raise MarlError(f"qmix mixes on the global state, but {info.family}:{info.scenario} has state_dim=0.")

@@ -57,6 +57,7 @@ for _game in ("ipd", "stag_hunt", "chicken"):
         _game,
         f"marl.envs.text.dilemmas:make_{_game}",
         f"Iterated {_game.replace('_', ' ')} as a text game for LLM agents (rounds=10)",
+        scenarios=f"marl.envs.text.dilemmas:scenarios_{_game}",
     )
 register_env(
     "openspiel",

@@ -5,8 +5,9 @@ flat observation spaces (:func:`flat_box`, :func:`to_gymnasium`), the layout
 of per-agent observations in a flat state buffer (:class:`AgentLayout`),
 keyword checks (:func:`check_kwargs`, :func:`check_num_envs`), the
 :class:`~marl.env.EnvInfo` of StarCraft-style tasks (:func:`ally_team_info`)
-the mpe2 scenario scan (:func:`mpe2_modules`) and env constructors named by a
-string (:func:`named_env_constructor`). Only gymnasium, numpy, torch and marl
+the mpe2 scenario scan (:func:`mpe2_modules`), env constructors named by a
+string (:func:`named_env_constructor`) and the step limit an env declares
+itself (:func:`own_step_limit`, :func:`check_episode_limit`). Only gymnasium, numpy, torch and marl
 core are imported here (mpe2 inside :func:`mpe2_modules`).
 """
 
@@ -468,3 +469,89 @@ class RawChecks:
 def _show(obs: Any) -> str:
     shape = getattr(obs, "shape", None)
     return f"an observation of shape {tuple(shape)}" if shape is not None else f"an observation {type(obs).__name__}"
+
+
+# Documented constructor arguments that cap an episode, as the unwrapped env stores them:
+# attribute -> where it comes from (the message of an env without a limit lists them).
+OWN_LIMIT_ATTRIBUTES = {
+    "max_cycles": "PettingZoo MPE / SISL / Butterfly envs, max_cycles=",
+    "max_steps": "RWARE's Warehouse(max_steps=500)",
+    "_max_episode_steps": "Level-Based Foraging's ForagingEnv(max_episode_steps=50) stores it here",
+    "max_episode_steps": "envs that store Gymnasium's name as an attribute",
+    "episode_limit": "SMAC / EPyMARL envs",
+}
+
+
+def _positive_int(v: Any) -> int:
+    """``v`` as an int if it is a whole number >= 1 (numpy ints included), else 0 (no limit)."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        return 0
+    return int(v) if v >= 1 else 0
+
+
+def own_step_limit(env: Any) -> Tuple[int, str]:
+    """The step limit an env declares itself: the smallest of a Gymnasium ``TimeLimit`` in its wrapper
+    chain (which ``gymnasium.make`` adds for a registered ``max_episode_steps``), its
+    ``spec.max_episode_steps`` and the constructor arguments of :data:`OWN_LIMIT_ATTRIBUTES` kept on the
+    unwrapped env.
+
+    Returns:
+        ``(steps, where)``: the limit (``0``: none found) and where it was read, e.g.
+        ``"ForagingEnv._max_episode_steps"`` or ``"TimeLimit wrapper"``.
+    """
+    found: List[Tuple[int, str]] = []
+    layer, seen = env, 0
+    while layer is not None and seen < 64:  # the wrapper chain (Gymnasium wrappers and PettingZoo's keep .env)
+        if type(layer).__name__ == "TimeLimit":
+            found.append((_positive_int(getattr(layer, "_max_episode_steps", None)), "TimeLimit wrapper"))
+        layer, seen = getattr(layer, "env", None), seen + 1
+    spec = getattr(env, "spec", None)
+    found.append((_positive_int(getattr(spec, "max_episode_steps", None)), "spec.max_episode_steps"))
+    base = getattr(env, "unwrapped", env)
+    for attr in OWN_LIMIT_ATTRIBUTES:
+        own = vars(base).get(attr) if hasattr(base, "__dict__") else None  # the attribute itself, no wrapper lookup
+        found.append((_positive_int(own), f"{type(base).__name__}.{attr}"))
+    found = [f for f in found if f[0] > 0]
+    return min(found) if found else (0, "")
+
+
+def check_episode_limit(value: Any, where: str) -> Optional[int]:
+    """``episode_limit=`` of an adapter: ``None`` (read the env's own) or a whole number >= 1.
+
+    Raises:
+        MarlError: anything else, naming the value and ``where``.
+    """
+    if value is None:
+        return None
+    if not _positive_int(value):
+        raise MarlError(
+            f"{where}: episode_limit must be a whole number >= 1 (steps per episode) or None (the env's own "
+            f"limit), got {value!r}."
+        )
+    return int(value)
+
+
+def episode_limit_as(native: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator of a family's registry factory whose env calls its episode limit ``native`` (VMAS and
+    SMAX ``max_steps``, MPE ``max_cycles``): ``make_env(family, scenario, episode_limit=T)``, marl's
+    one name for it across families, passes ``native=T``.
+
+    Raises:
+        MarlError: both ``episode_limit`` and ``native`` given (the message names both values).
+    """
+
+    def wrap(factory: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(factory)
+        def make(scenario: Optional[str] = None, **kwargs: Any) -> Any:
+            if "episode_limit" in kwargs:
+                if native in kwargs:
+                    raise MarlError(
+                        f"got both episode_limit={kwargs['episode_limit']!r} and {native}={kwargs[native]!r}: "
+                        f"episode_limit is marl's name for this env's {native}. Pass one of them."
+                    )
+                kwargs[native] = kwargs.pop("episode_limit")
+            return factory(scenario, **kwargs)
+
+        return make
+
+    return wrap

@@ -17,8 +17,16 @@ lists. Rules:
 * **Rewards**: each agent its own (``common_reward=False``, default), or the sum
   (``reward_scalarisation="sum"``) / mean of all agents' rewards for every agent
   (``common_reward=True``: EPyMARL's ``common_reward``).
+* **Episode limit**: ``episode_limit`` (steps) or, without it, the env's own limit:
+  the smallest of a ``TimeLimit`` wrapper (``gymnasium.make`` adds one for a
+  registered ``max_episode_steps``), ``spec.max_episode_steps`` and a documented
+  constructor argument kept on the unwrapped env (LBF's ``max_episode_steps``,
+  50 by default; RWARE's ``max_steps``, 500; ``envs/common.py``:
+  ``OWN_LIMIT_ATTRIBUTES``). A larger ``episode_limit`` than the env's own is cut
+  to the env's (the env ends its episodes there anyway). ``time_limit`` is the
+  deprecated old name of ``episode_limit``.
 * **Episode end**: a copy ends when the env says so (``all`` of a list). Because
-  LBF and RWARE report their own step limit as ``terminated``, ``time_limit``
+  LBF and RWARE report their own step limit as ``terminated``, the episode limit
   (EPyMARL: 50 for LBF, 500 for RWARE) counts steps here: reaching it is a
   truncation (the value bootstraps), even if the env also ends then; an env's
   own ``truncated`` is one too; everything else is a termination.
@@ -39,13 +47,21 @@ import numpy as np
 import torch
 
 from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, unknown_choice
-from marl.errors import closest
-from marl.envs.common import AgentLayout, RawChecks, build_groups, check_num_envs, flat_box
+from marl.errors import closest, renamed_keyword
+from marl.envs.common import (
+    AgentLayout,
+    RawChecks,
+    build_groups,
+    check_episode_limit,
+    check_num_envs,
+    flat_box,
+    own_step_limit,
+)
 
 __all__ = ["GymMultiAgentEnv", "make", "from_object", "scenarios"]
 
 DEFAULT_NUM_ENVS = 8
-_ADAPTER_KWARGS = ("common_reward", "reward_scalarisation", "time_limit", "seed")
+_ADAPTER_KWARGS = ("common_reward", "reward_scalarisation", "episode_limit", "seed")
 SCALARISATIONS = ("sum", "mean")
 
 
@@ -57,7 +73,9 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
         name: the scenario name shown in :class:`~marl.env.EnvInfo`.
         common_reward: every agent gets the scalarised team reward (else its own).
         reward_scalarisation: ``"sum"`` or ``"mean"`` of the agents' rewards (the team reward).
-        time_limit: steps after which an episode is truncated (``None``: the env's own end only).
+        episode_limit: steps after which an episode is truncated (``None``: the env's own limit, if it
+            declares one; a larger value is cut to the env's own). ``make_env`` also takes its
+            deprecated old name ``time_limit``.
         seed: seed of ``reset()`` without one.
 
     Shapes: ``obs[g]`` ``[B, N_g, obs_dim_g]`` float32, ``state`` ``[B, sum of obs dims]``,
@@ -75,16 +93,13 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
         name: str,
         common_reward: bool = False,
         reward_scalarisation: str = "sum",
-        time_limit: Optional[int] = None,
+        episode_limit: Optional[int] = None,
         seed: Optional[int] = None,
     ):
         if reward_scalarisation not in SCALARISATIONS:
             raise unknown_choice("reward_scalarisation", reward_scalarisation, list(SCALARISATIONS))
-        if time_limit is not None and (
-            isinstance(time_limit, bool) or not isinstance(time_limit, int) or time_limit < 1
-        ):
-            raise MarlError(f"time_limit must be a positive int or None, got {time_limit!r}.")
         self._envs = list(copies)
+        self.episode_limit, self.episode_limit_source = _episode_limit(self._envs[0], episode_limit, name)
         obs_spaces, act_spaces = _agent_spaces(self._envs[0], name)
         agents = [f"agent_{i}" for i in range(len(obs_spaces))]
         groups = build_groups(
@@ -101,12 +116,12 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
             agents=agents,
             groups=groups,
             state_dim=self.layout.state_dim,
-            episode_limit=int(time_limit or 0),
+            episode_limit=self.episode_limit,
             kind="cooperative",
             shared_reward=bool(common_reward),
             num_envs=len(self._envs),
         )
-        self.common_reward, self.scalarisation, self.time_limit = bool(common_reward), reward_scalarisation, time_limit
+        self.common_reward, self.scalarisation = bool(common_reward), reward_scalarisation
         self._default_seed = seed
         B, N = len(self._envs), len(agents)
         self._state = np.zeros((B, self.layout.state_dim), np.float32)
@@ -142,7 +157,7 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
             obs, rew, term, trunc, info = self.unpack(out, 5, "step", b)
             rewards[b] = self._rewards(rew, b)
             self._steps[b] += 1
-            if self.time_limit is not None and self._steps[b] >= self.time_limit or _all(trunc):
+            if self.episode_limit and self._steps[b] >= self.episode_limit or _all(trunc):
                 truncated[b] = True
             elif _all(term):
                 terminated[b] = True
@@ -224,6 +239,16 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
         )
 
 
+def _episode_limit(env: Any, given: Optional[int], name: str):
+    """``(steps, where)``: the episode limit (``0``: none) from ``episode_limit=`` and the env's own
+    (:func:`~marl.envs.common.own_step_limit`); the smaller one wins."""
+    given = check_episode_limit(given, f"make_env('gymnasium', {name!r})")
+    own, where = own_step_limit(env)
+    if given is not None and (not own or given <= own):
+        return given, "episode_limit="
+    return own, where
+
+
 def _per_agent(groups, agents):
     """The :class:`~marl.env.GroupInfo` of each agent, in agent order."""
     of = {a: g for g in groups.values() for a in g.agents}
@@ -266,6 +291,7 @@ def _masks(env: Any, info: Any, n: int) -> Optional[List[Any]]:
 
 # --------------------------------------------------------------------------- registry
 def _split_kwargs(kwargs: Dict[str, Any]):
+    renamed_keyword(kwargs, "time_limit", "episode_limit", "make_env('gymnasium', ...)")
     adapter = {k: kwargs.pop(k) for k in _ADAPTER_KWARGS if k in kwargs}
     return adapter, kwargs
 
@@ -278,8 +304,8 @@ def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, **kwa
             e.g. ``"lbforaging:Foraging-8x8-2p-2f-v3"``, ``"rware:rware-tiny-2ag-v2"``) or an id
             already registered.
         num_envs: ``B`` (default 8).
-        **kwargs: adapter options ``common_reward``, ``reward_scalarisation``, ``time_limit``,
-            ``seed``; everything else goes to ``gymnasium.make``.
+        **kwargs: adapter options ``common_reward``, ``reward_scalarisation``, ``episode_limit``
+            (``time_limit``: its deprecated old name), ``seed``; everything else goes to ``gymnasium.make``.
     Raises:
         MarlError: no name, a module that does not import, an unknown id (with the closest
             registered ones), or what :class:`GymMultiAgentEnv` raises.

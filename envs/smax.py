@@ -87,7 +87,7 @@ import torch
 
 from marl.env import MarlError, MultiAgentEnv, Observation, Step, unknown_choice
 from marl.env.rules import EnvRuleError
-from marl.envs.common import ally_team_info, check_kwargs, check_num_envs, per_copy
+from marl.envs.common import ally_team_info, check_kwargs, check_num_envs, episode_limit_as, per_copy
 
 DEFAULT_NUM_ENVS = 64
 INSTALL_HINT = 'pip install "marl-rllib[smax]"  (i.e. pip install jaxmarl==0.2.0)'
@@ -473,6 +473,7 @@ def _batched_fns(jax, env, raw_world_state: bool):
     return jax.jit(jax.vmap(reset_one)), jax.jit(jax.vmap(step_one))
 
 
+@episode_limit_as("max_steps")  # make_env(..., episode_limit=T) sets max_steps
 def make(
     scenario: Optional[str] = None,
     num_envs: int = DEFAULT_NUM_ENVS,

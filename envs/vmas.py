@@ -38,7 +38,15 @@ import torch
 
 from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, unknown_choice
 from marl.env.rules import EnvRuleError
-from marl.envs.common import build_groups, check_kwargs, check_num_envs, flat_box, per_copy, to_gymnasium
+from marl.envs.common import (
+    build_groups,
+    check_kwargs,
+    check_num_envs,
+    episode_limit_as,
+    flat_box,
+    per_copy,
+    to_gymnasium,
+)
 
 DEFAULT_NUM_ENVS = 256
 DEFAULT_MAX_STEPS = 100
@@ -265,6 +273,7 @@ def _make_vmas(scenario, num_envs, continuous, max_steps, device, seed, kwargs) 
     return env
 
 
+@episode_limit_as("max_steps")  # make_env(..., episode_limit=T) sets max_steps
 def make(
     scenario: Optional[str] = None,
     num_envs: int = DEFAULT_NUM_ENVS,

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import sys
+import warnings
 from types import ModuleType
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 
 class MarlError(ValueError):
@@ -22,6 +24,52 @@ class EnvRunnersLost(MarlError):
 class ConfigWarning(UserWarning):
     """Config values that work together but probably not as meant (``docs/configuration.md``,
     "Checks across keys"); the message names the keys, their values and what happens."""
+
+
+class MarlDeprecationWarning(DeprecationWarning):
+    """A keyword or name of marl that still works but has a new name; the message names the new one.
+
+    Python hides ``DeprecationWarning`` outside ``__main__`` by default; marl's own are shown once per
+    call site (the filter below, installed when marl is imported), wherever the call is. The
+    third-party filters of :mod:`marl.noise` match other modules and messages, never this category.
+    Silence them with ``warnings.filterwarnings("ignore", category=marl.errors.MarlDeprecationWarning)``.
+    """
+
+
+# shown once per call site even outside __main__ (a user's module, a notebook cell's import)
+warnings.filterwarnings("default", category=MarlDeprecationWarning)
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside marl (the user's call), counted from the caller of
+    :func:`renamed_keyword`'s ``warnings.warn``: the warning then points at the user's line."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "marl":
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
+
+
+def renamed_keyword(kwargs: Dict[str, Any], old: str, new: str, where: str) -> None:
+    """Accept the deprecated keyword ``old`` as ``new`` in ``kwargs`` (changed in place).
+
+    ``old`` alone moves to ``new`` with a :class:`MarlDeprecationWarning` naming ``new``.
+
+    Raises:
+        MarlError: both ``old`` and ``new`` given (the message names both and the one to keep).
+    """
+    if old not in kwargs:
+        return
+    if new in kwargs:
+        raise MarlError(
+            f"{where}: got both {new}={kwargs[new]!r} and {old}={kwargs[old]!r}; {old} is the old name of "
+            f"{new} (deprecated). Pass only {new}=."
+        )
+    warnings.warn(
+        f"{where}: {old}= is deprecated, use {new}= (same meaning): {new}={kwargs[old]!r}.",
+        MarlDeprecationWarning,
+        stacklevel=_caller_stacklevel(),
+    )
+    kwargs[new] = kwargs.pop(old)
 
 
 class TrainingDiverged(FloatingPointError):

@@ -20,7 +20,7 @@ from marl.env import (
     obs_leaves,
     spaces_equal,
 )
-from marl.env.rules import EnvRuleError
+from marl.env.rules import EnvRuleError, episode_limit_hint
 from marl.errors import MarlError, closest
 from marl.mapping import PolicyMapping
 
@@ -183,9 +183,7 @@ def _episodes_never_end(info: EnvInfo, steps: int, ended: int, wanted: int) -> E
         "episode_ends",
         f"{info.family}:{info.scenario}",
         f"evaluation ran {steps} steps of {info.num_envs} env copies and only {ended} of {wanted} episodes ended "
-        f"({declared}). Give the env an episode limit: make_env(..., episode_limit=T) for a PettingZoo env, "
-        f"time_limit=T for a Gymnasium env, max_steps=T for VMAS; an env of your own sets truncated=True "
-        f"after T steps and declares EnvInfo(episode_limit=T)",
+        f"({declared}). {episode_limit_hint(info.family, info.scenario)}",
         key="episode_limit",
         step=f"step {steps}",
     )

@@ -431,11 +431,11 @@ CASES = [
         [P, "key 'episode_limit'", "only 0 of 2 episodes ended", "episode_limit = 0", "episode_limit=T"],
     ),
     (
-        "gym never ends, no time_limit",
+        "gym never ends, no episode_limit",
         "never ends",
         lambda: evaluate(marl.make_env(GymMA(limit=None), num_envs=1)),
         "episode_ends",
-        [G, "key 'episode_limit'", "only 0 of 2 episodes", "time_limit=T"],
+        [G, "key 'episode_limit'", "only 0 of 2 episodes", "episode_limit=50)"],
     ),
     (
         "own env declares a limit, never ends",

@@ -5,6 +5,13 @@ The adapters must normalise every shape the wrapped library emits (VMAS ``wheel`
 shapes or dtypes differ from ``env.info``. Smallest budget: 2 env copies, 2 steps per copy, one epoch, no
 evaluation, sampling in the driver (``num_env_runners=0``), one Ray session for all cases (``ray_session``).
 A family whose package is not installed is skipped; SMAX scenarios but one are marked slow (XLA compiles each).
+
+SMAX's time here is XLA compiling each scenario's batched reset and step, not the two steps run. The test
+checks shapes and dtypes, which do not depend on how well XLA optimises the machine code, so SMAX's two
+jitted functions are compiled with XLA's backend optimisation off (``xla_backend_optimization_level=0``,
+an XLA debug option). Compiling 2s3z's reset and step for B=2 took 73 to 78 s with the default and
+28 to 31 s without, 5m_vs_6m 56 to 73 s and 28 to 32 s (two of each, alternated in one process, on the
+shared 2-core machine). The functions built so are dropped after each case, so no later test runs them.
 """
 
 from __future__ import annotations
@@ -37,8 +44,31 @@ def _cases():
     return out
 
 
+@pytest.fixture
+def quick_xla_compile(monkeypatch):
+    """SMAX's batched reset and step jitted with XLA's backend optimisation off, for this test only
+    (``marl.envs.smax`` caches the jitted functions per scenario: the cache is emptied before and after)."""
+    smax = importlib.import_module("marl.envs.smax")
+    jax = importlib.import_module("jax")
+
+    class QuickJit:  # the jax module, but jit passes the compiler option (only the adapter's two outer jits)
+        def __getattr__(self, name):
+            return getattr(jax, name)
+
+        def jit(self, fn):
+            return jax.jit(fn, compiler_options={"xla_backend_optimization_level": 0})
+
+    batched = smax._batched_fns
+    monkeypatch.setattr(smax, "_batched_fns", lambda _jax, env, raw: batched(QuickJit(), env, raw))
+    smax._build.cache_clear()
+    yield
+    smax._build.cache_clear()
+
+
 @pytest.mark.parametrize("family, scenario", _cases())
-def test_every_batched_scenario_fits_one_iteration(ray_session, run_dir, family, scenario):
+def test_every_batched_scenario_fits_one_iteration(request, ray_session, run_dir, family, scenario):
+    if family == "smax":
+        request.getfixturevalue("quick_xla_compile")
     env = marl.make_env(family, scenario, num_envs=B)
     result = env.fit(
         "ippo",

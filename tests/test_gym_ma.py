@@ -1,13 +1,16 @@
 """The Gymnasium multi-agent adapter (make_env("gymnasium", ...)): LBF and RWARE through the env
 contract, equality with the env stepped directly, and the adapter's rules on a toy env."""
 
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 import marl
-from marl.errors import MarlError
+from marl.errors import MarlDeprecationWarning, MarlError
 from test_envs import run_contract
 
 lbforaging = pytest.importorskip("lbforaging")
@@ -26,7 +29,7 @@ LBF = "lbforaging:Foraging-8x8-2p-2f-v3"
     ],
 )
 def test_contract(name, limit):
-    env = marl.make_env("gymnasium", name, num_envs=3, time_limit=limit)
+    env = marl.make_env("gymnasium", name, num_envs=3, episode_limit=limit)
     assert env.info.family == "gymnasium" and env.info.kind == "cooperative" and env.info.episode_limit == limit
     run_contract(env, limit=limit)
 
@@ -85,7 +88,7 @@ class _Toy(gym.Env):
 
 
 def test_toy_rules_groups_masks_rewards_and_ends():
-    env = marl.make_env(_Toy, num_envs=2, time_limit=5)
+    env = marl.make_env(_Toy, num_envs=2, episode_limit=5)
     assert list(env.info.groups) == ["agent_0", "agent_1"]  # different spaces: one group each
     assert env.info.groups["agent_1"].obs_dim == 3  # Discrete(3) -> one-hot
     s = env.reset(seed=0)
@@ -97,7 +100,7 @@ def test_toy_rules_groups_masks_rewards_and_ends():
     s = env.step(a)
     s = env.step(a)  # the env ends at its 3rd step (before the time limit): a termination
     assert s.terminated.all() and not s.truncated.any()
-    env = marl.make_env(_Toy, num_envs=1, time_limit=2, end_at=2, common_reward=True, reward_scalarisation="mean")
+    env = marl.make_env(_Toy, num_envs=1, episode_limit=2, end_at=2, common_reward=True, reward_scalarisation="mean")
     s = env.reset(seed=0)
     a = {"agent_0": torch.tensor([[0]]), "agent_1": torch.tensor([[1]])}
     env.step(a)
@@ -129,9 +132,83 @@ def test_names_and_errors():
         marl.make_env("gymnasium", "CartPole-v1")
     with pytest.raises(MarlError, match="Unknown reward_scalarisation 'max'"):
         marl.make_env("gymnasium", LBF, reward_scalarisation="max")
-    with pytest.raises(MarlError, match="time_limit must be a positive int"):
-        marl.make_env("gymnasium", LBF, time_limit=0)
+    with pytest.raises(MarlError, match="episode_limit must be a whole number >= 1"):
+        marl.make_env("gymnasium", LBF, episode_limit=0)
     with pytest.raises(MarlError, match="wraps that one instance"):
         marl.make_env(_Toy(), num_envs=4)
     assert marl.make_env(_Toy(), num_envs=1).num_envs == 1
     assert LBF in marl.list_envs(with_scenarios=True)["gymnasium"]
+
+
+# ------------------------------------------------------------------ episode limits (issue 30, item 6)
+@pytest.mark.parametrize(
+    "name, kwargs, limit, source",
+    [
+        (LBF, {}, 50, "ForagingEnv._max_episode_steps"),  # LBF's constructor default, max_episode_steps=50
+        ("rware:rware-tiny-2ag-v2", {}, 500, "Warehouse.max_steps"),  # RWARE's max_steps=500
+        (LBF, {"max_episode_steps": 30}, 30, "TimeLimit wrapper"),  # gymnasium.make wraps TimeLimit(30)
+        (LBF, {"episode_limit": 10}, 10, "episode_limit="),
+        (LBF, {"episode_limit": 80}, 50, "ForagingEnv._max_episode_steps"),  # LBF ends at 50 anyway
+    ],
+)
+def test_the_env_s_own_step_limit_is_read(name, kwargs, limit, source):
+    env = marl.make_env("gymnasium", name, num_envs=1, **kwargs)
+    assert env.info.episode_limit == limit and env.episode_limit_source == source
+
+
+def _step_until_done(env, max_steps):
+    s = env.reset(seed=0)
+    a = {g: torch.zeros(env.num_envs, info.n_agents, dtype=torch.long) for g, info in env.info.groups.items()}
+    for t in range(1, max_steps + 1):
+        s = env.step(a)
+        if s.done.all():
+            return t, s
+    return max_steps, s
+
+
+def test_a_time_limit_wrapped_instance_reports_and_keeps_its_limit():
+    """A ``TimeLimit(env, 7)`` instance (the env itself would run 100 steps): limit 7, a truncation at 7."""
+    env = marl.make_env(gym.wrappers.TimeLimit(_Toy(end_at=100, masks=False), 7), num_envs=1)
+    assert env.info.episode_limit == 7 and env.episode_limit_source == "TimeLimit wrapper"
+    t, s = _step_until_done(env, 20)
+    assert t == 7 and s.truncated.all() and not s.terminated.any()
+    assert marl.make_env(_Toy, num_envs=1, end_at=100).info.episode_limit == 0  # declares none
+
+
+def test_lbf_ends_at_its_own_limit_as_a_truncation():
+    """LBF reports its 50th step as ``terminated``; with the limit read from the env that step is a
+    truncation (the value bootstraps), as with an explicit ``episode_limit=50``."""
+    env = marl.make_env("gymnasium", LBF, num_envs=2, seed=3)
+    t, s = _step_until_done(env, 60)  # action 0 (no-op): no food is loaded, only the limit ends it
+    assert t == 50 and s.truncated.all() and not s.terminated.any()
+
+
+def test_time_limit_is_a_deprecated_alias_of_episode_limit():
+    with pytest.warns(MarlDeprecationWarning, match=r"time_limit= is deprecated, use episode_limit=") as rec:
+        env = marl.make_env("gymnasium", LBF, num_envs=1, time_limit=20)
+    assert env.info.episode_limit == 20
+    assert rec[0].filename == __file__  # the warning points at the user's line, not into marl
+    with pytest.warns(MarlDeprecationWarning):
+        assert marl.make_env(_Toy, num_envs=1, time_limit=4).info.episode_limit == 4  # the object path too
+
+
+def test_the_deprecation_shows_outside_main_after_marl_s_filters(tmp_path):
+    """Python hides DeprecationWarning outside ``__main__``; marl's own shows from a user's module,
+    also after :func:`marl.noise.quiet_third_party` installed the third-party filters."""
+    (tmp_path / "user_mod.py").write_text(
+        f"import marl\nmarl.make_env('gymnasium', {LBF!r}, num_envs=1, time_limit=20)\n"
+    )
+    code = "import marl.noise; marl.noise.quiet_third_party(); import user_mod"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "user_mod.py:2: MarlDeprecationWarning: make_env('gymnasium', ...): time_limit= is deprecated" in out.stderr
+
+
+def test_qmix_runs_on_lbf_with_its_default_limit(ray_session, run_dir):
+    """No limit passed: QMIX (which stores whole episodes of ``episode_limit`` steps) accepts LBF and trains
+    one iteration of 50-step episodes."""
+    env = marl.make_env("gymnasium", LBF, num_envs=2)
+    assert env.info.episode_limit == 50
+    kw = dict(rollout_length=50, batch_size=2, episodes_per_update=2, eval_episodes=0, log_dir=run_dir, progress=False)
+    res = env.fit("qmix", stop={"iterations": 1}, **kw)
+    assert res.metrics["iteration"] == 1 and res.metrics["env_steps"] == 2 * 50

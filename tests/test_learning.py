@@ -93,7 +93,7 @@ def test_iql_settles_for_seven_on_two_step(ray_session, run_dir):
     assert [_two_step_return("iql", s, run_dir) for s in range(3)] == [7.0, 7.0, 7.0]
 
 
-RANDOM_LBF = 0.0055  # Foraging-8x8-2p-2f-coop-v3, time_limit 50, team sum (640 uniformly random episodes)
+RANDOM_LBF = 0.0055  # Foraging-8x8-2p-2f-coop-v3, episode limit 50, team sum (640 uniformly random episodes)
 
 
 def test_mappo_learns_level_based_foraging(ray_session, run_dir):
@@ -107,7 +107,7 @@ def test_mappo_learns_level_based_foraging(ray_session, run_dir):
     so the budget is 1M, where every seed is at 0.96 or more: the bar 0.5 leaves a margin of 0.46 (seed 0 runs
     here: 0.99 in this test's own evaluation, 361 s on 2 quiet cores)."""
     pytest.importorskip("lbforaging")
-    env = marl.make_env("gymnasium", "lbforaging:Foraging-8x8-2p-2f-coop-v3", num_envs=32, time_limit=50)
+    env = marl.make_env("gymnasium", "lbforaging:Foraging-8x8-2p-2f-coop-v3", num_envs=32, episode_limit=50)
     res = env.fit("mappo", stop={"env_steps": 1_000_000}, log_dir=run_dir, progress=False, eval_episodes=100, seed=0)
     print("greedy eval after 1M env steps:", res.eval)
     assert res.eval["episode_return_mean"] >= 0.5, res.eval  # 1.0 = every food item collected

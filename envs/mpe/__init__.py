@@ -56,7 +56,7 @@ from marl.env import (
     make_env,
     unknown_choice,
 )
-from marl.envs.common import AgentLayout, build_groups, check_kwargs, check_num_envs, mpe2_modules
+from marl.envs.common import AgentLayout, build_groups, check_kwargs, check_num_envs, episode_limit_as, mpe2_modules
 
 DEFAULT_NUM_ENVS = 32
 
@@ -450,6 +450,7 @@ def _build_raw_envs(name: str, B: int, continuous: bool, max_cycles: int, kwargs
     return envs
 
 
+@episode_limit_as("max_cycles")  # make_env(..., episode_limit=T) sets max_cycles
 def make(
     scenario: Optional[str] = None,
     num_envs: int = DEFAULT_NUM_ENVS,

@@ -24,7 +24,8 @@ the other in Python and their outputs stacked into the tensors described in
   that step, reward 0; their actions are ignored.
 * **Episode end**: a copy's episode ends when no agent is left. It counts as
   *truncated* if any agent that finished at that last step was truncated,
-  otherwise as *terminated*. The copy then resets itself (unseeded, continuing
+  otherwise as *terminated*; ``episode_limit=T`` also ends it after ``T``
+  batched steps, as a truncation. The copy then resets itself (unseeded, continuing
   its RNG stream); ``final_obs`` / ``final_state`` hold the last observation.
 * **AEC envs** (:mod:`marl.envs.pettingzoo.aec`): one batched step is one *turn*
   (the agent to move acts; the others wait with a mask that allows only action
@@ -51,6 +52,7 @@ from marl.envs.pettingzoo.aec import AEC_MODES, AECStepping
 from marl.envs.common import (
     AgentLayout,
     build_groups,
+    check_episode_limit,
     check_kwargs,
     check_num_envs,
     default_teams,
@@ -58,6 +60,7 @@ from marl.envs.common import (
     flat_box,
     mpe2_modules,
     named_env_constructor,
+    own_step_limit,
 )
 
 DEFAULT_NUM_ENVS = 8
@@ -149,8 +152,10 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
             it (one prefix -> cooperative, several -> mixed).
         teams: optional team -> agent ids or prefixes (see :func:`default_teams`).
         shared_reward: recorded in :attr:`info` (default ``False``).
-        episode_limit: recorded in :attr:`info`; ``None`` reads ``max_cycles`` of
-            the unwrapped env if it has one, else 0.
+        episode_limit: steps (batched steps: moves in AEC ``"turn"`` mode) after which an
+            episode is truncated, recorded in :attr:`info` (a whole number >= 1); ``None``
+            records the env's own (``max_cycles`` of the unwrapped env, or another attribute of
+            ``envs/common.py``: ``own_step_limit``), which the env enforces itself, else 0.
         seed: seed used by ``reset()`` when called without one (``None``: unseeded).
         family: family name recorded in :attr:`info`.
         entity_layout: optional group -> entity layout (format:
@@ -205,8 +210,10 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
             {a: io.action_space for a, io in zip(agents, self._io)},
             team_of,
         )
-        if episode_limit is None:
-            episode_limit = int(getattr(getattr(first, "unwrapped", first), "max_cycles", 0) or 0)
+        episode_limit = check_episode_limit(episode_limit, f"PettingZoo env {scenario!r}")
+        self._cut = episode_limit or 0  # a limit given here is enforced (truncation); the env's own, the env ends
+        if episode_limit is None:  # the env's own: max_cycles of MPE / SISL / Butterfly envs, a TimeLimit, ...
+            episode_limit = own_step_limit(first)[0]
         self.layout = AgentLayout(agents, groups)
         self.info = EnvInfo(
             family=family,
@@ -232,6 +239,7 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
         B, N = len(self._envs), len(self.info.agents)
         self._state = np.zeros((B, self.layout.state_dim), np.float32)
         self._alive = np.zeros((B, N), bool)
+        self._steps = np.zeros(B, np.int64)  # batched steps of each copy's episode (for episode_limit=)
         self._masks = {name: np.ones((B, g.n_agents, g.n_actions), bool) for name, g in groups.items() if g.discrete}
         self._mask_slot = {a: (name, j) for name, g in groups.items() for j, a in enumerate(g.agents)}
 
@@ -349,6 +357,9 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
                 ended, trunc, last = self._step_aec(b, env, acts, rewards[b], illegal)
             else:
                 ended, trunc, last = self._step_parallel(b, env, acts, rewards[b])
+            self._steps[b] += 1
+            if not ended and self._cut and self._steps[b] >= self._cut:  # episode_limit= reached: a truncation
+                ended, trunc, last = True, True, self._state[b].copy()
             if ended:
                 self._state[b] = last
                 terminated[b], truncated[b] = not trunc, trunc
@@ -431,6 +442,7 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
         return self.read_obs(io.raw_space, obs, io.obs_space.shape[0], agent, b)
 
     def _reset_copy(self, b: int, env: Any, seed: Optional[int]) -> None:
+        self._steps[b] = 0
         if self._aec:
             env.reset(seed=seed)
             infos = env.infos

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from marl.env import MarlError, unknown_choice
+from marl.env import MarlError, closest, unknown_choice
 from marl.text import Bot, RandomBot, TextEnv
 from marl.text_params import Param, check_param
 
@@ -209,14 +209,33 @@ def make(scenario: Optional[str] = None, **kwargs) -> IteratedDilemma:
     return IteratedDilemma(**kwargs)
 
 
+def _check_scenario(game: str, scenario: Optional[str]) -> None:
+    """The family names the game: its one scenario is the game itself (or none).
+
+    Raises:
+        MarlError: another scenario; a game of another family is named as that family.
+    """
+    if scenario is None or scenario == game:
+        return
+    own = f" The game '{scenario}' is its own family: make_env('{scenario}')."
+    hint = own if scenario in GAMES else closest(scenario, [game])
+    raise MarlError(f"Unknown {game} scenario '{scenario}'.{hint} Valid choices: {game} (or none: make_env('{game}')).")
+
+
 def _factory(game: str):
     def build(scenario: Optional[str] = None, **kwargs) -> IteratedDilemma:
+        _check_scenario(game, scenario)
         return IteratedDilemma(game=game, **kwargs)
 
-    return build
+    def names() -> List[str]:
+        return [game]
+
+    return build, names
 
 
-make_ipd, make_stag_hunt, make_chicken = (_factory(g) for g in GAMES)
+(make_ipd, scenarios_ipd), (make_stag_hunt, scenarios_stag_hunt), (make_chicken, scenarios_chicken) = (
+    _factory(g) for g in GAMES
+)
 
 
 def scenarios() -> List[str]:

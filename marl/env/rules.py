@@ -119,6 +119,21 @@ def agents_of(info: Any, group: Optional[str], index: Optional[int] = None) -> O
     return f"{', '.join(repr(a) for a in agents)} (group '{group}')"
 
 
+def episode_limit_hint(family: Any, scenario: Any) -> str:
+    """How to give the env ``family:scenario`` an episode limit, as the call to write (errors of
+    algorithms that need one, and of evaluation when episodes never end).
+
+    Every built-in family takes ``episode_limit=`` (steps after which an episode is truncated);
+    an env of one's own declares it in its :class:`~marl.env.EnvInfo`.
+    """
+    args = ", ".join(repr(str(a)) for a in (family, scenario) if a)
+    return (
+        f"Set one when making the env, e.g. make_env({args}, episode_limit=50) (steps after which an episode "
+        f"is truncated); an env of your own sets truncated=True after T steps and declares "
+        f"EnvInfo(episode_limit=T)"
+    )
+
+
 class EnvCastWarning(UserWarning):
     """An env gave values of another dtype than marl's (float64 observations, integer rewards, ...):
     marl casts them, and says so once per env and key."""
