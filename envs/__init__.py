@@ -104,3 +104,11 @@ register_eval_option(
 )
 
 import marl.envs.wrappers  # noqa: E402,F401  registers the "offbeat" and "crash" wrappers
+
+register_env(
+    "meltingpot",
+    "marl.envs.meltingpot:make",
+    "Melting Pot substrates (dm-meltingpot: commons_harvest__open, clean_up, coins, *_in_the_matrix__arena, ...): "
+    "RGB + vector Dict observations, mixed-motive; needs marl-rllib[meltingpot]",
+    scenarios="marl.envs.meltingpot:scenarios",
+)
