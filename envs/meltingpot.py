@@ -136,6 +136,8 @@ class MeltingPotEnv(MultiAgentEnv):
         max_steps: Optional[int] = None,
         seed: Optional[int] = 0,
     ):
+        rgb_scale = _positive("rgb_scale", rgb_scale)
+        max_steps = None if max_steps is None else _positive("max_steps (or None)", max_steps)
         lib = meltingpot_module("substrate")
         if substrate not in lib.SUBSTRATES:
             raise unknown_choice("Melting Pot substrate", substrate, sorted(lib.SUBSTRATES))
@@ -144,29 +146,29 @@ class MeltingPotEnv(MultiAgentEnv):
         self._lib, self._config = lib, lib.get_config(substrate)
         self.roles = _check_roles(substrate, roles, self._config)
         B, n = check_num_envs(num_envs), len(self.roles)
+        if state == "vectors" and list(self._config.individual_observation_names) == [RGB]:
+            raise MarlError(
+                f"Melting Pot substrate '{substrate}' gives its players no vector observation (only {RGB}), "
+                f"so state='vectors' would be empty; use state='world'."
+            )
         settings = self._config.lab2d_settings_builder(roles=self.roles, config=self._config)
-        limit = _positive("max_steps", max_steps) or int(settings.get("maxEpisodeLengthFrames", 0))
+        limit = int(settings.get("maxEpisodeLengthFrames", 0)) if max_steps is None else max_steps
         self._sprite = int(settings.get("spriteSize", 8))
         self.event_names = component_events(settings)
-        self._seed, self._built_seed = seed, seed
-        self._envs = [self._build(None if seed is None else int(seed) + b) for b in range(B)]
-        spec = self._envs[0].observation_spec()[0]
+        spec = dict(self._config.timestep_spec.observation)  # one player's observation specs
         keys = [k for k in self._config.individual_observation_names if k in spec]
-        space = gym.spaces.Dict(_player_spaces(substrate, spec, keys, _positive("rgb_scale", rgb_scale)))
-        self.spaces: Dict[str, gym.spaces.Box] = dict(space.spaces)  # type: ignore[arg-type]
+        space = gym.spaces.Dict(_player_spaces(substrate, spec, keys, rgb_scale))
+        self.spaces: Dict[str, Any] = dict(space.spaces)
         self.keys = list(self.spaces)  # gym.spaces.Dict's (sorted) key order, which the observations follow
-        self.rgb_scale = int(rgb_scale)
+        self.rgb_scale = rgb_scale
         self.vector_keys = [k for k in self.keys if k != RGB]
-        if state == "vectors" and not self.vector_keys:
-            raise MarlError(
-                f"Melting Pot substrate '{substrate}' gives its players no vector observation (keys: "
-                f"{self.keys}), so state='vectors' would be empty; use state='world'."
-            )
         self.state_kind = state
         world = spec.get("WORLD.RGB")
         if state == "world" and world is None:
             raise MarlError(f"Melting Pot substrate '{substrate}' has no WORLD.RGB observation; use state='vectors'.")
-        self._world_shape = None if world is None else tuple(world.shape)
+        self._world_shape: Tuple[int, ...] = () if world is None else tuple(world.shape)
+        self._seed, self._built_seed = seed, seed
+        self._envs = [self._build(None if seed is None else int(seed) + b) for b in range(B)]
         agents = [f"player_{i}" for i in range(n)]
         n_act = int(self._envs[0].action_spec()[0].num_values)
         team_of = {a: ("player" if r == "default" else r) for a, r in zip(agents, self.roles)}
@@ -293,7 +295,7 @@ class MeltingPotEnv(MultiAgentEnv):
         B = self.num_envs
         obs = {g: {k: torch.from_numpy(buf[:, pos]) for k, buf in self._buf.items()} for g, pos in self._pos.items()}
         return Observation(
-            obs=obs,  # type: ignore[arg-type]  # a Dict space's observation: key -> [B, N_g, *shape]
+            obs=obs,  # a Dict space's observation: key -> [B, N_g, *shape]
             state=torch.from_numpy(self._state.copy()),
             avail_actions={
                 g: torch.ones(B, len(pos), gi.n_actions, dtype=torch.bool)
@@ -318,11 +320,10 @@ def pool(image: np.ndarray, k: int) -> np.ndarray:
     return image.reshape(h // k, k, w // k, k, c).mean(axis=(1, 3), dtype=np.float32)
 
 
-def _positive(what: str, value: Any) -> Optional[int]:
-    if value is None and what == "max_steps":
-        return None
+def _positive(what: str, value: Any) -> int:
+    """``value`` as an int; a :class:`MarlError` naming ``what`` unless it is a positive int."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise MarlError(f"{what} must be a positive int{' or None' if what == 'max_steps' else ''}, got {value!r}.")
+        raise MarlError(f"{what} must be a positive int, got {value!r}.")
     return int(value)
 
 
@@ -338,9 +339,9 @@ def _check_roles(substrate: str, roles: Optional[Sequence[str]], config: Any) ->
     return tuple(roles)
 
 
-def _player_spaces(substrate: str, spec: Dict[str, Any], keys: List[str], k: int) -> Dict[str, gym.spaces.Box]:
+def _player_spaces(substrate: str, spec: Dict[str, Any], keys: List[str], k: int) -> Dict[str, gym.spaces.Space]:
     """The players' Dict space entries: ``RGB`` uint8 ``[H / k, W / k, 3]``, other keys float32 vectors."""
-    out = {}
+    out: Dict[str, gym.spaces.Space] = {}
     for key in keys:
         shape = tuple(spec[key].shape)
         if key == RGB:
