@@ -31,9 +31,13 @@ stepped one after the other in a Python loop (dmlab2d cannot batch). Rules:
   how often each event of the substrate's components (``zap``, ``edible_consumed``, ``player_cleaned``,
   ``coin_consumed``, ``interaction``, ...) fired in the episode (the names are read from the Lua source
   of the components the substrate uses, so every episode reports the same keys).
-* **Seeds**: ``reset(seed)`` rebuilds copy ``b`` with engine seed drawn from ``seed + b`` (Melting Pot
-  draws its Lua seed from Python's ``random``; the adapter seeds a saved ``random`` state around the
-  build and restores it); ended copies reset unseeded, continuing their own seed sequence.
+* **Seeds**: ``reset(seed)`` (or ``reset()`` with the constructor's ``seed``) rebuilds copy ``b`` with the
+  engine seed Melting Pot draws from Python's ``random`` seeded with ``seed + b`` (the adapter saves and
+  restores ``random``'s state around the build); ``reset()`` of an env built with ``seed=None`` resets the
+  substrates in place; ended copies reset themselves, continuing their own seed sequence. The seeds set
+  the maps and the engine, but dmlab2d episodes are not bit-reproducible: two builds of one substrate from
+  the same settings and engine seed in one process gave different ``WORLD.RGB`` frames within 6 steps in
+  4 of 4 tries on commons_harvest__open and 3 of 4 on coins (dm-meltingpot 2.4.1, dmlab2d 1.0.2).
 
 dm-meltingpot's package ``__init__`` imports its bots, which import TensorFlow; the substrates need no
 TensorFlow, so the adapter imports ``meltingpot.substrate`` without running that ``__init__`` when
@@ -314,10 +318,14 @@ class MeltingPotEnv(MultiAgentEnv):
 
 
 def pool(image: np.ndarray, k: int) -> np.ndarray:
-    """Mean of each ``k x k`` block of an ``[H, W, C]`` image -> ``[H / k, W / k, C]`` float32 (``H``, ``W``
-    multiples of ``k``)."""
+    """Mean of each ``k x k`` block of an ``[H, W, C]`` uint8 image -> ``[H / k, W / k, C]`` float32 (``H``,
+    ``W`` multiples of ``k``). Sums rows of whole cells first (a contiguous reduction, in uint16 while the
+    block sums fit: ``k <= 16``), about 4x faster than ``mean`` over the two block axes."""
     h, w, c = image.shape
-    return image.reshape(h // k, k, w // k, k, c).mean(axis=(1, 3), dtype=np.float32)
+    acc = np.uint16 if k <= 16 else np.uint32
+    rows = image.reshape(h // k, k, w // k * k * c).sum(axis=1, dtype=acc)  # [H / k, W * C]
+    cells = rows.reshape(h // k, w // k, k, c).sum(axis=2, dtype=acc)
+    return cells.astype(np.float32) / np.float32(k * k)
 
 
 def _positive(what: str, value: Any) -> int:

@@ -70,59 +70,69 @@ def test_info_spaces_and_shapes_per_key(coins):
     assert not step.done.any()
 
 
+def record(env, copy=0):
+    """Make copy ``copy`` of ``env`` keep every timestep its substrate returns (``reset`` then ``step``s)."""
+    seen, sub = [], env._envs[copy]
+    reset, step = sub.reset, sub.step
+
+    def keep(fn):
+        def call(*args, **kwargs):
+            ts = fn(*args, **kwargs)
+            seen.append(ts)
+            return ts
+
+        return call
+
+    sub.reset, sub.step = keep(reset), keep(step)
+    return seen
+
+
 def test_observations_rewards_and_state_are_the_substrates(coins):
-    """The adapter's copy 0 against a substrate built by meltingpot itself with the same engine seed."""
-    lib = mp.meltingpot_module("substrate")
-    step = coins.reset(seed=11)
-    raw = coins._build(11)  # copy 0 of reset(seed=11) is built from seed 11 + 0
-    ts = raw.reset()
+    """What the adapter returns for copy 0 against the timesteps its substrate returned."""
+    coins.reset(seed=11)
+    seen = record(coins)
     plan = acts(coins, 0)
-    for t, a in enumerate(plan):
+    for a in plan:
+        step = coins.step(a)
+        ts = seen[-1]
         for i in range(COINS_PLAYERS):
             np.testing.assert_array_equal(step.obs["player"]["RGB"][0, i].numpy(), ts.observation[i]["RGB"])
         world = mp.pool(ts.observation[0]["WORLD.RGB"], 8).reshape(-1) / 255
         np.testing.assert_allclose(step.state[0, : world.size].numpy(), world, rtol=1e-6)
         mismatched = [ts.observation[i]["MISMATCHED_COIN_COLLECTED_BY_PARTNER"] for i in range(COINS_PLAYERS)]
         np.testing.assert_array_equal(step.state[0, world.size :].numpy(), np.asarray(mismatched, np.float32))
-        if t:
-            np.testing.assert_array_equal(step.reward["player"][0].numpy(), np.asarray(ts.reward, np.float32))
-        step = coins.step(a)
-        ts = raw.step([int(x) for x in a["player"][0]])
-    raw.close()
-    assert lib.get_config("coins").default_player_roles == ("default", "default")
+        np.testing.assert_array_equal(step.reward["player"][0].numpy(), np.asarray(ts.reward, np.float32))
+    assert len(seen) == len(plan)
 
 
-def test_seeding_repeats_and_differs():
+def test_seeds_follow_seed_plus_copy(monkeypatch):
+    """reset(seed) rebuilds copy b from seed + b; reset() keeps the substrates; copies differ."""
     env = make_env("meltingpot", "coins", num_envs=B, seed=None)
-    plan = acts(env, 1)
-
-    def run(seed):
-        step, out = env.reset(seed=seed), []
-        for a in plan:
-            out.append(step.obs["player"]["RGB"].clone())
-            step = env.step(a)
-        return torch.stack(out)
-
-    first, again, other = run(5), run(5), run(6)
+    built, build = [], env._build
+    monkeypatch.setattr(env, "_build", lambda seed: built.append(seed) or build(seed))
+    first = env.reset(seed=5)
+    assert built == [5, 6]
+    env.reset()
+    assert built == [5, 6]  # no seed: reset in place
+    env.reset(seed=5)
+    assert built == [5, 6, 5, 6]  # a seed after the first reset: rebuilt
+    assert not torch.equal(first.obs["player"]["RGB"][0], first.obs["player"]["RGB"][1])
     env.close()
-    assert torch.equal(first, again)
-    assert not torch.equal(first, other)
-    assert not torch.equal(first[:, 0], first[:, 1])  # copy b is seeded with seed + b
 
 
 def test_rgb_scale_averages_blocks_and_state_vectors():
-    full = make_env("meltingpot", "coins", num_envs=1, seed=2, state="vectors")
     small = make_env("meltingpot", "coins", num_envs=1, seed=2, rgb_scale=8, state="vectors")
     assert small.info.groups["player"].obs_space["RGB"].shape == (11, 11, 3)
     assert small.info.state_dim == COINS_PLAYERS  # the players' vector keys only
-    a, b = full.reset(), small.reset()
-    for x in acts(full, 2)[:4]:
-        big = a.obs["player"]["RGB"][0].numpy()
-        want = np.stack([np.rint(mp.pool(big[i], 8)).astype(np.uint8) for i in range(COINS_PLAYERS)])
-        np.testing.assert_array_equal(b.obs["player"]["RGB"][0].numpy(), want)
-        assert torch.equal(a.state, b.state)
-        a, b = full.step(x), small.step(x)
-    full.close()
+    seen = record(small)
+    step = small.reset()
+    for a in acts(small, 2)[:4]:
+        raw = seen[-1].observation
+        want = np.stack([np.rint(mp.pool(raw[i]["RGB"], 8)).astype(np.uint8) for i in range(COINS_PLAYERS)])
+        np.testing.assert_array_equal(step.obs["player"]["RGB"][0].numpy(), want)
+        mismatched = [raw[i]["MISMATCHED_COIN_COLLECTED_BY_PARTNER"] for i in range(COINS_PLAYERS)]
+        np.testing.assert_array_equal(step.state[0].numpy(), np.asarray(mismatched, np.float32))
+        step = small.step(a)
     small.close()
 
 
