@@ -159,18 +159,7 @@ class MeltingPotEnv(MultiAgentEnv):
         limit = int(settings.get("maxEpisodeLengthFrames", 0)) if max_steps is None else max_steps
         self._sprite = int(settings.get("spriteSize", 8))
         self.event_names = component_events(settings)
-        spec = dict(self._config.timestep_spec.observation)  # one player's observation specs
-        keys = [k for k in self._config.individual_observation_names if k in spec]
-        space = gym.spaces.Dict(_player_spaces(substrate, spec, keys, rgb_scale))
-        self.spaces: Dict[str, Any] = dict(space.spaces)
-        self.keys = list(self.spaces)  # gym.spaces.Dict's (sorted) key order, which the observations follow
-        self.rgb_scale = rgb_scale
-        self.vector_keys = [k for k in self.keys if k != RGB]
-        self.state_kind = state
-        world = spec.get("WORLD.RGB")
-        if state == "world" and world is None:
-            raise MarlError(f"Melting Pot substrate '{substrate}' has no WORLD.RGB observation; use state='vectors'.")
-        self._world_shape: Tuple[int, ...] = () if world is None else tuple(world.shape)
+        space = self._set_spaces(substrate, state, rgb_scale)
         self._seed, self._built_seed = seed, seed
         self._envs = [self._build(None if seed is None else int(seed) + b) for b in range(B)]
         agents = [f"player_{i}" for i in range(n)]
@@ -253,6 +242,23 @@ class MeltingPotEnv(MultiAgentEnv):
         self._envs = []
 
     # ------------------------------------------------------------------ internals
+    def _set_spaces(self, substrate: str, state: str, rgb_scale: int) -> gym.spaces.Dict:
+        """Set the players' observation keys and spaces and the world shape (from the config's specs, before
+        anything is built); returns the players' ``Dict`` space."""
+        spec = dict(self._config.timestep_spec.observation)  # one player's observation specs
+        keys = [k for k in self._config.individual_observation_names if k in spec]
+        space = gym.spaces.Dict(_player_spaces(substrate, spec, keys, rgb_scale))
+        self.spaces: Dict[str, Any] = dict(space.spaces)
+        self.keys = list(self.spaces)  # gym.spaces.Dict's (sorted) key order, which the observations follow
+        self.rgb_scale = rgb_scale
+        self.vector_keys = [k for k in self.keys if k != RGB]
+        self.state_kind = state
+        world = spec.get("WORLD.RGB")
+        if state == "world" and world is None:
+            raise MarlError(f"Melting Pot substrate '{substrate}' has no WORLD.RGB observation; use state='vectors'.")
+        self._world_shape: Tuple[int, ...] = () if world is None else tuple(world.shape)
+        return space
+
     def _build(self, seed: Optional[int]) -> Any:
         """One substrate; Melting Pot draws its engine seed from Python's ``random``, seeded here and restored."""
         saved = random.getstate()

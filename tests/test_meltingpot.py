@@ -109,7 +109,12 @@ def test_seeds_follow_seed_plus_copy(monkeypatch):
     """reset(seed) rebuilds copy b from seed + b; reset() keeps the substrates; copies differ."""
     env = make_env("meltingpot", "coins", num_envs=B, seed=None)
     built, build = [], env._build
-    monkeypatch.setattr(env, "_build", lambda seed: built.append(seed) or build(seed))
+
+    def spy(seed):
+        built.append(seed)
+        return build(seed)
+
+    monkeypatch.setattr(env, "_build", spy)
     first = env.reset(seed=5)
     assert built == [5, 6]
     env.reset()
