@@ -71,6 +71,9 @@ setup(
         "mlflow": ["mlflow-skinny>=2.10"],
         # fast generation on GPU runners (generator="vllm")
         "vllm": ["transformers>=4.45", "peft>=0.13", "vllm"],
+        # Melting Pot substrates (make_env("meltingpot", "clean_up")); dm-meltingpot's build downloads its
+        # assets (bot models) from storage.googleapis.com and it pulls TensorFlow, used by the bots only
+        "meltingpot": ["dm-meltingpot>=2.3", "dmlab2d>=1.0"],
     },
     entry_points={
         "console_scripts": ["marl=marl.cli:main"],

@@ -119,3 +119,10 @@ register_env(
     "Toy task with Dict observations (a 16x16x3 uint8 image with the cue, a 4-vector without it)",
     scenarios="marl.envs.cue:scenarios",
 )
+register_env(
+    "meltingpot",
+    "marl.envs.meltingpot:make",
+    "Melting Pot substrates (dm-meltingpot: commons_harvest__open, clean_up, coins, *_in_the_matrix__arena, ...): "
+    "RGB + vector Dict observations, mixed-motive; needs marl-rllib[meltingpot]",
+    scenarios="marl.envs.meltingpot:scenarios",
+)
