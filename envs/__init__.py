@@ -104,3 +104,11 @@ register_eval_option(
 )
 
 import marl.envs.wrappers  # noqa: E402,F401  registers the "offbeat" and "crash" wrappers
+
+register_env(
+    "football",
+    "marl.envs.football:make",
+    "Google Research Football (gfootball): academy scenarios and 11_vs_11_easy_stochastic, n left players as "
+    "agents (Kurach et al. 2020, arXiv 1907.10387); needs marl-rllib[football], which compiles the C++ engine",
+    scenarios="marl.envs.football:scenarios",
+)
