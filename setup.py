@@ -64,6 +64,10 @@ setup(
         "mamujoco": ["gymnasium-robotics>=1.4", "mujoco>=3.1"],
         # TextArena's two-player games as text games (make_env("textarena", "TicTacToe-v0"))
         "textarena": ["textarena>=0.7"],
+        # Google Research Football (make_env("football", ...)): gfootball has no wheels; pip builds its C++
+        # engine from the sdist, which needs CMake, SDL2, Boost.Python and OpenGL headers first (the apt-get
+        # line of docs/envs.md, "Google Research Football"); CI installs none of them
+        "football": ["gfootball==2.10.2"],
         # experiment trackers as run callbacks (marl.loggers.WandbLogger / MLflowLogger; docs/logging.md).
         # mlflow-skinny: the tracking client without the server, UI and ML flavours (full mlflow adds
         # pyarrow, scikit-learn, SQLAlchemy, Flask; install it for a local sqlite:// store)

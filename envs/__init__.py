@@ -126,3 +126,10 @@ register_env(
     "RGB + vector Dict observations, mixed-motive; needs marl-rllib[meltingpot]",
     scenarios="marl.envs.meltingpot:scenarios",
 )
+register_env(
+    "football",
+    "marl.envs.football:make",
+    "Google Research Football (gfootball): academy scenarios and 11_vs_11_easy_stochastic, n left players as "
+    "agents (Kurach et al. 2020, arXiv 1907.10387); needs marl-rllib[football], which compiles the C++ engine",
+    scenarios="marl.envs.football:scenarios",
+)
