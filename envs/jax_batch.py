@@ -238,7 +238,7 @@ class JaxBatchEnv(MultiAgentEnv):
         final, (reward, terminated, truncated, metrics) = self._jax.device_get((final, rest))
         obs, state, avail, alive = self._to_torch(final)
         B, n = self.num_envs, len(self.info.agents)
-        reward_t = per_copy(np.array(reward), (B, n), self._fail("reward"))
+        reward_t = per_copy(self._reward(np.array(reward), metrics), (B, n), self._fail("reward"))
         flags = [
             per_copy(np.array(x), (B,), self._fail(k))
             for x, k in ((terminated, "terminated"), (truncated, "truncated"))
@@ -276,6 +276,10 @@ class JaxBatchEnv(MultiAgentEnv):
         self._keys, self._states, self._current = self._jax.tree.map(jnp.asarray, state["arrays"])
 
     # ------------------------------------------------------------------ helpers
+
+    def _reward(self, reward: np.ndarray, metrics: Dict[str, Any]) -> np.ndarray:
+        """The ``[B, n]`` reward handed out: JaxMARL's (a family may add e.g. a shaped reward from ``metrics``)."""
+        return reward
 
     def _join_actions(self, actions: Dict[str, torch.Tensor]) -> np.ndarray:
         """group -> ``[B, N_g]`` actions -> ``[B, n]`` in agent order, in the spec's action dtype."""
