@@ -63,11 +63,12 @@ def import_quietly(module: str) -> None:
         return
     saved = sys.stdout, sys.stderr, sys.__stdout__
     sink = io.StringIO()
-    sys.stdout = sys.__stdout__ = sink  # jaxmarl "restores" stdout to __stdout__: keep it ours
+    # jaxmarl "restores" stdout to __stdout__: keep it ours
+    sys.stdout = sys.__stdout__ = sink  # type: ignore[misc,assignment]
     try:
         importlib.import_module(module)
     finally:
-        sys.stdout, sys.stderr, sys.__stdout__ = saved
+        sys.stdout, sys.stderr, sys.__stdout__ = saved  # type: ignore[misc]
 
 
 def import_jaxmarl(family: str, hint: str = JAXMARL_HINT):

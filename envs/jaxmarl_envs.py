@@ -54,6 +54,7 @@ the valid ones), an unknown or bad option, jaxmarl / brax missing (naming the pi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from dataclasses import dataclass
@@ -71,9 +72,7 @@ OVERCOOKED_LAYOUTS = ("cramped_room", "asymm_advantages", "coord_ring", "forced_
 HANABI_SCENARIOS = ("2p", "3p", "4p", "5p")
 STORM_SCENARIOS = ("storm", "storm_2p", "storm_np")
 MABRAX_SCENARIOS = ("ant_4x2", "halfcheetah_6x1", "hopper_3x1", "humanoid_9|8", "walker2d_2x3")
-MABRAX_HINT = (
-    'pip install brax  (the "mabrax" family needs brax next to jaxmarl==0.2.0; brax 0.14.2 installs under jax 0.10.2)'
-)
+MABRAX_HINT = 'pip install "marl-rllib[mabrax]"  (i.e. pip install brax; brax 0.14.2 installs under jax 0.10.2)'
 DELIVERY_REWARD = 20.0  # JaxMARL Overcooked's reward per soup
 
 
@@ -124,7 +123,7 @@ def _box(shape, dtype) -> gym.spaces.Box:
 
 def _state_dim(space: gym.spaces.Space, n: int) -> int:
     spaces = space.spaces.values() if isinstance(space, gym.spaces.Dict) else [space]
-    return n * sum(int(np.prod(s.shape)) for s in spaces)
+    return n * sum(int(np.prod(s.shape or ())) for s in spaces)
 
 
 # ----------------------------------------------------------------------------- families
@@ -316,6 +315,8 @@ class JaxMARLEnv(JaxBatchEnv):
         scenario: one of the family's scenarios (see the module docstring).
         num_envs: ``B`` (default 64).
         seed: seed of the first :meth:`reset` without a seed (default 0).
+        flat_obs (option): ``True`` flattens each observation into one float32 vector (``Box(D,)``; a
+            ``Dict``: its keys concatenated in order), for MLP encoders; the default keeps images ``[H, W, C]``.
         **options: the family's JaxMARL options (``FAMILIES[family].options``); Overcooked also takes
             ``shaped_reward`` (bool) and ``shaping_horizon`` (env steps; see the module docstring).
 
@@ -341,11 +342,14 @@ class JaxMARLEnv(JaxBatchEnv):
             raise unknown_choice(f"{family} scenario", scenario, fam.scenarios)
         num_envs = check_num_envs(num_envs)
         shaping = ("shaped_reward", "shaping_horizon") if family == "overcooked" else ()
-        check_kwargs(f"{family} scenario '{scenario}'", options, list(fam.options) + ["num_envs", "seed", *shaping])
+        check_kwargs(
+            f"{family} scenario '{scenario}'", options, list(fam.options) + ["num_envs", "seed", "flat_obs", *shaping]
+        )
         self._shaping = _check_shaping(bool(options.pop("shaped_reward", False)), options.pop("shaping_horizon", None))
+        flat = bool(options.pop("flat_obs", False))
         _check_options(options)
         jax = import_jaxmarl(family)[0]
-        built, fns = _build(family, scenario, tuple(sorted(options.items(), key=lambda kv: kv[0])))
+        built, fns = _build(family, scenario, tuple(sorted(options.items(), key=lambda kv: kv[0])), flat)
         agents = agent_ids("agent", len(built.spec.agents))
         self.info = _env_info(family, scenario, agents, built, num_envs)
         if built.action_names is not None:
@@ -409,11 +413,29 @@ def _check_shaping(on: bool, horizon: Any) -> Tuple[bool, Optional[int]]:
 
 
 @functools.lru_cache(maxsize=None)
-def _build(family: str, scenario: str, options: Tuple[Tuple[str, Any], ...]):
+def _build(family: str, scenario: str, options: Tuple[Tuple[str, Any], ...], flat: bool = False):
     """``(Built, (batched reset, batched step))``; cached so envs built alike share the compiled functions."""
     jax, jaxmarl = import_jaxmarl(family)
     built = FAMILIES[family].build(jax, jaxmarl, scenario, dict(options))
+    if flat:
+        built = _flattened(jax.numpy, built)
     return built, batched_fns(jax, built.spec)
+
+
+def _flattened(jnp, built: Built) -> Built:
+    """``built`` with each agent's observation flattened into one float32 vector (a ``Dict``: keys in order)."""
+    inner = built.spec.observe
+
+    def observe(obs_out, st):
+        obs, state, avail, alive = inner(obs_out, st)
+        parts = [obs[k] for k in obs] if isinstance(obs, dict) else [obs]
+        n = parts[0].shape[0]
+        return jnp.concatenate([p.reshape(n, -1).astype(jnp.float32) for p in parts], -1), state, avail, alive
+
+    dim = built.state_dim // len(built.spec.agents)
+    space = gym.spaces.Box(-np.inf, np.inf, shape=(dim,), dtype=np.float32)
+    spec = dataclasses.replace(built.spec, observe=observe)
+    return dataclasses.replace(built, spec=spec, obs_space=space)
 
 
 # ----------------------------------------------------------------------------- registry entry points

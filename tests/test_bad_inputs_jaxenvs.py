@@ -26,7 +26,7 @@ CASES = [
     ("hanabi", "2p", {"shaped_reward": True}, "Unknown keyword argument 'shaped_reward'"),
     ("coin_game", None, {"num_inner_steps": 2.5}, "num_inner_steps must be a positive int, got 2.5"),
     ("coin_game", None, {"num_envs": 0}, "num_envs must be a positive int, got 0"),
-    ("storm", "storm", {"grid_size": 8}, "Valid kwargs: num_agents, num_envs, num_inner_steps"),
+    ("storm", "storm", {"grid_size": 8}, "Valid kwargs: flat_obs, num_agents, num_envs, num_inner_steps"),
 ]
 
 
