@@ -53,6 +53,9 @@ setup(
         "dev": ["pytest>=8", "pytest-timeout", "ruff==0.17.*", "mypy==2.4.*"],
         # SMAX (JaxMARL's StarCraft-like env, runs on the CPU without the game)
         "smax": ["jaxmarl==0.2.0"],
+        # JaxMARL's other families (Overcooked, Hanabi, Coin Game, STORM; MABrax with brax): the same package
+        "jaxmarl": ["jaxmarl==0.2.0"],
+        "mabrax": ["jaxmarl==0.2.0", "brax>=0.12"],
         # SMACv2 is not on PyPI; it also needs the StarCraft II binary (docs/starcraft.md)
         "smacv2": ["smacv2 @ git+https://github.com/oxwhirl/smacv2.git"],
         # LLM self-play (text games, MARS, Advantage Alignment): HF models, LoRA, OpenSpiel games

@@ -133,3 +133,22 @@ register_env(
     "agents (Kurach et al. 2020, arXiv 1907.10387); needs marl-rllib[football], which compiles the C++ engine",
     scenarios="marl.envs.football:scenarios",
 )
+for _family, _what in (
+    (
+        "overcooked",
+        "Overcooked (JaxMARL): the five classic layouts, 2 cooks, [H, W, 26] uint8 grids; optional shaped reward",
+    ),
+    ("hanabi", "Hanabi (JaxMARL): 2p-5p (or players=n), legal-move masks"),
+    ("coin_game", "Coin Game (JaxMARL): 2 agents on a 3x3 torus, a sequential social dilemma"),
+    ("storm", "STORM (JaxMARL): matrix games in a grid world (storm, storm_2p, storm_np), image + inventory obs"),
+    (
+        "mabrax",
+        "Multi-agent Brax (JaxMARL): ant_4x2, halfcheetah_6x1, hopper_3x1, humanoid_9|8, walker2d_2x3; needs brax",
+    ),
+):
+    register_env(
+        _family,
+        f"marl.envs.jaxmarl_envs:make_{_family}",
+        f"{_what}; batched with jax.vmap; needs marl-rllib[jaxmarl]",
+        scenarios=f"marl.envs.jaxmarl_envs:{_family}_scenarios",
+    )

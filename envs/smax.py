@@ -6,12 +6,12 @@ scenario=map_name_to_scenario(name))``. The learners control the allies
 JaxMARL's built-in heuristic (attack the closest enemy in range, else walk to
 the enemy half), so the task is ``"cooperative"``.
 
-Batching. The ``B`` copies are one ``jax.vmap`` of JaxMARL's single-env
-``step_env`` inside one ``jax.jit``: a call steps every copy, resets (inside the
-same jitted function, with ``jnp.where``) the copies whose episode ended, and
-returns the ended episodes' last observation / state / legal actions as
-``final_*``. Each field is moved to torch once per step (``jax.device_get`` ->
-numpy -> ``torch.from_numpy``).
+Batching (shared with the other JaxMARL families, :mod:`marl.envs.jax_batch`). The ``B``
+copies are one ``jax.vmap`` of JaxMARL's single-env ``step_env`` inside one ``jax.jit``:
+a call steps every copy, resets (inside the same jitted function, with ``jnp.where``) the
+copies whose episode ended, and returns the ended episodes' last observation / state /
+legal actions as ``final_*``. Each field is moved to torch once per step
+(``jax.device_get`` -> numpy -> ``torch.from_numpy``).
 
 What the tensors hold (``n`` allies, ``m`` enemies, ``u = 6`` unit types):
 
@@ -75,19 +75,14 @@ functions are shared by envs built alike): about 2-4 s for ``reset`` and
 from __future__ import annotations
 
 import functools
-import importlib
-import io
-import os
-import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
-import torch
 
-from marl.env import MarlError, MultiAgentEnv, Observation, Step, unknown_choice
-from marl.env.rules import EnvRuleError
-from marl.envs.common import ally_team_info, check_kwargs, check_num_envs, episode_limit_as, per_copy
+from marl.env import MarlError, unknown_choice
+from marl.envs.common import ally_team_info, check_kwargs, check_num_envs, episode_limit_as
+from marl.envs.jax_batch import JaxBatchEnv, JaxSpec, batched_fns, import_jaxmarl
 
 DEFAULT_NUM_ENVS = 64
 INSTALL_HINT = 'pip install "marl-rllib[smax]"  (i.e. pip install jaxmarl==0.2.0)'
@@ -124,50 +119,11 @@ def scenarios() -> List[str]:
     return list(SCENARIOS)
 
 
-def _limit_xla_threads() -> None:
-    """Keep XLA's CPU backend to one intra-op thread unless the user set ``XLA_FLAGS``.
-
-    Only effective before jax creates its CPU backend (the first jax computation
-    in the process). Batched SMAX steps are many small ops; on a shared
-    2-core machine a single thread is as fast and leaves the other core to torch.
-    """
-    if "XLA_FLAGS" not in os.environ:
-        os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # a GPU jax must not grab all memory
-
-
-def _import_quietly(module: str) -> None:
-    """Import ``module`` with its prints swallowed and ``sys.stdout`` / ``sys.stderr`` preserved.
-
-    jaxmarl 0.2.0 prints a note about optional envs on import, and its mabrax
-    module resets ``sys.stdout`` / ``sys.stderr`` to ``sys.__stdout__`` /
-    ``sys.__stderr__`` (which breaks notebook and pytest output capture).
-    """
-    if module in sys.modules:
-        return
-    saved = sys.stdout, sys.stderr, sys.__stdout__
-    sink = io.StringIO()
-    sys.stdout = sys.__stdout__ = sink  # jaxmarl "restores" stdout to __stdout__: keep it ours
-    try:
-        importlib.import_module(module)
-    finally:
-        sys.stdout, sys.stderr, sys.__stdout__ = saved
-
-
 def _import_jaxmarl():
     """Import jax and jaxmarl's SMAX, or raise a :class:`MarlError` naming the install command."""
-    _limit_xla_threads()
-    try:
-        import jax
+    jax, jaxmarl = import_jaxmarl("smax", INSTALL_HINT)
+    from jaxmarl.environments.smax import map_name_to_scenario
 
-        _import_quietly("jaxmarl")
-        import jaxmarl
-        from jaxmarl.environments.smax import map_name_to_scenario
-    except ImportError as e:
-        raise MarlError(
-            f"The 'smax' env family needs JaxMARL (and jax), which could not be imported ({e}). "
-            f"Install it with: {INSTALL_HINT}"
-        ) from e
     return jax, jaxmarl, map_name_to_scenario
 
 
@@ -213,7 +169,7 @@ def _unit_type_range(features: Sequence[str]) -> Optional[Tuple[int, int]]:
     return bits[0], bits[-1] + 1
 
 
-class SMAXEnv(MultiAgentEnv):
+class SMAXEnv(JaxBatchEnv):
     """A SMAX scenario, ``B = num_envs`` copies stepped as one jitted ``jax.vmap`` call.
 
     ``action_names["ally"]``: ``move_0..move_3``, ``stop``, ``attack_0..``;
@@ -258,11 +214,8 @@ class SMAXEnv(MultiAgentEnv):
             f"SMAX scenario '{scenario}'", env_kwargs, list(_ENV_KWARGS) + ["num_envs", "seed", "raw_world_state"]
         )
         _check_env_kwargs(env_kwargs)
-        self._jax = _import_jaxmarl()[0]
-        self._env, self._reset_fn, self._step_fn = _build(
-            scenario, tuple(sorted(env_kwargs.items())), bool(raw_world_state)
-        )
-        env = self._env
+        jax = _import_jaxmarl()[0]
+        env, spec, fns = _build(scenario, tuple(sorted(env_kwargs.items())), bool(raw_world_state))
         n, m = env.num_allies, env.num_enemies
         agents = list(env.agents)
         n_actions = int(env.action_spaces[agents[0]].n)
@@ -284,99 +237,8 @@ class SMAXEnv(MultiAgentEnv):
             + ["stop"]
             + [f"attack_{k}" for k in range(n_actions - N_MOVE_ACTIONS)]
         }
-        self._default_seed = 0 if seed is None else int(seed)
-        self._keys = None  # [B, 2] uint32, one PRNG stream per copy
-        self._states = None  # batched HeuristicEnemySMAX State pytree
-        self._current = None  # (obs, state, avail, alive) jax arrays after the last step's resets
-
-    # ------------------------------------------------------------------ API
-
-    def reset(self, seed: Optional[int] = None) -> Step:
-        """Reset all copies: copy ``b`` gets ``PRNGKey(seed + b)``.
-
-        ``seed=None``: the constructor ``seed`` on the first reset, afterwards the
-        copies' own key streams continue (fresh, still reproducible episodes).
-        """
-        jnp = self._jax.numpy
-        B = self.num_envs
-        if seed is None and self._keys is not None:
-            keys = self._keys
-        else:
-            base = self._default_seed if seed is None else int(seed)
-            seeds = np.arange(base, base + B, dtype=np.int64) % (2**32)
-            keys = self._jax.vmap(self._jax.random.PRNGKey)(jnp.asarray(seeds.astype(np.uint32)))
-        self._keys, self._states, cur = self._reset_fn(keys)
-        obs, state, avail, alive = _to_torch(self._jax.device_get(cur))
-        no = torch.zeros(B, dtype=torch.bool)
-        zero = torch.zeros(B, self.info.groups["ally"].n_agents)
-        return Step(
-            obs={"ally": obs},
-            state=state,
-            avail_actions={"ally": avail},
-            alive={"ally": alive},
-            reward={"ally": zero},
-            terminated=no,
-            truncated=no.clone(),
-            final_obs={"ally": obs},
-            final_state=state,
-            final_avail_actions={"ally": avail},
-            info={"episode_metrics": {"win_rate": torch.zeros(B)}},
-        )
-
-    def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
-        """Step every copy in one jitted call (see :meth:`MultiAgentEnv.step_env`).
-
-        The same XLA call also resets the copies whose episode ended (keeping
-        one PRNG split per step, as in JaxMARL); :meth:`reset_rows` hands out
-        their first observation.
-
-        Args:
-            actions: ``{"ally": [B, n] int}`` with values in ``[0, 5 + m)`` (checked by :meth:`step`).
-        """
-        if self._states is None:
-            raise MarlError("Call reset() before step().")
-        acts = actions["ally"].cpu().numpy().astype(np.int32)  # jax runs without x64: int32 actions
-        self._keys, self._states, self._current, final, rest = self._step_fn(self._keys, self._states, acts)
-        final, rest = self._jax.device_get((final, rest))
-        obs, state, avail, alive = _to_torch(final)
-        B, n = self.num_envs, self.info.groups["ally"].n_agents
-        reward, terminated, truncated, won = (
-            per_copy(np.array(x), shape, self._fail(key))
-            for x, shape, key in zip(rest, ((B, n), (B,), (B,), (B,)), ("reward", "terminated", "truncated", "won"))
-        )
-        return Step(
-            obs={"ally": obs},
-            state=state,
-            avail_actions={"ally": avail},
-            alive={"ally": alive},
-            reward={"ally": reward},
-            terminated=terminated,
-            truncated=truncated,
-            info={"episode_metrics": {"win_rate": won.float()}},
-        )
-
-    def _fail(self, key: str):
-        """``detail -> EnvRuleError`` for a JaxMARL output the adapter cannot read as one value per copy (and agent)."""
-        rule = "reward_space" if key == "reward" else "flags"
-        return lambda detail: EnvRuleError(rule, f"smax:{self.info.scenario}", detail, key=key)
-
-    def reset_rows(self, rows: torch.Tensor) -> Observation:
-        """The observation after the reset of the copies in ``rows``, which :meth:`step_env` already did."""
-        obs, state, avail, alive = _to_torch(self._jax.device_get(self._current))
-        return Observation({"ally": obs}, state, {"ally": avail}, {"ally": alive})
-
-    def close(self) -> None:
-        self._states = self._keys = self._current = None
-
-    def get_state(self) -> Dict[str, Any]:
-        """The copies' PRNG keys, JaxMARL state pytrees and last observations as numpy (exact resume)."""
-        host = self._jax.device_get((self._keys, self._states, self._current))
-        return {"arrays": self._jax.tree.map(np.array, host)}
-
-    def set_state(self, state: Dict[str, Any]) -> None:
-        """Restore a :meth:`get_state` dict of an env of the same scenario, options and ``num_envs``."""
-        jnp = self._jax.numpy
-        self._keys, self._states, self._current = self._jax.tree.map(jnp.asarray, state["arrays"])
+        self._env = env
+        self._init_batch(jax, spec, fns, seed)
 
 
 def _check_env_kwargs(kw: Dict[str, Any]) -> None:
@@ -389,20 +251,9 @@ def _check_env_kwargs(kw: Dict[str, Any]) -> None:
         raise unknown_choice("SMAX attack_mode", kw["attack_mode"], _ATTACK_MODES)
 
 
-def _to_torch(fields: Tuple[np.ndarray, ...]) -> Tuple[torch.Tensor, ...]:
-    """(obs, state, avail, alive) numpy -> torch float32 / float32 / bool / bool (one copy each)."""
-    obs, state, avail, alive = fields
-    return (
-        torch.from_numpy(np.array(obs, dtype=np.float32)),
-        torch.from_numpy(np.array(state, dtype=np.float32)),
-        torch.from_numpy(np.array(avail, dtype=bool)),
-        torch.from_numpy(np.array(alive, dtype=bool)),
-    )
-
-
 @functools.lru_cache(maxsize=None)
 def _build(scenario: str, env_kwargs: Tuple[Tuple[str, Any], ...], raw_world_state: bool):
-    """``(HeuristicEnemySMAX, batched reset, batched step)`` for one scenario and options.
+    """``(HeuristicEnemySMAX, JaxSpec, (batched reset, batched step))`` for one scenario and options.
 
     Cached: JaxMARL envs are stateless, so every :class:`SMAXEnv` of the same
     scenario and options shares one pair of jitted functions, and XLA compiles
@@ -410,16 +261,14 @@ def _build(scenario: str, env_kwargs: Tuple[Tuple[str, Any], ...], raw_world_sta
     """
     jax, jaxmarl, map_name_to_scenario = _import_jaxmarl()
     env = jaxmarl.make("HeuristicEnemySMAX", scenario=map_name_to_scenario(scenario), **dict(env_kwargs))
-    return (env, *_batched_fns(jax, env, raw_world_state))
+    spec = _spec(jax, env, raw_world_state)
+    return env, spec, batched_fns(jax, spec)
 
 
-def _batched_fns(jax, env, raw_world_state: bool):
-    """Build the jitted batched ``reset(keys)`` and ``step(keys, states, actions)`` of a HeuristicEnemySMAX.
-
-    reset: ``keys [B, 2]`` -> ``(keys, states, (obs, state, avail, alive))``.
-    step:  ``(keys, states, actions [B, n] int32)`` -> ``(keys, states, current, final,
-    (reward [B, n], terminated [B], truncated [B], won [B]))`` where ``current``
-    and ``final`` are ``(obs [B, n, D], state [B, S], avail [B, n, A] bool, alive [B, n] bool)``.
+def _spec(jax, env, raw_world_state: bool) -> JaxSpec:
+    """The :class:`JaxSpec` of a HeuristicEnemySMAX: ``observe`` -> ``(obs [n, D], state [S],
+    avail [n, A] bool, alive [n] bool)``; ``outcome`` -> ``(reward [n], terminated, truncated,
+    {"win_rate"})`` with the episode-end rules of the module docstring.
     """
     jnp = jax.numpy
     smax = env._env  # the underlying two-team SMAX
@@ -443,34 +292,17 @@ def _batched_fns(jax, env, raw_world_state: bool):
         avail = jnp.stack([av[a] for a in agents]).astype(bool)
         return obs, world_state(obs_dict["world_state"]).astype(jnp.float32), avail, st.state.unit_alive[:n]
 
-    def strong(tree):
-        # reset leaves some Python-scalar leaves weakly typed while step outputs are
-        # strongly typed; equal avals keep step from compiling a second time
-        return jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), tree)
-
-    def reset_one(key):
-        key, k_reset = jax.random.split(key)
-        obs_dict, st = env.reset(k_reset)
-        return key, strong(st), observe(obs_dict, st)
-
-    def step_one(key, st, actions):
-        key, k_step, k_reset = jax.random.split(key, 3)
-        obs_dict, st, rew, _, _ = env.step_env(k_step, st, {a: actions[i] for i, a in enumerate(agents)})
+    def outcome(old_st, st, rew, dones, infos):
         alive = st.state.unit_alive
         allies_out, enemies_out = ~alive[:n].any(), ~alive[n:].any()
         terminated = allies_out | enemies_out
         # st.state.step is already incremented here (JaxMARL's own check uses the old value)
         truncated = (st.state.step >= env.max_steps) & ~terminated
-        done = terminated | truncated
-        final = observe(obs_dict, st)
-        fresh_obs, fresh_st = env.reset(k_reset)
-        fresh = observe(fresh_obs, fresh_st)
-        pick = functools.partial(jax.tree.map, lambda new, old: jnp.where(done, new, old))
         reward = jnp.stack([rew[a] for a in agents]).astype(jnp.float32)
         won = enemies_out & ~allies_out
-        return key, strong(pick(fresh_st, st)), pick(fresh, final), final, (reward, terminated, truncated, won)
+        return reward, terminated, truncated, {"win_rate": won.astype(jnp.float32)}
 
-    return jax.jit(jax.vmap(reset_one)), jax.jit(jax.vmap(step_one))
+    return JaxSpec(env, agents, observe, outcome, ("win_rate",))
 
 
 @episode_limit_as("max_steps")  # make_env(..., episode_limit=T) sets max_steps
