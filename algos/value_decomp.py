@@ -277,15 +277,7 @@ class ValueDecomp(OffPolicyTrainer):
     @classmethod
     def family_context(cls, cfg, env, mapping) -> ValueDecompLayout:
         """The :class:`ValueDecompLayout` of ``env`` under ``mapping``."""
-        shapes = {
-            mid: {
-                "n": mapping.n_agents(mid),
-                "obs_dim": mapping.obs_dim(mid),
-                "obs": mapping.obs_columns(mid),
-                "n_actions": mapping.group_info(mid).n_actions,
-            }
-            for mid in mapping.modules
-        }
+        shapes = mapping.buffer_shapes()
         return ValueDecompLayout(
             teams=cls.team_layout(mapping),
             modules=list(mapping.modules),

@@ -48,15 +48,7 @@ def _mapping(side: int, agents: int, steps: int, flatten: bool) -> PolicyMapping
 def replay_episode_bytes(mapping: PolicyMapping, steps: int) -> int:
     """Bytes of one episode slot of a :class:`JointEpisodeBuffer` for ``mapping``'s modules (measured: the
     arrays of a real buffer of 3 slots, divided by 3)."""
-    shapes = {
-        mid: {
-            "n": mapping.n_agents(mid),
-            "obs_dim": mapping.obs_dim(mid),
-            "obs": mapping.obs_columns(mid),
-            "n_actions": mapping.group_info(mid).n_actions,
-        }
-        for mid in mapping.modules
-    }
+    shapes = mapping.buffer_shapes()
     buf = JointEpisodeBuffer(3, steps, 1, shapes, mapping.info.state_dim)
     total = sum(v.nbytes for v in buf.data.values()) + buf.lengths.nbytes + buf.committed.nbytes
     return total // 3

@@ -231,6 +231,20 @@ class PolicyMapping:
             for k, b in space.spaces.items()
         }
 
+    def buffer_shapes(self) -> Dict[str, Dict[str, Any]]:
+        """Per module, what a replay buffer allocates: ``{"n": agents, "obs_dim": D, "obs": obs_columns,
+        "n_actions": A}`` (``A``: the action dimension of a continuous group); the ``shapes`` of
+        :class:`marl.engine.replay.JointEpisodeBuffer`."""
+        return {
+            mid: {
+                "n": self.n_agents(mid),
+                "obs_dim": self.obs_dim(mid),
+                "obs": self.obs_columns(mid),
+                "n_actions": self.group_info(mid).n_actions,
+            }
+            for mid in self.modules
+        }
+
     def module_obs(self, mid: str, per_group: Dict[str, Any]) -> Any:
         """Module ``mid``'s observation from the group observations of a :class:`~marl.env.Step`:
         ``[B, N_m, D (+ N_m)]`` (flat: :meth:`gather` then :meth:`add_agent_id`), or a dict
