@@ -17,7 +17,7 @@ Families and scenarios (``make_env(family, scenario, num_envs=B, seed=0, **optio
   (3 for an onion placed in a pot, 3 for a plate picked up, 5 for a soup picked up; per cook) times
   a weight; ``shaping_horizon=H`` anneals that weight linearly from 1 to 0 over ``H`` env steps
   counted by the env (``B`` per batched step), JaxMARL's IPPO convention (``REW_SHAPING_HORIZON``,
-  2.5e6 in ``baselines/IPPO/config/ippo_ff_overcooked.yaml``); without it the weight stays 1.
+  2.5e6 in its feed-forward Overcooked IPPO config; Rutherford et al. 2023, arXiv:2311.10090); without it the weight stays 1.
   ``step.info["episode_metrics"]["soups"]`` counts the soups of an episode.
 * ``"hanabi"``: scenarios ``2p`` .. ``5p`` (or ``players=2..5``). One cooperative group of ``n``
   players; ``obs`` ``[B, n, D]`` float32 (JaxMARL's 0/1 encoding, ``D = 658`` for 2 players);

@@ -454,7 +454,13 @@ def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, **kwa
             f"make_env('meltingpot', substrate) needs a substrate. Valid choices: {', '.join(scenarios())}."
         )
     check_kwargs("Melting Pot substrates", kwargs, ("roles", "rgb_scale", "state", "max_steps", "seed"))
-    if scenario not in meltingpot_module("substrate").SUBSTRATES:
+    try:
+        substrates = meltingpot_module("substrate").SUBSTRATES
+    except MarlError as missing:  # not installed: still name the closest of the substrates known without it
+        if scenario in SOCIAL_DILEMMAS:
+            raise
+        raise MarlError(f"{unknown_choice('Melting Pot substrate', scenario, scenarios())} Also: {missing}") from None
+    if scenario not in substrates:
         error = _scenario_error(scenario)
         if error is not None:
             raise error

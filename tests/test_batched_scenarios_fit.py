@@ -58,8 +58,8 @@ def quick_xla_compile(monkeypatch):
         def jit(self, fn):
             return jax.jit(fn, compiler_options={"xla_backend_optimization_level": 0})
 
-    batched = smax._batched_fns
-    monkeypatch.setattr(smax, "_batched_fns", lambda _jax, env, raw: batched(QuickJit(), env, raw))
+    batched = smax.batched_fns  # envs/jax_batch.py's, as marl.envs.smax imported it
+    monkeypatch.setattr(smax, "batched_fns", lambda _jax, spec: batched(QuickJit(), spec))
     smax._build.cache_clear()
     yield
     smax._build.cache_clear()
