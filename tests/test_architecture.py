@@ -158,7 +158,9 @@ def test_env_families_share_only_through_the_common_module():
         for t in GRAPH[m]:
             if t.startswith("marl.envs.") and not t.startswith(ENV_SHARED) and _env_family(t) != _env_family(m):
                 bad.append((m, t))
-    assert bad == [], "env families importing each other (share helpers through marl.envs.common, marl.envs.grid or marl.envs.jax_batch)"
+    assert bad == [], (
+        "env families importing each other (share helpers through marl.envs.common, marl.envs.grid or marl.envs.jax_batch)"
+    )
 
 
 def _functions(tree: ast.AST) -> Iterator[Tuple[str, int, int]]:
