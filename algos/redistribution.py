@@ -204,8 +204,16 @@ class Legem(BatchTransform):
 
     @classmethod
     def check(cls, cfg, info, hooks) -> None:
-        """Raises MarlError: an env with several teams."""
+        """Raises MarlError: an env with several teams, or image / dict observations (the memory keys
+        project one flat observation vector)."""
         check_one_team("legem", info)
+        structured = [g.name for g in info.groups.values() if g.structured]
+        if structured:
+            raise MarlError(
+                f"reward_redistribution='legem' keys its memory on flat observation vectors; groups {structured} "
+                f"of {info.family}:{info.scenario} observe images or dicts. Flatten them: "
+                f"make_env('{info.family}', '{info.scenario}', flatten_obs=True)."
+            )
 
     def setup(self, trainer) -> None:
         c, s, run = trainer.cfg, self.config, trainer.run

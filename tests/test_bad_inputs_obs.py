@@ -149,7 +149,19 @@ CASES = [
         MarlError,
         "'vector': [B, 2, 4]",
     ),
+    (
+        "legem on image observations",
+        lambda: _legem_check(_cue().info),
+        MarlError,
+        "flatten_obs=True",
+    ),
 ]
+
+
+def _legem_check(info):
+    from marl.algos.redistribution import Legem
+
+    Legem.check(None, info, ())
 
 
 def _raise(problem):
