@@ -290,7 +290,7 @@ def test_the_env_layer_imports_nothing_above_it():
 
 
 def test_adapters_share_helpers_only_through_the_common_modules():
-    shared = ("marl.envs.common", "marl.envs.grid")
+    shared = ("marl.envs.common", "marl.envs.grid", "marl.envs.jax_batch")  # jax_batch: the JAX families' batched path
     for path in sorted((ROOT / "envs").glob("*.py")):
         if path.name == "__init__.py":
             continue
