@@ -68,6 +68,16 @@ def fit_layers(size: Tuple[int, int], kernels: Sequence[int], strides: Sequence[
     return out
 
 
+def relu_layers(d: int, widths: Sequence[int]) -> Tuple[List[nn.Module], int]:
+    """``Linear(d, w_1), ReLU, Linear(w_1, w_2), ReLU, ...`` for ``widths``; returns the modules and the last width
+    (``d`` when ``widths`` is empty)."""
+    mods: List[nn.Module] = []
+    for width in widths:
+        mods += [nn.Linear(d, int(width)), nn.ReLU()]
+        d = int(width)
+    return mods, d
+
+
 class ImageCNN(nn.Module):
     """``[M, H, W, C]`` (channels last, float) -> ``[M, fc[-1]]``: conv layers (ReLU), flatten, fc layers (ReLU).
 
@@ -93,12 +103,8 @@ class ImageCNN(nn.Module):
         self.conv = nn.Sequential(*mods, nn.Flatten())
         with torch.no_grad():
             d = int(self.conv(torch.zeros(1, int(shape[2]), H, W)).shape[-1])
-        head: List[nn.Module] = []
-        for width in fc:
-            head += [nn.Linear(d, int(width)), nn.ReLU()]
-            d = int(width)
+        head, self.out_dim = relu_layers(d, fc)
         self.fc = nn.Sequential(*head)
-        self.out_dim = d
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.conv(x.permute(0, 3, 1, 2)))
@@ -117,13 +123,8 @@ class VectorMLP(nn.Module):
 
     def __init__(self, shape: Sequence[int], hidden: Sequence[int] = ()):
         super().__init__()
-        d = int(np.prod(shape))
-        mods: List[nn.Module] = [nn.Flatten()]
-        for width in hidden:
-            mods += [nn.Linear(d, int(width)), nn.ReLU()]
-            d = int(width)
-        self.net = nn.Sequential(*mods)
-        self.out_dim = d
+        layers, self.out_dim = relu_layers(int(np.prod(shape)), hidden)
+        self.net = nn.Sequential(nn.Flatten(), *layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
