@@ -93,7 +93,8 @@ def agent_obs_space(space: gym.spaces.Space) -> gym.spaces.Space:
         return flat_box(space)
     if isinstance(space, gym.spaces.Box):
         return _tensor_box(space)
-    return gym.spaces.Dict([(k, _tensor_box(b)) for k, b in space.spaces.items()])  # a list keeps the key order
+    leaves = obs_leaves(space)  # keeps_structure: a Dict of Boxes
+    return gym.spaces.Dict([(k, _tensor_box(b)) for k, b in leaves.items()])  # a list keeps the key order
 
 
 def to_gymnasium(space: Any) -> gym.spaces.Space:
@@ -307,14 +308,19 @@ class ObsRows:
     def write(self, b: int, agent: str, value: AgentObs) -> None:
         """Store ``agent``'s observation in copy ``b``: a flat ``[obs_dim]`` float32 array, key -> array
         (a structured agent, :meth:`RawChecks.read_structured`), or ``None`` (zeros: an agent not alive)."""
-        sl = self.layout.slices[self.layout.index[agent]]
-        if agent in self.slot:
+        flat: Optional[np.ndarray] = None
+        if isinstance(value, dict):
             name, j = self.slot[agent]
             for k, arr in self.leaves[name].items():
-                arr[b, j] = 0 if value is None else value[k]  # type: ignore[index]
-            if value is not None:
-                value = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in value.values()])  # type: ignore[union-attr]
-        self.state[b, sl] = 0.0 if value is None else value
+                arr[b, j] = value[k]
+            flat = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in value.values()])
+        else:
+            if agent in self.slot:  # a structured agent that is not alive
+                name, j = self.slot[agent]
+                for arr in self.leaves[name].values():
+                    arr[b, j] = 0
+            flat = value
+        self.state[b, self.layout.slices[self.layout.index[agent]]] = 0.0 if flat is None else flat
 
     def row(self, b: int) -> "ObsRows":
         """A copy of copy ``b``'s buffers, as a one-copy :class:`ObsRows` (written with ``b = 0``)."""
@@ -547,7 +553,7 @@ class RawChecks:
         """
         if is_structured(space):
             return self.read_structured(raw, space, obs, agent, copy)
-        return self.read_obs(raw, obs, int(space.shape[0]), agent, copy)
+        return self.read_obs(raw, obs, int(np.prod(space.shape or ())), agent, copy)
 
     def read_structured(
         self, raw: gym.spaces.Space, space: gym.spaces.Space, obs: Any, agent: str, copy: int
