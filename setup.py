@@ -62,6 +62,9 @@ setup(
         "llm": ["transformers>=4.45", "peft>=0.13", "open_spiel>=1.5"],
         # Gymnasium multi-agent envs of EPyMARL's benchmarks (make_env("gymnasium", ...)): LBF and RWARE
         "gym-envs": ["lbforaging>=2.0", "rware>=2.0"],
+        # MAgent2's PettingZoo envs (image views [view, view, 5] per agent; make_env(adversarial_pursuit_v4.parallel_env));
+        # tested with magent2 0.3.4 under the pinned pettingzoo 1.27.0
+        "magent2": ["magent2>=0.3"],
         # Multi-Agent MuJoCo (make_env("mamujoco", "HalfCheetah", agent_conf="2x3")); tested with
         # gymnasium-robotics 1.4.2 and mujoco 4.0.0 under the pinned gymnasium 1.2.2
         "mamujoco": ["gymnasium-robotics>=1.4", "mujoco>=3.1"],

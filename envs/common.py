@@ -1,8 +1,9 @@
 """Helpers shared by the env adapters in ``marl.envs`` (siblings share through this module only).
 
 Groups and teams from agent ids (:func:`build_groups`, :func:`default_teams`),
-flat observation spaces (:func:`flat_box`, :func:`to_gymnasium`), the layout
-of per-agent observations in a flat state buffer (:class:`AgentLayout`),
+observation spaces (:func:`agent_obs_space`: structured or :func:`flat_box`; :func:`to_gymnasium`), the layout
+of per-agent observations in a flat state buffer (:class:`AgentLayout`) and the buffers of the
+adapters that step copies in Python (:class:`ObsRows`),
 keyword checks (:func:`check_kwargs`, :func:`check_num_envs`), the
 :class:`~marl.env.EnvInfo` of StarCraft-style tasks (:func:`ally_team_info`)
 the mpe2 scenario scan (:func:`mpe2_modules`), env constructors named by a
@@ -13,18 +14,32 @@ core are imported here (mpe2 inside :func:`mpe2_modules`).
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import inspect
 import pkgutil
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from marl.env import KINDS, EnvInfo, GroupInfo, MarlError, check_entity_layout, closest, spaces_equal, unknown_choice
+from marl.env import (
+    KINDS,
+    OBS_KEY,
+    EnvInfo,
+    GroupInfo,
+    MarlError,
+    check_entity_layout,
+    closest,
+    is_structured,
+    obs_dtypes,
+    obs_leaves,
+    spaces_equal,
+    unknown_choice,
+)
 from marl.env.rules import EnvRuleError, note_cast
 
 
@@ -41,6 +56,45 @@ def flat_box(space: gym.spaces.Space) -> gym.spaces.Box:
         high=flat.high.astype(np.float32).reshape(-1),
         dtype=np.float32,
     )
+
+
+def keeps_structure(space: gym.spaces.Space) -> bool:
+    """An agent observation space the Python-loop adapters (PettingZoo, Gymnasium) pass through structured:
+    a ``Box`` of rank >= 2 (an image ``[H, W, C]``, a board ``[8, 8, 111]``; any real dtype), or a non-empty
+    ``Dict`` whose values are all Boxes of rank >= 1. Everything else (1-D and scalar Boxes, ``Discrete``,
+    ``MultiDiscrete``, ``Tuple``, a ``Dict`` holding any of those or a nested ``Dict``) is flattened
+    (:func:`flat_box`)."""
+    if isinstance(space, gym.spaces.Box):
+        return len(space.shape) >= 2
+    return (
+        isinstance(space, gym.spaces.Dict)
+        and bool(space.spaces)
+        and all(isinstance(b, gym.spaces.Box) and len(b.shape) >= 1 for b in space.spaces.values())
+    )
+
+
+def _tensor_box(box: gym.spaces.Box) -> gym.spaces.Box:
+    """``box`` as its observation tensors are typed (:func:`~marl.env.obs_dtype`): uint8 stays uint8, every
+    other dtype (float64, int8 boards, bool planes) becomes float32 with float32 bounds."""
+    if box.dtype == np.uint8:
+        return box
+    return gym.spaces.Box(np.asarray(box.low, np.float32), np.asarray(box.high, np.float32), dtype=np.float32)
+
+
+def agent_obs_space(space: gym.spaces.Space) -> gym.spaces.Space:
+    """The observation space a Python-loop adapter declares for an agent whose env space is ``space``.
+
+    Returns:
+        ``space`` structured (:func:`keeps_structure`: a ``Box`` of rank >= 2, or a ``Dict`` of Boxes, in
+        the env's key order), each Box uint8 or float32 (:func:`_tensor_box`); else :func:`flat_box`
+        ``(space)``, the 1-D float32 Box of :func:`gymnasium.spaces.flatten`.
+    """
+    if not keeps_structure(space):
+        return flat_box(space)
+    if isinstance(space, gym.spaces.Box):
+        return _tensor_box(space)
+    leaves = obs_leaves(space)  # keeps_structure: a Dict of Boxes
+    return gym.spaces.Dict([(k, _tensor_box(b)) for k, b in leaves.items()])  # a list keeps the key order
 
 
 def to_gymnasium(space: Any) -> gym.spaces.Space:
@@ -71,7 +125,8 @@ def build_groups(
 
     Args:
         agents: agent ids in their fixed order.
-        obs_spaces / act_spaces: agent -> 1-D observation space / action space.
+        obs_spaces / act_spaces: agent -> observation space (1-D, or structured: :func:`agent_obs_space`) /
+            action space. Agents of one group have equal spaces and equal observation tensor dtypes.
         team_of: agent -> team name.
     Returns:
         group name -> :class:`GroupInfo`; insertion order follows the first agent of each group.
@@ -85,6 +140,7 @@ def build_groups(
                 bp == p
                 and bt == t
                 and spaces_equal(obs_spaces[ref], obs_spaces[a])
+                and obs_dtypes(obs_spaces[ref]) == obs_dtypes(obs_spaces[a])
                 and spaces_equal(act_spaces[ref], act_spaces[a])
             ):
                 members.append(a)
@@ -159,8 +215,9 @@ def default_teams(
 class AgentLayout:
     """Where each agent lives in the flat ``[B, state_dim]`` buffer and in the group tensors.
 
-    The global state is the concatenation of per-agent observations in agent
-    order; group observations are gathered from it with one fancy index per group.
+    The global state is the concatenation of per-agent observations (structured ones flattened: each
+    key row-major, in key order) in agent order; the observations of flat groups are gathered from it
+    with one fancy index per group (structured groups keep their own buffers: :class:`ObsRows`).
     """
 
     def __init__(self, agents: Sequence[str], groups: Mapping[str, GroupInfo]):
@@ -181,11 +238,13 @@ class AgentLayout:
         self.pos = {name: np.array([self.index[a] for a in g.agents], dtype=np.int64) for name, g in groups.items()}
 
     def obs(self, state: np.ndarray) -> Dict[str, torch.Tensor]:
-        """``[B, state_dim]`` float32 -> group -> fresh ``[B, N_g, obs_dim_g]`` tensors."""
+        """``[B, state_dim]`` float32 -> flat group -> fresh ``[B, N_g, obs_dim_g]`` tensors (structured
+        groups are left out)."""
         B = state.shape[0]
         return {
             name: torch.from_numpy(state[:, self.cols[name]].reshape(B, g.n_agents, g.obs_dim))
             for name, g in self.groups.items()
+            if not g.structured
         }
 
     def observe(self, state: np.ndarray) -> Tuple[Dict[str, torch.Tensor], torch.Tensor]:
@@ -213,6 +272,82 @@ class AgentLayout:
             for j, agent in enumerate(g.agents):
                 out[self.index[agent]] = a[:, j]
         return out  # type: ignore[return-value]
+
+
+AgentObs = Union[np.ndarray, Dict[str, np.ndarray], None]  # flat float32, key -> array (structured), None: zeros
+
+
+class ObsRows:
+    """The observation buffers of the adapters that step env copies in Python (PettingZoo, Gymnasium).
+
+    ``state`` ``[B, state_dim]`` float32: every agent's observation flattened at its :class:`AgentLayout`
+    slice (a structured one row-major, key by key in key order, uint8 values at their 0..255 scale:
+    the values :func:`gymnasium.spaces.flatten` gives); it is the global state and holds the observations
+    of flat groups. ``leaves[g][k]`` ``[B, N_g, *shape_k]`` in the key's tensor dtype
+    (:func:`~marl.env.obs_dtypes`: uint8 or float32): the observations of each structured group ``g``
+    (key :data:`~marl.env.OBS_KEY` for a ``Box`` space). :meth:`row` / :meth:`set_row` keep an episode's
+    last observation while the copy's buffers already hold the next.
+    """
+
+    def __init__(self, layout: AgentLayout, num_envs: int):
+        self.layout = layout
+        self.state = np.zeros((num_envs, layout.state_dim), np.float32)
+        self.leaves: Dict[str, Dict[str, np.ndarray]] = {}
+        self.slot: Dict[str, Tuple[str, int]] = {}  # structured agent -> (group, index in the group)
+        for name, g in layout.groups.items():
+            if g.structured:
+                dtypes = obs_dtypes(g.obs_space)
+                self.leaves[name] = {
+                    k: np.zeros(
+                        (num_envs, g.n_agents, *box.shape), np.uint8 if dtypes[k] == torch.uint8 else np.float32
+                    )
+                    for k, box in obs_leaves(g.obs_space).items()
+                }
+                self.slot.update({a: (name, j) for j, a in enumerate(g.agents)})
+
+    def write(self, b: int, agent: str, value: AgentObs) -> None:
+        """Store ``agent``'s observation in copy ``b``: a flat ``[obs_dim]`` float32 array, key -> array
+        (a structured agent, :meth:`RawChecks.read_structured`), or ``None`` (zeros: an agent not alive)."""
+        flat: Optional[np.ndarray] = None
+        if isinstance(value, dict):
+            name, j = self.slot[agent]
+            for k, arr in self.leaves[name].items():
+                arr[b, j] = value[k]
+            flat = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in value.values()])
+        else:
+            if agent in self.slot:  # a structured agent that is not alive
+                name, j = self.slot[agent]
+                for arr in self.leaves[name].values():
+                    arr[b, j] = 0
+            flat = value
+        self.state[b, self.layout.slices[self.layout.index[agent]]] = 0.0 if flat is None else flat
+
+    def row(self, b: int) -> "ObsRows":
+        """A copy of copy ``b``'s buffers, as a one-copy :class:`ObsRows` (written with ``b = 0``)."""
+        out = copy.copy(self)
+        out.state = self.state[b : b + 1].copy()
+        out.leaves = {name: {k: a[b : b + 1].copy() for k, a in keys.items()} for name, keys in self.leaves.items()}
+        return out
+
+    def set_row(self, b: int, row: "ObsRows") -> None:
+        """Copy ``b``'s buffers := a :meth:`row`."""
+        self.state[b] = row.state[0]
+        for name, keys in self.leaves.items():
+            for k, a in keys.items():
+                a[b] = row.leaves[name][k][0]
+
+    def observe(self) -> Tuple[Dict[str, Any], torch.Tensor]:
+        """``(obs, state)``: fresh group observation tensors (``[B, N_g, obs_dim_g]`` float32 of a flat group;
+        ``[B, N_g, *shape]`` or key -> such of a structured one, in the group order) and a copy of the state."""
+        flat, state = self.layout.observe(self.state)
+        obs: Dict[str, Any] = {}
+        for name, g in self.layout.groups.items():
+            if name not in self.leaves:
+                obs[name] = flat[name]
+                continue
+            keys = {k: torch.from_numpy(a.copy()) for k, a in self.leaves[name].items()}
+            obs[name] = keys if isinstance(g.obs_space, gym.spaces.Dict) else keys[OBS_KEY]
+        return obs, state
 
 
 def check_kwargs(what: str, given: Mapping[str, Any], valid: Sequence[str]) -> None:
@@ -386,10 +521,7 @@ class RawChecks:
                 arr = np.asarray(obs)
                 if arr.dtype.kind not in "fiub":
                     raise self.raw_error("obs_dtype", f"dtype {arr.dtype} is not a real number", agent, "obs", copy)
-                with np.errstate(over="ignore"):  # an overflow is reported below, as an EnvRuleError
-                    out = arr.astype(np.float32, copy=False).reshape(-1)
-                if arr.dtype != np.float32:
-                    self._note_cast(arr, out, agent, copy, space)
+                out = self._float32(arr, space, agent, copy).reshape(-1)
             else:
                 out = np.asarray(gym.spaces.flatten(space, obs), np.float32)
         except EnvRuleError:
@@ -410,6 +542,77 @@ class RawChecks:
                 "obs",
                 copy,
             )
+        return out
+
+    def read_agent(self, raw: gym.spaces.Space, space: gym.spaces.Space, obs: Any, agent: str, copy: int) -> AgentObs:
+        """One agent's observation as :class:`ObsRows` stores it: key -> array for a structured ``space``
+        (:meth:`read_structured`), else a flat float32 array (:meth:`read_obs`).
+
+        Args:
+            raw: the env's own observation space of the agent; space: :func:`agent_obs_space` ``(raw)``.
+        """
+        if is_structured(space):
+            return self.read_structured(raw, space, obs, agent, copy)
+        return self.read_obs(raw, obs, int(np.prod(space.shape or ())), agent, copy)
+
+    def read_structured(
+        self, raw: gym.spaces.Space, space: gym.spaces.Space, obs: Any, agent: str, copy: int
+    ) -> Dict[str, np.ndarray]:
+        """One agent's structured observation, key by key (:func:`~marl.env.obs_leaves` of ``space``: a Box
+        is the key :data:`~marl.env.OBS_KEY`), each array of the key's shape in its tensor dtype: uint8 keys
+        take uint8 (or integer / bool values within 0..255), other keys any real dtype, cast to float32
+        (noted once per env, as :meth:`read_obs` does). Keys the env returns beyond the space are ignored.
+
+        Raises:
+            EnvRuleError: rule ``obs_space`` (no dict, or a missing key, for a ``Dict`` space; a shape other
+                than the key's), ``obs_dtype`` (no real number; a float or out-of-range value for a uint8 key;
+                finite values beyond float32's range).
+        """
+        leaves, raws, dtypes = obs_leaves(space), obs_leaves(raw), obs_dtypes(space)
+        if isinstance(space, gym.spaces.Dict):
+            missing = [k for k in leaves if not isinstance(obs, Mapping) or k not in obs]
+            if missing:
+                got = f"the keys {list(obs)}" if isinstance(obs, Mapping) else _show(obs)
+                raise self.raw_error(
+                    "obs_space", f"got {got}; the declared Dict space {space} needs {missing}", agent, "obs", copy
+                )
+            items = {k: obs[k] for k in leaves}
+        else:
+            items = {OBS_KEY: obs}
+        out = {}
+        for k, box in leaves.items():
+            key = f"obs['{k}']" if isinstance(space, gym.spaces.Dict) else "obs"
+            arr = np.asarray(items[k])
+            if arr.dtype.kind not in "fiub":
+                raise self.raw_error("obs_dtype", f"dtype {arr.dtype} is not a real number", agent, key, copy)
+            if arr.shape != box.shape:
+                raise self.raw_error(
+                    "obs_space", f"shape {arr.shape}; the declared space {raws[k]} has {box.shape}", agent, key, copy
+                )
+            out[k] = (
+                self._uint8(arr, agent, key, copy)
+                if dtypes[k] == torch.uint8
+                else self._float32(arr, raws[k], agent, copy)
+            )
+        return out
+
+    def _uint8(self, arr: np.ndarray, agent: str, key: str, copy: int) -> np.ndarray:
+        """``arr`` for a uint8 key: uint8 as it is, integers / bools within 0..255 cast (nothing is rounded or clipped)."""
+        if arr.dtype == np.uint8:
+            return arr
+        if arr.dtype.kind == "f" or (arr.size and (arr.min() < 0 or arr.max() > 255)):
+            what = f"dtype {arr.dtype}" if arr.dtype.kind == "f" else f"values in [{arr.min()}, {arr.max()}]"
+            raise self.raw_error(
+                "obs_dtype", f"{what} for a uint8 Box (expected uint8 values 0..255)", agent, key, copy
+            )
+        return arr.astype(np.uint8)
+
+    def _float32(self, arr: np.ndarray, raw: gym.spaces.Box, agent: str, copy: int) -> np.ndarray:
+        """``arr`` cast to float32 (a cast checked and noted: :meth:`_note_cast`)."""
+        with np.errstate(over="ignore"):  # an overflow is reported by _note_cast, as an EnvRuleError
+            out = arr.astype(np.float32, copy=False)
+        if arr.dtype != np.float32:
+            self._note_cast(arr, out, agent, copy, raw)
         return out
 
     def _note_cast(self, arr: np.ndarray, out: np.ndarray, agent: str, copy: int, space: gym.spaces.Box) -> None:

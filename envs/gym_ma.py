@@ -12,8 +12,13 @@ lists. Rules:
 
 * **Agents** ``agent_0 .. agent_{n-1}`` in tuple order; agents with identical
   spaces form one group (``envs/common.py``: ``build_groups``), others their own.
-* **Observations** are flattened per agent (``gymnasium.spaces.flatten``: Box ->
-  1-D, Discrete -> one-hot); the state is their concatenation in agent order.
+* **Observations**: an agent's ``Box`` of rank >= 2 (an image ``[H, W, C]``) or ``Dict``
+  of Boxes stays structured (``envs/common.py``: ``agent_obs_space``): ``obs[g]``
+  ``[B, N_g, *shape]``, or key -> such, uint8 kept uint8 and other dtypes float32
+  (docs/observations.md). Every other space is flattened per agent
+  (``gymnasium.spaces.flatten``: a 1-D Box as it is, Discrete -> one-hot, Tuple /
+  MultiDiscrete -> one vector). The state is all agents' observations, each flattened
+  (images included), concatenated in agent order.
 * **Rewards**: each agent its own (``common_reward=False``, default), or the sum
   (``reward_scalarisation="sum"``) / mean of all agents' rewards for every agent
   (``common_reward=True``: EPyMARL's ``common_reward``).
@@ -50,11 +55,12 @@ from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, unkno
 from marl.errors import closest, renamed_keyword
 from marl.envs.common import (
     AgentLayout,
+    ObsRows,
     RawChecks,
+    agent_obs_space,
     build_groups,
     check_episode_limit,
     check_num_envs,
-    flat_box,
     own_step_limit,
 )
 
@@ -78,7 +84,8 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
             deprecated old name ``time_limit``.
         seed: seed of ``reset()`` without one.
 
-    Shapes: ``obs[g]`` ``[B, N_g, obs_dim_g]`` float32, ``state`` ``[B, sum of obs dims]``,
+    Shapes: ``obs[g]`` ``[B, N_g, obs_dim_g]`` float32 (structured: ``[B, N_g, *shape]`` or key -> such, see
+    the module docstring), ``state`` ``[B, sum of obs dims]`` float32,
     ``reward[g]`` ``[B, N_g]`` float32, ``avail_actions[g]`` ``[B, N_g, n_g]`` bool (discrete groups).
 
     Raises:
@@ -102,9 +109,10 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
         self.episode_limit, self.episode_limit_source = _episode_limit(self._envs[0], episode_limit, name)
         obs_spaces, act_spaces = _agent_spaces(self._envs[0], name)
         agents = [f"agent_{i}" for i in range(len(obs_spaces))]
+        self._declared = [agent_obs_space(s) for s in obs_spaces]
         groups = build_groups(
             agents,
-            {a: flat_box(s) for a, s in zip(agents, obs_spaces)},
+            dict(zip(agents, self._declared)),
             dict(zip(agents, act_spaces)),
             {a: "team" for a in agents},
         )
@@ -124,7 +132,7 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
         self.common_reward, self.scalarisation = bool(common_reward), reward_scalarisation
         self._default_seed = seed
         B, N = len(self._envs), len(agents)
-        self._state = np.zeros((B, self.layout.state_dim), np.float32)
+        self._rows = ObsRows(self.layout, B)
         self._masks = [np.ones((B, g.n_actions), bool) if g.discrete else None for g in _per_agent(groups, agents)]
         self._steps = np.zeros(B, np.int64)
         self._n = N
@@ -168,7 +176,7 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
         """Reset the copies in ``rows`` unseeded (each continues its RNG stream)."""
         for b in rows.nonzero().flatten().tolist():
             self._reset_copy(b, None)
-        obs, state = self.layout.observe(self._state)
+        obs, state = self._rows.observe()
         return Observation(obs, state, self._avail(), self._alive())
 
     def close(self) -> None:
@@ -182,15 +190,14 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
         self._write(b, self._envs[b], obs, info)
 
     def _write(self, b: int, env: Any, obs: Sequence[Any], info: Any) -> None:
-        """Flatten the copy's observations into the state buffer and read its action masks."""
+        """Store the copy's observations (:class:`~marl.envs.common.ObsRows`) and read its action masks."""
         if not isinstance(obs, (tuple, list)) or len(obs) != self._n:
             got = f"{len(obs)} observations" if isinstance(obs, (tuple, list)) else type(obs).__name__
             raise self.raw_error(
                 "obs_space", f"expected a tuple of {self._n} observations (one per agent), got {got}", key="obs", copy=b
             )
-        for i, (space, o) in enumerate(zip(self._spaces, obs)):
-            sl = self.layout.slices[i]
-            self._state[b, sl] = self.read_obs(space, o, sl.stop - sl.start, self.info.agents[i], b)
+        for agent, raw, space, o in zip(self.info.agents, self._spaces, self._declared, obs):
+            self._rows.write(b, agent, self.read_agent(raw, space, o, agent, b))
         masks = _masks(env, info, self._n)
         for i, m in enumerate(self._masks):
             if m is not None:
@@ -227,7 +234,7 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
         return {n: torch.ones(self.num_envs, g.n_agents, dtype=torch.bool) for n, g in self.info.groups.items()}
 
     def _make_step(self, rewards: np.ndarray, terminated: torch.Tensor, truncated: torch.Tensor) -> Step:
-        obs, state = self.layout.observe(self._state)
+        obs, state = self._rows.observe()
         return Step(
             obs=obs,
             state=state,

@@ -19,6 +19,7 @@ from marl.env import MarlError, list_envs, make_env
 from marl.envs.common import build_groups, mpe2_modules
 from marl.envs.mpe import MPEEnv
 from marl.envs.pettingzoo import PettingZooEnv
+from marl.envs.wrappers.flatten_obs import flatten
 
 MPE_SCENARIOS = [
     "simple",
@@ -44,7 +45,8 @@ def check_step(env, s):
     marl.env.check_step(env, s)
     info = env.info
     assert s.final_obs is not None and s.final_state is not None  # given on every step, ended or not
-    pieces = {a: s.obs[name][:, j] for name, g in info.groups.items() for j, a in enumerate(g.agents)}
+    # structured observations (an image Box, a Dict) enter the state flattened
+    pieces = {a: flatten(s.obs[name])[:, j] for name, g in info.groups.items() for j, a in enumerate(g.agents)}
     assert info.state_dim == sum(g.obs_dim * g.n_agents for g in info.groups.values())
     # the global state is all observations concatenated in agent order
     assert torch.equal(s.state, torch.cat([pieces[a] for a in info.agents], dim=1))

@@ -11,10 +11,15 @@ the other in Python and their outputs stacked into the tensors described in
   into several groups: a one-agent group is named after its agent, otherwise
   ``f"{prefix}_g{k}"`` (``k``: index among that prefix's groups).
 * **Observations**: a ``Dict`` space with an ``"observation"`` key uses that
-  part (and ``"action_mask"`` as the legal actions); every other space is
-  flattened with :func:`gymnasium.spaces.flatten` (Box -> 1-D, Discrete ->
-  one-hot). The global state is the concatenation of all agents' observations
-  in agent order (``env.state()`` is never called: it is slow).
+  part (and ``"action_mask"`` as the legal actions). A ``Box`` of rank >= 2 (an
+  image ``[H, W, C]``, a board) or a ``Dict`` of Boxes stays structured
+  (``envs/common.py``: ``agent_obs_space``): ``obs[g]`` ``[B, N_g, *shape]``, or
+  key -> such, uint8 kept uint8 and other dtypes float32 (docs/observations.md).
+  Every other space is flattened with :func:`gymnasium.spaces.flatten` (a 1-D
+  Box as it is, Discrete -> one-hot, Tuple / MultiDiscrete / a Dict holding
+  them -> one vector). The global state is the concatenation of all agents'
+  observations, each flattened (images included), in agent order
+  (``env.state()`` is never called: it is slow).
 * **Action masks** come from ``obs["action_mask"]`` or ``info["action_mask"]``;
   without them every action is legal. An alive agent whose mask is all zero
   (turn-based games mask every action of the agent that is not to move) gets
@@ -51,13 +56,15 @@ from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, check
 from marl.envs.pettingzoo.aec import AEC_MODES, AECStepping
 from marl.envs.common import (
     AgentLayout,
+    AgentObs,
+    ObsRows,
+    agent_obs_space,
     build_groups,
     check_episode_limit,
     check_kwargs,
     check_num_envs,
     default_teams,
     RawChecks,
-    flat_box,
     mpe2_modules,
     named_env_constructor,
     own_step_limit,
@@ -102,8 +109,7 @@ class _AgentIO:
         else:
             self.raw_space = obs_space
             self.key = None
-        self.obs_space = flat_box(self.raw_space)
-        self.plain_box = isinstance(self.raw_space, gym.spaces.Box)
+        self.obs_space = agent_obs_space(self.raw_space)
         if isinstance(act_space, gym.spaces.Discrete):
             self.start = int(act_space.start)
             self.n = int(act_space.n)
@@ -164,7 +170,8 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
         aec_mode: AEC envs only: ``"turn"`` or ``"cycle"`` (:mod:`marl.envs.pettingzoo.aec`);
             ``None``: ``"turn"`` when the observations carry an ``action_mask``.
 
-    Shapes: ``obs[g]`` ``[B, N_g, obs_dim_g]`` float32, ``state`` ``[B, sum obs_dim]``,
+    Shapes: ``obs[g]`` ``[B, N_g, obs_dim_g]`` float32 (structured: ``[B, N_g, *shape]`` or key -> such,
+    see the module docstring), ``state`` ``[B, sum obs_dim]`` float32,
     ``reward[g]`` ``[B, N_g]`` float32, ``avail_actions[g]`` ``[B, N_g, n_g]`` bool
     (``None`` for continuous groups), ``alive[g]`` ``[B, N_g]`` bool.
 
@@ -237,7 +244,7 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
         self._started = False
         groups = self.info.groups
         B, N = len(self._envs), len(self.info.agents)
-        self._state = np.zeros((B, self.layout.state_dim), np.float32)
+        self._rows = ObsRows(self.layout, B)
         self._alive = np.zeros((B, N), bool)
         self._steps = np.zeros(B, np.int64)  # batched steps of each copy's episode (for episode_limit=)
         self._masks = {name: np.ones((B, g.n_agents, g.n_actions), bool) for name, g in groups.items() if g.discrete}
@@ -359,9 +366,9 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
                 ended, trunc, last = self._step_parallel(b, env, acts, rewards[b])
             self._steps[b] += 1
             if not ended and self._cut and self._steps[b] >= self._cut:  # episode_limit= reached: a truncation
-                ended, trunc, last = True, True, self._state[b].copy()
+                ended, trunc, last = True, True, self._rows.row(b)
             if ended:
-                self._state[b] = last
+                self._rows.set_row(b, last)
                 terminated[b], truncated[b] = not trunc, trunc
         return self._make_step(rewards, torch.from_numpy(terminated), torch.from_numpy(truncated), illegal)
 
@@ -369,7 +376,7 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
         """Reset the copies in ``rows`` (unseeded: each continues its own RNG stream)."""
         for b in rows.nonzero().flatten().tolist():
             self._reset_copy(b, self._envs[b], None)
-        obs, state = self.layout.observe(self._state)
+        obs, state = self._rows.observe()
         return Observation(obs, state, self._avail(), self.layout.per_group(self._alive))
 
     def close(self) -> None:
@@ -389,7 +396,7 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
 
     def _make_step(self, rewards, terminated, truncated, illegal) -> Step:
         lay = self.layout
-        obs, state = lay.observe(self._state)
+        obs, state = self._rows.observe()
         return Step(
             obs=obs,
             state=state,
@@ -405,13 +412,8 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
         """Store one agent's observation, mask and alive flag in row ``b``."""
         i = self.layout.index[agent]
         io = self._io[i]
-        row = self._state[b]
-        sl = self.layout.slices[i]
         self._alive[b, i] = alive
-        if not alive or obs is None:
-            row[sl] = 0.0
-        else:
-            row[sl] = self.flat(agent, obs, b)
+        self._rows.write(b, agent, None if not alive or obs is None else self.read(agent, obs, b))
         if io.n:
             name, j = self._mask_slot[agent]
             m = io.mask(obs, info) if alive else None
@@ -425,9 +427,9 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
                 )
             self._masks[name][b, j] = True if m is None else self.waiting_mask(io.n) if not m.any() else m
 
-    def flat(self, agent: str, obs: Any, b: int) -> np.ndarray:
-        """Agent ``agent``'s observation in copy ``b`` as its flat float32 slice of the state (checked:
-        :meth:`~marl.envs.common.RawChecks.read_obs`)."""
+    def read(self, agent: str, obs: Any, b: int) -> AgentObs:
+        """Agent ``agent``'s observation in copy ``b`` as :class:`~marl.envs.common.ObsRows` stores it
+        (checked: :meth:`~marl.envs.common.RawChecks.read_agent`)."""
         io = self._io[self.layout.index[agent]]
         if io.key is not None:
             if not isinstance(obs, Mapping) or io.key not in obs:
@@ -439,7 +441,7 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
                     b,
                 )
             obs = obs[io.key]
-        return self.read_obs(io.raw_space, obs, io.obs_space.shape[0], agent, b)
+        return self.read_agent(io.raw_space, io.obs_space, obs, agent, b)
 
     def _reset_copy(self, b: int, env: Any, seed: Optional[int]) -> None:
         self._steps[b] = 0
@@ -472,10 +474,10 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
         last = None
         if ended:
             # the episode's last observation (agents that left earlier stay zero)
-            last = self._state[b].copy()
+            last = self._rows.row(b)
             for a in done_now:
                 if a in obs:
-                    last[self.layout.slices[idx[a]]] = self.flat(a, obs[a], b)
+                    last.write(0, a, self.read(a, obs[a], b))
         for a in self.info.agents:
             self._write(b, a, obs.get(a), infos.get(a) if infos else None, a in present)
         truncd = any(trunc.get(a, False) for a in done_now)

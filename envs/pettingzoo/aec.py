@@ -27,8 +27,8 @@ AEC_MODES = ("cycle", "turn")
 class AECStepping:
     """Mixin of :class:`~marl.envs.pettingzoo.PettingZooEnv`: the AEC half of ``step_env``.
 
-    Needs ``self.layout``, ``self._io``, ``self._rngs``, ``self._state``, ``self.info``,
-    ``self._write``, ``self.flat``, ``self.raw_error``, ``self.read_reward`` and ``self.aec_mode``
+    Needs ``self.layout``, ``self._io``, ``self._rngs``, ``self._rows``, ``self.info``,
+    ``self._write``, ``self.read``, ``self.raw_error``, ``self.read_reward`` and ``self.aec_mode``
     (one of :data:`AEC_MODES`).
     """
 
@@ -95,14 +95,13 @@ class AECStepping:
         self, b: int, env: Any, last_obs: Dict[str, Any], truncd: Dict[str, bool]
     ) -> Tuple[bool, bool, Any]:
         """Write every agent's observation, mask and alive flag; the episode's last state if it ended."""
-        idx = self.layout.index
         present = set(env.agents)
         ended = not present
         last = None
         if ended:
-            last = self._state[b].copy()
+            last = self._rows.row(b)
             for a, o in last_obs.items():
-                last[self.layout.slices[idx[a]]] = self.flat(a, o, b)
+                last.write(0, a, self.read(a, o, b))
         infos = env.infos
         for a in self.info.agents:
             alive = a in present

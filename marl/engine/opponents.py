@@ -138,8 +138,8 @@ class Opponents:
         assert snapshot is not None  # the pool is drawn only once a snapshot is loaded (new_episodes)
         out = {}
         for mid in runner.mapping.modules:
-            obs, avail, _ = runner.module_inputs(mid, step)
-            h = self.snapshot_h.get(mid, runner.module[mid].initial_state(obs.shape[:2]))
+            obs, avail, alive = runner.module_inputs(mid, step)  # obs: a tensor, or a dict of keys (structured)
+            h = self.snapshot_h.get(mid, runner.module[mid].initial_state(tuple(alive.shape)))  # [B, N_m]
             a, _, self.snapshot_h[mid] = snapshot[mid].act(obs, avail, h, explore=True)
             out[mid] = a
         return runner.mapping.scatter(out)
