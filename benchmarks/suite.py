@@ -349,9 +349,14 @@ def _envs(raw: Any, algos: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any
         tasks = e.get("tasks") or []
         scenarios = scenarios_of(family)
         for t in tasks:
-            if scenarios and t not in scenarios:
+            if scenarios and str(t).lower() not in {s.lower() for s in scenarios}:
                 raise MarlError(
                     f"Unknown task {t!r} of env family {family!r}; valid: {scenarios}.{closest(t, scenarios)}"
+                )
+            if str(t) != str(t).lower():  # checked here, not after the runs: results.json keys must be lower case
+                raise MarlError(
+                    f"Task {t!r} of env family {family!r}: suite tasks are written in lower case "
+                    f"(marl-eval lower-cases every key of results.json); use {str(t).lower()!r}."
                 )
         if not tasks:
             raise MarlError(f"envs.{family} lists no tasks; valid tasks: {scenarios}.")

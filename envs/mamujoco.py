@@ -98,6 +98,13 @@ def scenarios() -> List[str]:
         return []
 
 
+def canonical_scenario(scenario: str) -> str:
+    """``scenario`` spelt as gymnasium_robotics spells it, whatever its case (``"halfcheetah"`` ->
+    ``"HalfCheetah"``): benchmark suites write tasks in lower case (marl-eval's keys). An unknown name is
+    returned unchanged, for :func:`check_agent_conf` to reject with the closest valid one."""
+    return {s.lower(): s for s in scenarios()}.get(str(scenario).lower(), scenario)
+
+
 def check_agent_conf(scenario: str, agent_conf: Any) -> str:
     """``agent_conf`` checked against ``scenario``'s partitions (:func:`agent_confs`).
 
@@ -475,6 +482,7 @@ def make(scenario: Optional[str] = None, agent_conf: Optional[str] = None, **kwa
         raise MarlError(
             f"make_env('mamujoco', scenario, agent_conf=...) needs a scenario. Valid choices: {', '.join(scenarios())}."
         )
+    scenario = canonical_scenario(scenario)
     if agent_conf is None:
         confs = agent_confs().get(scenario)
         if confs is None:

@@ -111,6 +111,11 @@ OTHER = [
         ["episodes", "2.5"],
     ),
     ("random play of an unknown task", lambda tmp: random_play("matrix", "two_stepp", {}, episodes=4), ["two_stepp"]),
+    (
+        "a suite task not in lower case (caught at load, not after the runs)",
+        lambda tmp: parse_suite({**SUITE, "envs": {"matrix": {"tasks": ["Two_Step"]}}}),
+        ["'Two_Step'", "lower case", "use 'two_step'"],
+    ),
 ]
 
 
