@@ -384,11 +384,13 @@ class RawChecks:
         try:
             if isinstance(space, gym.spaces.Box):
                 arr = np.asarray(obs)
-                if arr.dtype.kind not in "fiub":
+                if arr.dtype == np.float32:  # the common case: no cast (this runs per agent, copy and step)
+                    out = arr.reshape(-1)
+                elif arr.dtype.kind not in "fiub":
                     raise self.raw_error("obs_dtype", f"dtype {arr.dtype} is not a real number", agent, "obs", copy)
-                with np.errstate(over="ignore"):  # an overflow is reported below, as an EnvRuleError
-                    out = arr.astype(np.float32, copy=False).reshape(-1)
-                if arr.dtype != np.float32:
+                else:
+                    with np.errstate(over="ignore"):  # an overflow is reported below, as an EnvRuleError
+                        out = arr.astype(np.float32).reshape(-1)
                     self._note_cast(arr, out, agent, copy, space)
             else:
                 out = np.asarray(gym.spaces.flatten(space, obs), np.float32)
