@@ -519,9 +519,12 @@ class RawChecks:
         try:
             if isinstance(space, gym.spaces.Box):
                 arr = np.asarray(obs)
-                if arr.dtype.kind not in "fiub":
+                if arr.dtype == np.float32:  # the common case: no cast (this runs per agent, copy and step)
+                    out = arr.reshape(-1)
+                elif arr.dtype.kind not in "fiub":
                     raise self.raw_error("obs_dtype", f"dtype {arr.dtype} is not a real number", agent, "obs", copy)
-                out = self._float32(arr, space, agent, copy).reshape(-1)
+                else:
+                    out = self._float32(arr, space, agent, copy).reshape(-1)
             else:
                 out = np.asarray(gym.spaces.flatten(space, obs), np.float32)
         except EnvRuleError:

@@ -155,13 +155,14 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
         """One step of every copy (:meth:`MultiAgentEnv.step_env`)."""
         if not self._started:
             raise MarlError("Call reset() before step().")
-        per_agent = self.layout.split_actions(actions)
+        # per agent: a list of Python ints (discrete) or the [B, act_dim] array, indexed by copy below
+        per_agent = [a.tolist() if a.ndim == 1 else a for a in self.layout.split_actions(actions)]
         B = self.num_envs
         self._t += 1
         rewards = np.zeros((B, self._n), np.float32)
         terminated, truncated = np.zeros(B, bool), np.zeros(B, bool)
         for b, env in enumerate(self._envs):
-            out = env.step(tuple(_to_env(a[b]) for a in per_agent))
+            out = env.step(tuple(a[b] for a in per_agent))
             obs, rew, term, trunc, info = self.unpack(out, 5, "step", b)
             rewards[b] = self._rewards(rew, b)
             self._steps[b] += 1
@@ -280,12 +281,9 @@ def _agent_spaces(env: Any, name: str):
     return list(obs.spaces), list(act.spaces)
 
 
-def _to_env(a: np.ndarray) -> Any:
-    return int(a) if np.ndim(a) == 0 else a
-
-
 def _all(flag: Any) -> bool:
-    return bool(np.all(flag))
+    # a plain bool (LBF, RWARE) skips numpy: this runs twice per copy and step
+    return flag if isinstance(flag, bool) else bool(np.all(flag))
 
 
 def _masks(env: Any, info: Any, n: int) -> Optional[List[Any]]:
