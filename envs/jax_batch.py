@@ -107,6 +107,8 @@ class JaxSpec:
             in rows whose episode ended).
         metric_names: the keys of ``metrics`` (the zeros :meth:`JaxBatchEnv.reset` reports).
         action_dtype: the dtype JaxMARL's actions take (jax runs without x64: int32).
+        summed_metrics: the metrics that ``outcome`` reports per step (e.g. a soup delivered on this
+            step) and the env reports summed over the episode (the soups of the episode).
     """
 
     env: Any
@@ -115,6 +117,7 @@ class JaxSpec:
     outcome: Callable[..., Tuple[Any, Any, Any, Dict[str, Any]]]
     metric_names: Tuple[str, ...] = ()
     action_dtype: Any = np.int32
+    summed_metrics: Tuple[str, ...] = ()
 
 
 def batched_fns(jax, spec: JaxSpec):
@@ -176,6 +179,8 @@ class JaxBatchEnv(MultiAgentEnv):
         self._jax = jax
         self._reset_fn, self._step_fn = fns
         self._metric_names = tuple(spec.metric_names)
+        self._summed = tuple(spec.summed_metrics)
+        self._sums: Dict[str, np.ndarray] = {}  # summed metric -> [B] running sum of the current episodes
         self._action_dtype = spec.action_dtype
         self._default_seed = 0 if seed is None else int(seed)
         self._keys = None  # [B, 2] uint32, one PRNG stream per copy
@@ -205,6 +210,7 @@ class JaxBatchEnv(MultiAgentEnv):
             seeds = np.arange(base, base + B, dtype=np.int64) % (2**32)
             keys = self._jax.vmap(self._jax.random.PRNGKey)(jnp.asarray(seeds.astype(np.uint32)))
         self._keys, self._states, cur = self._reset_fn(keys)
+        self._sums = {k: np.zeros(B, np.float32) for k in self._summed}
         obs, state, avail, alive = self._to_torch(self._jax.device_get(cur))
         no = torch.zeros(B, dtype=torch.bool)
         zero = {g: torch.zeros(B, gi.n_agents) for g, gi in self.info.groups.items()}
@@ -244,6 +250,7 @@ class JaxBatchEnv(MultiAgentEnv):
             per_copy(np.array(x), (B,), self._fail(k))
             for x, k in ((terminated, "terminated"), (truncated, "truncated"))
         ]
+        metrics = self._episode_sums(metrics, (flags[0] | flags[1]).numpy())
         return Step(
             obs=obs,
             state=state,
@@ -267,16 +274,28 @@ class JaxBatchEnv(MultiAgentEnv):
         self._states = self._keys = self._current = None
 
     def get_state(self) -> Dict[str, Any]:
-        """The copies' PRNG keys, JaxMARL state pytrees and last observations as numpy (exact resume)."""
+        """The copies' PRNG keys, JaxMARL state pytrees, last observations and the running sums of the
+        summed metrics as numpy (exact resume)."""
         host = self._jax.device_get((self._keys, self._states, self._current))
-        return {"arrays": self._jax.tree.map(np.array, host)}
+        return {"arrays": self._jax.tree.map(np.array, host), "sums": {k: v.copy() for k, v in self._sums.items()}}
 
     def set_state(self, state: Dict[str, Any]) -> None:
         """Restore a :meth:`get_state` dict of an env of the same scenario, options and ``num_envs``."""
         jnp = self._jax.numpy
         self._keys, self._states, self._current = self._jax.tree.map(jnp.asarray, state["arrays"])
+        self._sums = {k: np.array(v, dtype=np.float32) for k, v in state.get("sums", {}).items()}
 
     # ------------------------------------------------------------------ helpers
+
+    def _episode_sums(self, metrics: Dict[str, Any], done: np.ndarray) -> Dict[str, Any]:
+        """``metrics`` with each summed metric replaced by its sum over the episode so far (this step
+        included); the sums of the copies whose episode ended (``done`` ``[B]`` bool) restart at 0."""
+        out = dict(metrics)
+        for k, total in self._sums.items():
+            total += np.asarray(metrics[k], dtype=np.float32)
+            out[k] = total.copy()
+            total[done] = 0.0
+        return out
 
     def _reward(self, reward: np.ndarray, metrics: Dict[str, Any]) -> np.ndarray:
         """The ``[B, n]`` reward handed out: JaxMARL's (a family may add e.g. a shaped reward from ``metrics``)."""

@@ -149,7 +149,7 @@ def _overcooked(jax, jaxmarl, scenario: str, kw: Dict[str, Any]) -> Built:
 
     space = _box(shape, np.uint8)
     names = ["up", "down", "right", "left", "stay", "interact"]
-    spec = JaxSpec(env, agents, observe, outcome, ("soups",))
+    spec = JaxSpec(env, agents, observe, outcome, ("soups",), summed_metrics=("soups",))  # soups: per step
     return Built(spec, space, gym.spaces.Discrete(6), _state_dim(space, 2), int(env.max_steps), True, names)
 
 
@@ -364,6 +364,15 @@ class JaxMARLEnv(JaxBatchEnv):
         if not on:
             return 0.0
         return 1.0 if horizon is None else max(0.0, 1.0 - self.env_steps / horizon)
+
+    def get_state(self) -> Dict[str, Any]:
+        """:meth:`JaxBatchEnv.get_state` plus :attr:`env_steps` (the shaping anneal's clock)."""
+        return {**super().get_state(), "env_steps": self.env_steps}
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` dict (the copies and the shaping anneal's clock)."""
+        super().set_state(state)
+        self.env_steps = int(state.get("env_steps", self.env_steps))
 
     def _reward(self, reward: np.ndarray, metrics: Dict[str, Any]) -> np.ndarray:
         """JaxMARL's reward plus the weighted shaped reward (Overcooked with ``shaped_reward=True``)."""

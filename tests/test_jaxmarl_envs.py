@@ -121,11 +121,13 @@ def test_overcooked_shaped_reward_anneals_linearly():
     assert env.shaping_weight() == 1.0 and plain.shaping_weight() == 0.0
     s, p = env.reset(seed=0), plain.reset(seed=0)
     gen = torch.Generator().manual_seed(1)
-    diffs = []
+    diffs, saved_at_5 = [], None
     for t in range(12):
         acts = random_actions(s, gen)
         weight = env.shaping_weight()
         assert weight == pytest.approx(max(0.0, 1.0 - t / 10))  # 1 - env_steps / horizon, B steps per call
+        if t == 5:
+            saved_at_5 = env.get_state()
         s, p = env.step(acts), plain.step(acts)
         diffs.append((s.reward["agent"] - p.reward["agent"]) / max(weight, 1e-9) if weight else s.reward["agent"] * 0)
         if weight == 0:
@@ -133,6 +135,38 @@ def test_overcooked_shaped_reward_anneals_linearly():
     d = torch.stack(diffs)
     # JaxMARL's shaped rewards: 3 (onion in pot / plate picked up) or 5 (soup picked up) per cook and step
     assert torch.all(torch.isin(d.round(), torch.tensor([0.0, 3.0, 5.0])))
+    # the anneal's clock is part of the saved state: a restored env pays the weight of the saved step
+    env.set_state(saved_at_5)
+    assert env.env_steps == 5 * B and env.shaping_weight() == pytest.approx(0.5)
+
+
+def test_overcooked_soups_count_the_deliveries_of_the_episode():
+    """A scripted cook (agent 0; agent 1 stays) in cramped_room: three onions into the pot, a plate,
+    the soup (after the 20 cooking steps), delivered at step 49; episodes of 70 steps."""
+    env = make_env("overcooked", "cramped_room", num_envs=2, seed=0, max_steps=70)
+    up, down, right, left, stay, use = range(6)
+    onion = [left, left, use, right, up, use]  # from the pot's tile: fetch an onion, put it in the pot
+    script = [left, use, right, up, use] + onion * 2 + [down, left, down, use, right, up, up] + [stay] * 20
+    script += [use, down, right, down, use]  # take the soup, walk to the serving tile, deliver
+
+    def episode(actions, saved_at=None):
+        sparse, saved = torch.zeros(2), None
+        for t, a in enumerate(actions + [stay] * (70 - len(actions))):
+            s = env.step({"agent": torch.tensor([[a, stay]] * 2)})
+            sparse += s.reward["agent"][:, 0]
+            saved = env.get_state() if t == saved_at else saved
+        assert s.truncated.all()
+        return s.info["episode_metrics"]["soups"], sparse, saved
+
+    env.reset(seed=0)
+    soups, sparse, saved = episode(script, saved_at=60)
+    assert soups.tolist() == [1.0, 1.0] and sparse.tolist() == [20.0, 20.0]  # one soup, 20 per cook
+    assert episode([])[0].tolist() == [0.0, 0.0]  # the count restarts with the next episode
+    env.set_state(saved)  # after the delivery: the restored episode still counts it
+    soups_again = None
+    for _ in range(9):
+        soups_again = env.step({"agent": torch.full((2, 2), stay)}).info["episode_metrics"]["soups"]
+    assert soups_again.tolist() == [1.0, 1.0]
 
 
 # --------------------------------------------------------------------------- Hanabi
