@@ -11,7 +11,7 @@ Families and scenarios (``make_env(family, scenario, num_envs=B, seed=0, **optio
 * ``"overcooked"``: the five classic layouts of Carroll et al. 2019 (arXiv:1910.05789) as JaxMARL
   encodes them: ``cramped_room`` (default), ``asymm_advantages``, ``coord_ring``, ``forced_coord``,
   ``counter_circuit``. Two cooks, one cooperative group ``"agent"``. ``obs`` ``[B, 2, H, W, 26]``
-  uint8 (JaxMARL's 26 feature planes of the kitchen grid, ``Box(0, 255)``), ``Discrete(6)`` (up,
+  uint8 (JaxMARL's 26 feature planes of the kitchen grid, ``Box(0, high)`` with ``high`` per plane, :data:`OVERCOOKED_HIGH`), ``Discrete(6)`` (up,
   down, right, left, stay, interact). Reward: 20 to both cooks per soup delivered. ``max_steps``
   (default 400) ends every episode (truncation). ``shaped_reward=True`` adds JaxMARL's shaped reward
   (3 for an onion placed in a pot, 3 for a plate picked up, 5 for a soup picked up; per cook) times
@@ -129,6 +129,12 @@ def _state_dim(space: gym.spaces.Space, n: int) -> int:
 # ----------------------------------------------------------------------------- families
 
 
+# The largest value of each of Overcooked's 26 planes (JaxMARL's Overcooked.get_obs docstring): 0/1 planes,
+# except onions / tomatoes in a pot or a soup (16-19: 0..3) and the pot's cooking time left (20: 19..1; 20
+# here for margin). Encoders scale uint8 keys by these bounds (marl.algos.networks.encoders.uint8_scale).
+OVERCOOKED_HIGH = np.array([1] * 16 + [3, 3, 3, 3, 20, 1] + [1] * 4, np.uint8)
+
+
 def _overcooked(jax, jaxmarl, scenario: str, kw: Dict[str, Any]) -> Built:
     """JaxMARL ``"overcooked"`` on ``layout=scenario``: uint8 ``[H, W, 26]`` grids, time-limited episodes."""
     from jaxmarl.environments.overcooked import overcooked_layouts
@@ -147,7 +153,7 @@ def _overcooked(jax, jaxmarl, scenario: str, kw: Dict[str, Any]) -> Built:
         no = jnp.zeros((), bool)
         return reward, no, dones["__all__"], {"soups": reward[0] / DELIVERY_REWARD, "shaped_reward": shaped}
 
-    space = _box(shape, np.uint8)
+    space = gym.spaces.Box(0, np.broadcast_to(OVERCOOKED_HIGH, shape), dtype=np.uint8)
     names = ["up", "down", "right", "left", "stay", "interact"]
     spec = JaxSpec(env, agents, observe, outcome, ("soups",), summed_metrics=("soups",))  # soups: per step
     return Built(spec, space, gym.spaces.Discrete(6), _state_dim(space, 2), int(env.max_steps), True, names)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import marl
-from marl.algos.networks.encoders import ObsEncoder, fit_layers
+from marl.algos.networks.encoders import ObsEncoder, fit_layers, uint8_scale
 from marl.engine.on_policy import rollout_to_sequences
 from marl.engine.replay import JointEpisodeBuffer, TransitionBuffer
 from marl.env import GroupInfo, flatten_columns, map_obs, nest_columns, obs_dtypes
@@ -197,6 +197,25 @@ def test_encoder_scales_uint8_by_1_over_255():
     as_floats.load_state_dict(as_bytes.state_dict())
     x = torch.randint(0, 256, (4, 8, 8, 3), dtype=torch.uint8)
     assert torch.allclose(as_bytes(x), as_floats(x.float() / 255.0), atol=1e-6)
+
+
+def test_encoder_scales_uint8_by_each_elements_bound():
+    """Feature planes with their own bounds (Overcooked's: 0/1 planes and a 0..20 counter) are scaled by
+    those bounds, not by 1/255: a plane at its bound reads 1.0 (1/255 made a 0/1 plane 0.004)."""
+    high = np.ones((4, 5, 3), np.uint8)
+    high[..., 2] = 20
+    planes = gym.spaces.Box(0, high, dtype=np.uint8)
+    scale = uint8_scale(planes)
+    assert scale.shape == (4, 5, 3) and scale[0, 0, 0] == 1.0 and scale[0, 0, 2] == np.float32(1 / 20)
+    assert uint8_scale(gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)) == 1 / 255  # pixels: the exact old path
+    assert uint8_scale(gym.spaces.Box(0, 0, (2,), np.uint8)) == 1.0  # a bound below 1 counts as 1
+    assert uint8_scale(gym.spaces.Box(0.0, 20.0, (2,), np.float32)) is None  # floats are fed as they are
+    torch.manual_seed(0)
+    as_bytes = ObsEncoder(planes)
+    as_floats = ObsEncoder(gym.spaces.Box(0.0, 1.0, (4, 5, 3), np.float32))
+    as_floats.load_state_dict(as_bytes.state_dict())  # the scale is no checkpoint entry
+    x = torch.from_numpy(np.broadcast_to(high, (2, 4, 5, 3)).copy())  # every element at its bound
+    assert torch.allclose(as_bytes(x), as_floats(torch.ones(2, 4, 5, 3)), atol=1e-6)
 
 
 def test_encoder_layers_from_config():

@@ -16,8 +16,10 @@ IQL / VDN / QMIX). Per key, by the rank of its ``Box``:
 * any other rank (a vector, a 2-D map): ``mlp``, flattened, then the ``hidden`` layers
   (none by default: the values pass through to the agent network, which has its own MLP).
 
-uint8 values are scaled by ``1/255`` (as the Nature DQN's preprocessing) inside the encoder,
-so buffers keep the bytes. The layers come from the algorithm config's ``encoder`` key
+uint8 values are scaled into [0, 1] by the ``Box``'s ``high`` inside the encoder, so buffers keep
+the bytes: ``1/255`` for pixels (as the Nature DQN's preprocessing); feature planes that declare
+smaller bounds per element (Overcooked's 0/1 planes and 0..20 counters) are divided by those, since
+1/255 would shrink a 0/1 plane to 0.004 (IPPO then stayed at random play on Overcooked, docs/envs.md). The layers come from the algorithm config's ``encoder`` key
 (``{"cnn": {"channels": [...], "kernels": [...], "strides": [...], "fc": [...]}, "mlp":
 {"hidden": [...]}}``, checked by :func:`marl.algos.networks.config.check_encoder`); a
 research encoder replaces one with :func:`register_encoder`.
@@ -135,9 +137,22 @@ def build_mlp(box: gym.spaces.Box, spec: Mapping[str, Any]) -> VectorMLP:
     return VectorMLP(box.shape, spec.get("hidden", ()))
 
 
+def uint8_scale(box: gym.spaces.Box) -> Any:
+    """What a uint8 key is multiplied by to lie in [0, 1]: ``1/high`` for a uniform ``high`` (a float;
+    ``1/255`` for pixels), else a float32 tensor of ``box.shape`` with ``1/high`` per element (a bound
+    below 1 counts as 1). ``None`` for other dtypes, which are fed as they are."""
+    if np.dtype(box.dtype) != np.uint8:
+        return None
+    high = np.maximum(np.broadcast_to(np.asarray(box.high, np.float64), box.shape), 1.0)
+    if (high == high.flat[0]).all():
+        return 1.0 / float(high.flat[0])
+    return torch.from_numpy((1.0 / high).astype(np.float32))
+
+
 class ObsEncoder(nn.Module):
     """A structured observation -> ``[..., out_dim]`` features: each key encoded by its encoder
-    (:func:`encoder_kind`), uint8 keys scaled by 1/255, outputs concatenated in key order.
+    (:func:`encoder_kind`), uint8 keys scaled into [0, 1] by their ``Box``'s ``high`` (:func:`uint8_scale`),
+    outputs concatenated in key order.
 
     Args:
         space: a ``gym.spaces.Dict`` of Boxes (or one Box, read under the key ``"obs"``).
@@ -152,7 +167,12 @@ class ObsEncoder(nn.Module):
         spec = dict(spec or {})
         self.leaves = obs_leaves(space)
         self.ranks = {k: len(b.shape) for k, b in self.leaves.items()}
-        self.scale = {k: np.dtype(b.dtype) == np.uint8 for k, b in self.leaves.items()}
+        self.scale: Dict[str, Optional[float]] = {}
+        for k, b in self.leaves.items():  # a uniform bound is a float (1/255: the Nature DQN's exact path)
+            scale = uint8_scale(b)
+            if isinstance(scale, torch.Tensor):  # per element: moves with the module, not in checkpoints
+                self.register_buffer(f"scale_{k}", scale, persistent=False)
+            self.scale[k] = scale if not isinstance(scale, torch.Tensor) else -1.0
         nets = {}
         for k, box in self.leaves.items():
             kind = encoder_kind(box)
@@ -170,8 +190,9 @@ class ObsEncoder(nn.Module):
             x = obs[k]
             lead = x.shape[: x.dim() - self.ranks[k]]
             x = x.reshape(-1, *x.shape[len(lead) :]).float()
-            if self.scale[k]:
-                x = x * (1.0 / 255.0)
+            scale = self.scale[k]
+            if scale is not None:
+                x = x * (scale if scale > 0 else getattr(self, f"scale_{k}"))
             parts.append(net(x).reshape(*lead, -1))
         return torch.cat(parts, -1)
 
