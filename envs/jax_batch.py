@@ -205,22 +205,8 @@ class JaxBatchEnv(MultiAgentEnv):
             seeds = np.arange(base, base + B, dtype=np.int64) % (2**32)
             keys = self._jax.vmap(self._jax.random.PRNGKey)(jnp.asarray(seeds.astype(np.uint32)))
         self._keys, self._states, cur = self._reset_fn(keys)
-        obs, state, avail, alive = self._to_torch(self._jax.device_get(cur))
-        no = torch.zeros(B, dtype=torch.bool)
-        zero = {g: torch.zeros(B, gi.n_agents) for g, gi in self.info.groups.items()}
-        return Step(
-            obs=obs,
-            state=state,
-            avail_actions=avail,
-            alive=alive,
-            reward=zero,
-            terminated=no,
-            truncated=no.clone(),
-            final_obs=obs,
-            final_state=state,
-            final_avail_actions=avail,
-            info={"episode_metrics": {k: torch.zeros(B) for k in self._metric_names}},
-        )
+        first = self._to_torch(self._jax.device_get(cur))
+        return Step.at_reset(first, info={"episode_metrics": {k: torch.zeros(B) for k in self._metric_names}})
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         """Step every copy in one jitted call (see :meth:`MultiAgentEnv.step_env`).
@@ -261,7 +247,7 @@ class JaxBatchEnv(MultiAgentEnv):
 
     def reset_rows(self, rows: torch.Tensor) -> Observation:
         """The observation after the reset of the copies in ``rows``, which :meth:`step_env` already did."""
-        return Observation(*self._to_torch(self._jax.device_get(self._current)))
+        return self._to_torch(self._jax.device_get(self._current))
 
     def close(self) -> None:
         self._states = self._keys = self._current = None
@@ -297,15 +283,16 @@ class JaxBatchEnv(MultiAgentEnv):
             return {g: {k: v[:, s] for k, v in t.items()} for g, s in self._slices.items()}
         return {g: t[:, s] for g, s in self._slices.items()}
 
-    def _to_torch(self, fields: Tuple[Any, ...]) -> Tuple[Dict[str, Any], torch.Tensor, Dict[str, Any], Dict[str, Any]]:
-        """(obs, state, avail, alive) numpy -> group dicts of torch tensors (obs in its space's dtype)."""
+    def _to_torch(self, fields: Tuple[Any, ...]) -> Observation:
+        """(obs, state, avail, alive) numpy -> an :class:`Observation` of group dicts of torch tensors
+        (obs in its space's dtype)."""
         obs, state, avail, alive = fields
         dtypes = self._dtypes
         if isinstance(obs, dict):
             obs_t: Any = {k: torch.from_numpy(np.array(v, dtype=dtypes[k])) for k, v in obs.items()}
         else:
             obs_t = torch.from_numpy(np.array(obs, dtype=dtypes[None]))
-        return (
+        return Observation(
             self._split(obs_t),
             torch.from_numpy(np.array(state, dtype=np.float32)),
             self._split(torch.from_numpy(np.array(avail, dtype=bool))),
