@@ -32,6 +32,7 @@ from marl.env import (
     EnvInfo,
     GroupInfo,
     MarlError,
+    Observation,
     check_entity_layout,
     closest,
     is_structured,
@@ -254,6 +255,30 @@ class AgentLayout:
     def per_group(self, arr: np.ndarray) -> Dict[str, torch.Tensor]:
         """``[B, N]`` per-agent array -> group -> fresh ``[B, N_g]`` tensors."""
         return {name: torch.from_numpy(arr[:, self.pos[name]]) for name in self.groups}
+
+    def observation(
+        self,
+        state: Union[np.ndarray, "ObsRows"],
+        avail: Optional[Dict[str, Optional[torch.Tensor]]] = None,
+        alive: Optional[Dict[str, torch.Tensor]] = None,
+    ) -> Observation:
+        """The :class:`~marl.env.Observation` of the ``[B, state_dim]`` buffer :meth:`observe` reads, or of
+        an :class:`ObsRows` (its structured groups as :meth:`ObsRows.observe` gives them).
+
+        ``avail`` (group -> ``[B, N_g, n_actions_g]`` bool) defaults to every action legal for
+        discrete groups (``None`` for continuous ones), ``alive`` (group -> ``[B, N_g]`` bool)
+        to every agent alive.
+        """
+        obs, st = state.observe() if isinstance(state, ObsRows) else self.observe(state)
+        B = st.shape[0]
+        if avail is None:
+            avail = {
+                n: (torch.ones(B, g.n_agents, g.n_actions, dtype=torch.bool) if g.discrete else None)
+                for n, g in self.groups.items()
+            }
+        if alive is None:
+            alive = {n: torch.ones(B, g.n_agents, dtype=torch.bool) for n, g in self.groups.items()}
+        return Observation(obs, st, avail, alive)
 
     def split_actions(self, actions: Mapping[str, torch.Tensor]) -> List[np.ndarray]:
         """Checked group action tensors (:func:`marl.env.check_actions`) -> per-agent numpy arrays in agent order.

@@ -131,7 +131,7 @@ class ImageCueEnv(MultiAgentEnv):
         self._obs = {"image": torch.zeros(B, N, S, S, 3, dtype=torch.uint8), "vector": torch.zeros(B, N, VECTOR_DIM)}
         self.t.zero_()
         self._draw(torch.ones(B, dtype=torch.bool))
-        return self._step(torch.zeros(B, self.N), torch.zeros(B, dtype=torch.bool))
+        return Step.at_reset(self._observation())
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         if not self._obs:

@@ -228,11 +228,7 @@ class FootballEnv(MultiAgentEnv):
         for b in range(self.num_envs):
             self._reset_copy(b)
         self._started = True
-        B, n = self.num_envs, self.info.groups["left"].n_agents
-        no = np.zeros(B, bool)
-        step = self._make_step(np.zeros((B, n), np.float32), no, no, np.zeros((B, 2), np.float32))
-        step.final_obs, step.final_state = dict(step.obs), step.state
-        return step
+        return Step.at_reset(self._observed(), info=self._info(np.zeros((self.num_envs, 2), np.float32)))
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         """Step each engine in turn (see :meth:`MultiAgentEnv.step_env`)."""
@@ -261,7 +257,7 @@ class FootballEnv(MultiAgentEnv):
         """Reset the engines in ``rows`` (``[B]`` bool); the others keep their observation."""
         for b in rows.nonzero().flatten().tolist():
             self._reset_copy(b)
-        return Observation(*self._observed())
+        return self._observed()
 
     def close(self) -> None:
         """Release every engine (gfootball keeps released engines for reuse in this process)."""
@@ -304,24 +300,31 @@ class FootballEnv(MultiAgentEnv):
             self._obs[b] = self._gf["smm"](raw)
         self._state[b] = simple([{**raw[0], "active": -1}], True)[0]
 
-    def _observed(self) -> Tuple[Dict[str, torch.Tensor], torch.Tensor, Dict[str, Any], Dict[str, torch.Tensor]]:
+    def _observed(self) -> Observation:
         B, n = self._obs.shape[:2]
-        return (
+        return Observation(
             {"left": torch.from_numpy(self._obs.copy())},
             torch.from_numpy(self._state.copy()),
             {"left": torch.ones(B, n, len(ACTIONS), dtype=torch.bool)},
             {"left": torch.ones(B, n, dtype=torch.bool)},
         )
 
+    @staticmethod
+    def _info(score: np.ndarray) -> Dict[str, Any]:
+        """A step's ``info``: ``episode_metrics`` ``goal_difference`` and ``win_rate`` (``[B]`` float32) of
+        the ``[B, 2]`` score (left, right)."""
+        diff = score[:, 0] - score[:, 1]
+        t = torch.from_numpy
+        return {"episode_metrics": {"goal_difference": t(diff), "win_rate": t((diff > 0).astype(np.float32))}}
+
     def _make_step(self, reward: np.ndarray, term: np.ndarray, trunc: np.ndarray, score: np.ndarray) -> Step:
         t = torch.from_numpy
-        diff = score[:, 0] - score[:, 1]
         return Step(
             *self._observed(),
             reward={"left": t(reward)},
             terminated=t(term),
             truncated=t(trunc),
-            info={"episode_metrics": {"goal_difference": t(diff), "win_rate": t((diff > 0).astype(np.float32))}},
+            info=self._info(score),
         )
 
 

@@ -146,10 +146,7 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
         for b in range(self.num_envs):
             self._reset_copy(b, None if seed is None else int(seed) + b)
         self._started = True
-        no = torch.zeros(self.num_envs, dtype=torch.bool)
-        step = self._make_step(np.zeros((self.num_envs, self._n), np.float32), no, no.clone())
-        step.final_obs, step.final_state = dict(step.obs), step.state
-        return step
+        return Step.at_reset(self._observation())
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         """One step of every copy (:meth:`MultiAgentEnv.step_env`)."""
@@ -177,8 +174,7 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
         """Reset the copies in ``rows`` unseeded (each continues its RNG stream)."""
         for b in rows.nonzero().flatten().tolist():
             self._reset_copy(b, None)
-        obs, state = self._rows.observe()
-        return Observation(obs, state, self._avail(), self._alive())
+        return self._observation()
 
     def close(self) -> None:
         for env in self._envs:
@@ -224,27 +220,17 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
             r = np.full(self._n, team)
         return r.astype(np.float32)
 
-    def _avail(self) -> Dict[str, Optional[torch.Tensor]]:
-        out = {}
+    def _observation(self) -> Observation:
+        """Every copy's current observation (the action masks of :attr:`_masks`; every agent alive)."""
+        avail: Dict[str, Optional[torch.Tensor]] = {}
         for name, g in self.info.groups.items():
             idx = [self.layout.index[a] for a in g.agents]
-            out[name] = torch.from_numpy(np.stack([self._masks[i] for i in idx], 1)) if g.discrete else None
-        return out
-
-    def _alive(self) -> Dict[str, torch.Tensor]:
-        return {n: torch.ones(self.num_envs, g.n_agents, dtype=torch.bool) for n, g in self.info.groups.items()}
+            avail[name] = torch.from_numpy(np.stack([self._masks[i] for i in idx], 1)) if g.discrete else None
+        return self.layout.observation(self._rows, avail)
 
     def _make_step(self, rewards: np.ndarray, terminated: torch.Tensor, truncated: torch.Tensor) -> Step:
-        obs, state = self._rows.observe()
-        return Step(
-            obs=obs,
-            state=state,
-            avail_actions=self._avail(),
-            alive=self._alive(),
-            reward=self.layout.per_group(rewards),
-            terminated=terminated,
-            truncated=truncated,
-        )
+        ob = self._observation()
+        return Step(*ob, reward=self.layout.per_group(rewards), terminated=terminated, truncated=truncated)
 
 
 def _episode_limit(env: Any, given: Optional[int], name: str):

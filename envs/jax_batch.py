@@ -5,8 +5,9 @@ JaxMARL (Rutherford et al. 2023, "JaxMARL: Multi-Agent RL Environments and Algor
 arXiv:2311.10090) writes each env as pure functions ``reset(key) -> (obs, state)`` and
 ``step_env(key, state, actions) -> (obs, state, rewards, dones, infos)`` of one copy. Here the
 ``B`` copies are one ``jax.vmap`` of those functions inside one ``jax.jit``: a call steps every
-copy, resets (inside the same jitted function, with ``jnp.where``) the copies whose episode
-ended, and returns the ended episodes' last observation / state / legal actions as ``final_*``.
+copy, resets (inside the same jitted function, with ``jnp.where``; only in calls where some copy
+ended) the copies whose episode ended, and returns the ended episodes' last observation / state /
+legal actions as ``final_*``.
 Each field is moved to torch once per step (``jax.device_get`` -> numpy -> ``torch.from_numpy``).
 
 What an env family supplies is a :class:`JaxSpec`: how to read one copy's JaxMARL output as
@@ -142,18 +143,32 @@ def batched_fns(jax, spec: JaxSpec):
         obs_out, st = env.reset(k_reset)
         return key, strong(st), spec.observe(obs_out, st)
 
-    def step_one(key, st, actions):
+    def transition(key, st, actions):
         key, k_step, k_reset = jax.random.split(key, 3)
         obs_out, new_st, rew, dones, infos = env.step_env(k_step, st, {a: actions[i] for i, a in enumerate(agents)})
-        reward, terminated, truncated, metrics = spec.outcome(st, new_st, rew, dones, infos)
-        done = terminated | truncated
-        final = spec.observe(obs_out, new_st)
+        outcome = spec.outcome(st, new_st, rew, dones, infos)
+        return key, k_reset, new_st, spec.observe(obs_out, new_st), outcome
+
+    def restart(done, k_reset, new_st, final):
         fresh_obs, fresh_st = env.reset(k_reset)
         fresh = spec.observe(fresh_obs, fresh_st)
         pick = functools.partial(jax.tree.map, lambda new, old: jnp.where(done, new, old))
-        return key, strong(pick(fresh_st, new_st)), pick(fresh, final), final, (reward, terminated, truncated, metrics)
+        return strong(pick(fresh_st, new_st)), pick(fresh, final)
 
-    return jax.jit(jax.vmap(reset_one)), jax.jit(jax.vmap(step_one))
+    def step(keys, states, actions):
+        keys, k_reset, new_st, final, outcome = jax.vmap(transition)(keys, states, actions)
+        done = outcome[1] | outcome[2]
+        # JaxMARL's auto-reset computes a reset every step. Under vmap a per-copy cond runs both
+        # branches, so the batch-wide cond is what skips it in steps where no copy ended (most
+        # steps of fixed-length episodes; STORM's reset is as costly as its step)
+        st, current = jax.lax.cond(
+            done.any(),
+            lambda: jax.vmap(restart)(done, k_reset, new_st, final),
+            lambda: (strong(new_st), final),
+        )
+        return keys, st, current, final, outcome
+
+    return jax.jit(jax.vmap(reset_one)), jax.jit(step)
 
 
 def _obs_dtype(space: gym.spaces.Space) -> Any:
@@ -211,22 +226,8 @@ class JaxBatchEnv(MultiAgentEnv):
             keys = self._jax.vmap(self._jax.random.PRNGKey)(jnp.asarray(seeds.astype(np.uint32)))
         self._keys, self._states, cur = self._reset_fn(keys)
         self._sums = {k: np.zeros(B, np.float32) for k in self._summed}
-        obs, state, avail, alive = self._to_torch(self._jax.device_get(cur))
-        no = torch.zeros(B, dtype=torch.bool)
-        zero = {g: torch.zeros(B, gi.n_agents) for g, gi in self.info.groups.items()}
-        return Step(
-            obs=obs,
-            state=state,
-            avail_actions=avail,
-            alive=alive,
-            reward=zero,
-            terminated=no,
-            truncated=no.clone(),
-            final_obs=obs,
-            final_state=state,
-            final_avail_actions=avail,
-            info={"episode_metrics": {k: torch.zeros(B) for k in self._metric_names}},
-        )
+        first = self._to_torch(self._jax.device_get(cur))
+        return Step.at_reset(first, info={"episode_metrics": {k: torch.zeros(B) for k in self._metric_names}})
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         """Step every copy in one jitted call (see :meth:`MultiAgentEnv.step_env`).
@@ -268,7 +269,7 @@ class JaxBatchEnv(MultiAgentEnv):
 
     def reset_rows(self, rows: torch.Tensor) -> Observation:
         """The observation after the reset of the copies in ``rows``, which :meth:`step_env` already did."""
-        return Observation(*self._to_torch(self._jax.device_get(self._current)))
+        return self._to_torch(self._jax.device_get(self._current))
 
     def close(self) -> None:
         self._states = self._keys = self._current = None
@@ -302,9 +303,15 @@ class JaxBatchEnv(MultiAgentEnv):
         return reward
 
     def _join_actions(self, actions: Dict[str, torch.Tensor]) -> np.ndarray:
-        """group -> ``[B, N_g]`` actions -> ``[B, n]`` in agent order, in the spec's action dtype."""
-        names = list(self.info.groups)
-        parts = [actions[g].cpu().numpy() for g in names]
+        """group -> ``[B, N_g]`` actions (continuous: ``[B, N_g, d]``, clipped to the group's ``Box``) ->
+        ``[B, n]`` (``[B, n, d]``) in agent order, in the spec's action dtype."""
+        parts = []
+        for name, g in self.info.groups.items():
+            a = actions[name].cpu().numpy()
+            box = g.action_space
+            if isinstance(box, gym.spaces.Box):
+                a = np.clip(a, box.low, box.high)
+            parts.append(a)
         joined = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         return joined.astype(self._action_dtype)
 
@@ -316,18 +323,21 @@ class JaxBatchEnv(MultiAgentEnv):
             return {g: {k: v[:, s] for k, v in t.items()} for g, s in self._slices.items()}
         return {g: t[:, s] for g, s in self._slices.items()}
 
-    def _to_torch(self, fields: Tuple[Any, ...]) -> Tuple[Dict[str, Any], torch.Tensor, Dict[str, Any], Dict[str, Any]]:
-        """(obs, state, avail, alive) numpy -> group dicts of torch tensors (obs in its space's dtype)."""
+    def _to_torch(self, fields: Tuple[Any, ...]) -> Observation:
+        """(obs, state, avail, alive) numpy -> an :class:`Observation` of group dicts of torch tensors
+        (obs in its space's dtype; ``avail`` ``None`` for continuous groups, as the contract has it)."""
         obs, state, avail, alive = fields
         dtypes = self._dtypes
         if isinstance(obs, dict):
             obs_t: Any = {k: torch.from_numpy(np.array(v, dtype=dtypes[k])) for k, v in obs.items()}
         else:
             obs_t = torch.from_numpy(np.array(obs, dtype=dtypes[None]))
-        return (
+        masks = self._split(torch.from_numpy(np.array(avail, dtype=bool)))
+        groups = self.info.groups
+        return Observation(
             self._split(obs_t),
             torch.from_numpy(np.array(state, dtype=np.float32)),
-            self._split(torch.from_numpy(np.array(avail, dtype=bool))),
+            {g: (m if groups[g].discrete else None) for g, m in masks.items()},
             self._split(torch.from_numpy(np.array(alive, dtype=bool))),
         )
 

@@ -260,7 +260,9 @@ def _mabrax(jax, jaxmarl, scenario: str, kw: Dict[str, Any]) -> Built:
             f"The 'mabrax' env family needs brax, which could not be imported. Install it with: {MABRAX_HINT}"
         )
     jnp = jax.numpy
-    env = jaxmarl.make(scenario, homogenisation_method="max", **kw)
+    # marl resets ended copies itself; Brax's own auto-reset would hand back the episode's first
+    # observation where the last one belongs (final_obs)
+    env = jaxmarl.make(scenario, homogenisation_method="max", auto_reset=False, **kw)
     agents = list(env.agents)
     n = len(agents)
     act = env.action_space(agents[0])

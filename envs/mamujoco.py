@@ -430,10 +430,7 @@ class MaMuJoCoEnv(MultiAgentEnv):
             list(range(B)), [None if seed is None else int(seed) + b for b in range(B)]
         )
         self._started = True
-        no = torch.zeros(B, dtype=torch.bool)
-        step = self._make_step(np.zeros(B, np.float32), no, no.clone())
-        step.final_obs, step.final_state = dict(step.obs), step.state
-        return step
+        return Step.at_reset(self._observation())
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         """One step of every copy (:meth:`MultiAgentEnv.step_env`); actions clipped to the actuator bounds."""

@@ -210,18 +210,7 @@ class MatrixGame(MultiAgentEnv):
         """Put every copy in the start state; ``seed`` is accepted and ignored (deterministic games)."""
         B = self.num_envs
         self._s = torch.zeros(B, dtype=torch.long, device=self.device)
-        no = torch.zeros(B, dtype=torch.bool, device=self.device)
-        zero = torch.zeros(B, device=self.device)
-        ob = self._observation(self._s)
-        return Step(
-            *ob,
-            reward={"agent": zero[:, None].expand(B, self._n).clone()},
-            terminated=no,
-            truncated=no.clone(),
-            final_obs=dict(ob.obs),
-            final_state=ob.state,
-            final_avail_actions=dict(ob.avail_actions),
-        )
+        return Step.at_reset(self._observation(self._s))
 
     def check_actions(self, actions: Dict[str, Any]) -> Dict[str, torch.Tensor]:
         """``actions["agent"]`` ``[B, N]`` int, each agent's within its own action count.

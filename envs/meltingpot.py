@@ -200,10 +200,7 @@ class MeltingPotEnv(MultiAgentEnv):
         for b in range(self.num_envs):
             self._reset_copy(b)
         self._started = True
-        no = torch.zeros(self.num_envs, dtype=torch.bool)
-        step = self._make_step(np.zeros((self.num_envs, len(self.roles)), np.float32), no, no.clone())
-        step.final_obs, step.final_state = dict(step.obs), step.state
-        return step
+        return Step.at_reset(self._observation())
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         """One step of every copy (:meth:`MultiAgentEnv.step_env`); ``info["episode_metrics"]`` as documented."""

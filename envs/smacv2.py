@@ -348,11 +348,7 @@ class SMACv2Env(MultiAgentEnv):
             env.reset()
         self._last = [_observe(env) for env in self._envs]
         B = self.num_envs
-        no = np.zeros(B, dtype=bool)
-        step = self._make_step(*_stack(self._last), np.zeros(B, np.float32), no, no, no, np.zeros(B, np.int64))
-        step.final_obs, step.final_state = dict(step.obs), step.state
-        step.final_avail_actions = dict(step.avail_actions)
-        return step
+        return Step.at_reset(self._observation(), info=self._info(np.zeros(B, bool), np.zeros(B, np.int64)))
 
     def check_actions(self, actions: Dict[str, Any]) -> Dict[str, torch.Tensor]:
         """``{"ally": [B, n] int}``, every action legal (``avail_actions``), as SMACv2 asserts.
@@ -390,17 +386,14 @@ class SMACv2Env(MultiAgentEnv):
                 trunc[b], term[b] = cut, not cut
                 won[b] = bool(info.get("battle_won", False))
         self._last = [_observe(env) for env in self._envs]
-        return self._make_step(*_stack(self._last), reward, term, trunc, won, restarts)
+        return self._make_step(reward, term, trunc, won, restarts)
 
     def reset_rows(self, rows: torch.Tensor) -> Observation:
         """Reset the games in ``rows`` (``[B]`` bool); the others keep their observation."""
         for b in rows.nonzero().flatten().tolist():
             self._envs[b].reset()
             self._last[b] = _observe(self._envs[b])
-        obs, state, avail = _stack(self._last)
-        self._avail = avail
-        t = torch.from_numpy
-        return Observation({"ally": t(obs)}, t(state), {"ally": t(avail)}, {"ally": t(~avail[..., 0])})
+        return self._observation()
 
     def close(self) -> None:
         """Close every StarCraft II process."""
@@ -409,19 +402,30 @@ class SMACv2Env(MultiAgentEnv):
 
     # ------------------------------------------------------------------ internals
 
-    def _make_step(self, obs, state, avail, reward, term, trunc, won, restarts) -> Step:
+    def _observation(self) -> Observation:
+        """The games' last observations (:attr:`_last`) as an :class:`Observation`; remembers the legal
+        actions for :meth:`check_actions`."""
+        obs, state, avail = _stack(self._last)
         self._avail = avail
+        t = torch.from_numpy
+        # no-op is legal exactly for dead agents
+        return Observation({"ally": t(obs)}, t(state), {"ally": t(avail)}, {"ally": t(~avail[..., 0])})
+
+    @staticmethod
+    def _info(won: np.ndarray, restarts: np.ndarray) -> Dict[str, Any]:
+        """A step's ``info``: ``episode_metrics["win_rate"]`` ``[B]`` float32 and ``restarts`` ``[B]`` int64."""
+        t = torch.from_numpy
+        return {"episode_metrics": {"win_rate": t(won.astype(np.float32))}, "restarts": t(restarts)}
+
+    def _make_step(self, reward, term, trunc, won, restarts) -> Step:
         n = self.info.groups["ally"].n_agents
         t = torch.from_numpy
         return Step(
-            obs={"ally": t(obs)},
-            state=t(state),
-            avail_actions={"ally": t(avail)},
-            alive={"ally": t(~avail[..., 0])},  # no-op is legal exactly for dead agents
+            *self._observation(),
             reward={"ally": t(np.repeat(reward[:, None], n, axis=1))},
             terminated=t(term.copy()),
             truncated=t(trunc.copy()),
-            info={"episode_metrics": {"win_rate": t(won.astype(np.float32))}, "restarts": t(restarts)},
+            info=self._info(won, restarts),
         )
 
 

@@ -193,10 +193,7 @@ class StagHunter(MultiAgentEnv):
             self._gen.manual_seed(int(seed))
         self._respawn(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
         self._started = True
-        no = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        zero = torch.zeros(self.num_envs, device=self.device)
-        obs, state = self._observe()
-        return self._make_step(obs, state, zero, no, no, self.stag_captures.float(), self.hare_captures.float())
+        return self.observe()
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         """Move, catch, move the animals (see the module docstring); ended rows keep their last observation."""

@@ -156,12 +156,7 @@ class VmasEnv(MultiAgentEnv):
             seed = self._default_seed
         self._obs = self._env.reset(seed=seed)
         self._started = True
-        B = self.num_envs
-        no = torch.zeros(B, dtype=torch.bool, device=self.device)
-        zero = {a: torch.zeros(B, device=self.device) for a in self.info.agents}
-        step = self._make_step(zero, no, no.clone())
-        step.final_obs, step.final_state = dict(step.obs), step.state
-        return step
+        return Step.at_reset(self._observation())
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         """Step all copies at once (see :meth:`MultiAgentEnv.step_env`)."""

@@ -1,11 +1,12 @@
 """Raw env steps/s through marl and the return of uniformly random legal play, for the JaxMARL families.
 
 usage: python examples/jaxmarl_envs_speed.py [--batch 1 64] [--steps 400] [family:scenario ...]
-(default: overcooked:cramped_room hanabi:2p coin_game:coin_game storm:storm)
+(default: overcooked:cramped_room hanabi:2p coin_game:coin_game storm:storm; MABrax, which needs brax:
+mabrax:ant_4x2)
 
 Per env and batch size ``B``: one warm-up step (XLA compiles the batched step there; its time is
 printed apart), then ``--steps`` timed calls of ``env.step`` with random legal actions drawn from the
-masks; env steps/s = ``B * steps / seconds`` (each of the ``B`` copies takes one step per call). The
+masks (continuous actions: uniform in the action space's box); env steps/s = ``B * steps / seconds`` (each of the ``B`` copies takes one step per call). The
 random-play return is the mean, over the episodes that ended inside the timed steps, of the summed
 per-step reward averaged over the agents of each group (one number per group); the episodes that began
 before the timed steps miss the untimed warm-up step's reward.
@@ -23,7 +24,9 @@ from marl.env import make_env
 DEFAULT = ["overcooked:cramped_room", "hanabi:2p", "coin_game:coin_game", "storm:storm"]
 
 
-def random_actions(s, gen):
+def random_actions(env, s, gen):
+    if any(av is None for av in s.avail_actions.values()):
+        return env.random_actions(s, gen)  # a continuous group: uniform in its Box
     out = {}
     for g, av in s.avail_actions.items():
         out[g] = torch.multinomial(av.float().reshape(-1, av.shape[-1]), 1, generator=gen).reshape(av.shape[:-1])
@@ -36,13 +39,13 @@ def measure(name: str, B: int, steps: int) -> str:
     gen = torch.Generator().manual_seed(0)
     t0 = time.perf_counter()
     s = env.reset(seed=0)
-    s = env.step(random_actions(s, gen))  # compiles
+    s = env.step(random_actions(env, s, gen))  # compiles
     compile_s = time.perf_counter() - t0
     ret = {g: torch.zeros(B) for g in s.reward}
     ended = {g: [] for g in s.reward}
     t0 = time.perf_counter()
     for _ in range(steps):
-        s = env.step(random_actions(s, gen))
+        s = env.step(random_actions(env, s, gen))
         for g, r in s.reward.items():
             ret[g] += r.mean(-1)
             ended[g] += ret[g][s.done].tolist()

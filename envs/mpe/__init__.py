@@ -283,11 +283,7 @@ class MPEEnv(MultiAgentEnv):
             env.reset(seed=None if seed is None else int(seed) + b)
             self._observe(b, env)
         self._started = True
-        B = self.num_envs
-        no = torch.zeros(B, dtype=torch.bool)
-        step = self._make_step(np.zeros((B, len(self.info.agents)), np.float32), no, no.clone())
-        step.final_obs, step.final_state = dict(step.obs), step.state
-        return step
+        return Step.at_reset(self.layout.observation(self._state))
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         """Advance every copy one step (see :meth:`MultiAgentEnv.step_env`), as mpe2's AEC env does per cycle."""
@@ -324,8 +320,7 @@ class MPEEnv(MultiAgentEnv):
             env = self._envs[b]
             env.reset()
             self._observe(b, env)
-        obs, state = self.layout.observe(self._state)
-        return Observation(obs, state, self._avail(), self._alive())
+        return self.layout.observation(self._state)
 
     def close(self) -> None:
         for env in self._envs:
@@ -378,27 +373,9 @@ class MPEEnv(MultiAgentEnv):
         # one concatenate + one float32 cast == SimpleEnv.observe(...).astype(np.float32) per agent
         self._state[b] = np.concatenate([observation(agent, world) for agent in world.agents])
 
-    def _avail(self) -> Dict[str, Optional[torch.Tensor]]:
-        B = self.num_envs
-        return {
-            n: (torch.ones(B, g.n_agents, g.n_actions, dtype=torch.bool) if g.discrete else None)
-            for n, g in self.info.groups.items()
-        }
-
-    def _alive(self) -> Dict[str, torch.Tensor]:
-        return {n: torch.ones(self.num_envs, g.n_agents, dtype=torch.bool) for n, g in self.info.groups.items()}
-
     def _make_step(self, rewards: np.ndarray, terminated, truncated) -> Step:
-        obs, state = self.layout.observe(self._state)
-        return Step(
-            obs=obs,
-            state=state,
-            avail_actions=self._avail(),
-            alive=self._alive(),
-            reward=self.layout.per_group(rewards),
-            terminated=terminated,
-            truncated=truncated,
-        )
+        ob = self.layout.observation(self._state)
+        return Step(*ob, reward=self.layout.per_group(rewards), terminated=terminated, truncated=truncated)
 
 
 BACKENDS = (None, "torch", "mpe2")

@@ -101,10 +101,7 @@ class TorchMPEEnv(MultiAgentEnv):
         rows = torch.ones(self.num_envs, dtype=torch.bool)
         self._reset(rows)
         self._started = True
-        no = torch.zeros(self.num_envs, dtype=torch.bool)
-        step = self._make_step(torch.zeros(self.num_envs, len(self.info.agents), dtype=torch.float32), no, no.clone())
-        step.final_obs, step.final_state = dict(step.obs), step.state
-        return step
+        return Step.at_reset(self.layout.observation(self._state.numpy()))
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         """One step of every copy (:meth:`MultiAgentEnv.step_env`): decode, physics, rewards, observations."""
@@ -122,8 +119,7 @@ class TorchMPEEnv(MultiAgentEnv):
     def reset_rows(self, rows: torch.Tensor) -> Observation:
         """New episodes in ``rows`` (``[B]`` bool), drawn from the env's generator."""
         self._reset(rows.to(torch.bool))
-        obs, state = self.layout.observe(self._state.numpy())
-        return Observation(obs, state, self._avail(), self._alive())
+        return self.layout.observation(self._state.numpy())
 
     def get_state(self) -> Dict[str, Any]:
         """Entity positions, velocities, communication, scenario draws, step counters, the
@@ -176,24 +172,7 @@ class TorchMPEEnv(MultiAgentEnv):
     def _observe(self) -> None:
         self._state = self.scenario.observation(self.world).to(torch.float32)
 
-    def _avail(self) -> Dict[str, Optional[torch.Tensor]]:
-        B = self.num_envs
-        return {
-            n: (torch.ones(B, g.n_agents, g.n_actions, dtype=torch.bool) if g.discrete else None)
-            for n, g in self.info.groups.items()
-        }
-
-    def _alive(self) -> Dict[str, torch.Tensor]:
-        return {n: torch.ones(self.num_envs, g.n_agents, dtype=torch.bool) for n, g in self.info.groups.items()}
-
     def _make_step(self, rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> Step:
-        obs, state = self.layout.observe(self._state.numpy())
-        return Step(
-            obs=obs,
-            state=state,
-            avail_actions=self._avail(),
-            alive=self._alive(),
-            reward=self.layout.per_group(np.ascontiguousarray(rewards.numpy())),
-            terminated=terminated,
-            truncated=truncated,
-        )
+        ob = self.layout.observation(self._state.numpy())
+        reward = self.layout.per_group(np.ascontiguousarray(rewards.numpy()))
+        return Step(*ob, reward=reward, terminated=terminated, truncated=truncated)

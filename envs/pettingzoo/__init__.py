@@ -340,11 +340,7 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
             self._rngs[b] = np.random.default_rng(s)
             self._reset_copy(b, env, s)
         self._started = True
-        zero = np.zeros((B, len(self.info.agents)), np.float32)
-        false = torch.zeros(B, dtype=torch.bool)
-        step = self._make_step(zero, false, false.clone(), np.zeros(B, np.int64))
-        step.final_obs, step.final_state = dict(step.obs), step.state
-        return step
+        return Step.at_reset(self._observation(), info=self._info(np.zeros(B, np.int64)))
 
     def step_env(self, actions: Dict[str, torch.Tensor]) -> Step:
         """Step every copy in turn (see :meth:`MultiAgentEnv.step_env`); an ended copy's row holds its
@@ -376,8 +372,7 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
         """Reset the copies in ``rows`` (unseeded: each continues its own RNG stream)."""
         for b in rows.nonzero().flatten().tolist():
             self._reset_copy(b, self._envs[b], None)
-        obs, state = self._rows.observe()
-        return Observation(obs, state, self._avail(), self.layout.per_group(self._alive))
+        return self._observation()
 
     def close(self) -> None:
         for env in self._envs:
@@ -388,24 +383,22 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
 
     # ------------------------------------------------------------------ internals
 
-    def _avail(self) -> Dict[str, Optional[torch.Tensor]]:
-        return {
+    def _observation(self) -> Observation:
+        """Every copy's current observation, action masks and alive flags (fresh tensors)."""
+        avail = {
             name: (torch.from_numpy(self._masks[name].copy()) if g.discrete else None)
             for name, g in self.info.groups.items()
         }
+        return self.layout.observation(self._rows, avail, self.layout.per_group(self._alive))
+
+    def _info(self, illegal: np.ndarray) -> Dict[str, Any]:
+        """A step's ``info``: ``illegal_actions`` ``[B]`` int64 in AEC mode, else nothing."""
+        return {"illegal_actions": torch.from_numpy(illegal)} if self._aec else {}
 
     def _make_step(self, rewards, terminated, truncated, illegal) -> Step:
-        lay = self.layout
-        obs, state = self._rows.observe()
+        reward = self.layout.per_group(rewards)
         return Step(
-            obs=obs,
-            state=state,
-            avail_actions=self._avail(),
-            alive=lay.per_group(self._alive),
-            reward=lay.per_group(rewards),
-            terminated=terminated,
-            truncated=truncated,
-            info={"illegal_actions": torch.from_numpy(illegal)} if self._aec else {},
+            *self._observation(), reward=reward, terminated=terminated, truncated=truncated, info=self._info(illegal)
         )
 
     def _write(self, b: int, agent: str, obs: Any, info: Optional[Mapping], alive: bool) -> None:

@@ -276,6 +276,48 @@ class Step:
         """``terminated | truncated``: ``[B]`` bool."""
         return self.terminated | self.truncated
 
+    @classmethod
+    def at_reset(
+        cls,
+        observation: "Observation",
+        info: Optional[Dict[str, Any]] = None,
+        extras: Optional[Dict[str, Dict[str, torch.Tensor]]] = None,
+    ) -> "Step":
+        """The :class:`Step` that :meth:`MultiAgentEnv.reset` returns: the first observation of every copy.
+
+        Nothing has happened yet, so ``reward[g]`` is ``[B, N_g]`` float32 zeros and
+        ``terminated`` / ``truncated`` are ``[B]`` bool False (two tensors: a wrapper
+        may write one in place), on the device of ``alive[g]`` / ``state``; no episode
+        ended, so ``final_obs`` / ``final_state`` / ``final_avail_actions`` hold the
+        current fields (new dicts, the same tensors). The observation fields are taken as
+        given (``obs[g]`` ``[B, N_g, *shape]``, ``state`` ``[B, state_dim]``,
+        ``avail_actions[g]`` ``[B, N_g, n_actions_g]`` bool or ``None``, ``alive[g]``
+        ``[B, N_g]`` bool; ``B`` is ``state.shape[0]``).
+
+        Args:
+            observation: the reset :class:`Observation` (what :meth:`MultiAgentEnv.reset_rows`
+                returns for all rows).
+            info: the step's ``info`` (e.g. zero ``episode_metrics`` ``[B]``, so every step of the
+                env carries the same keys); ``None``: empty.
+            extras: column -> group -> ``[B, N_g]`` (:attr:`EnvInfo.extra_columns`); ``None``: empty.
+        """
+        obs, state, avail, alive = observation
+        B, device = state.shape[0], state.device
+        return cls(
+            obs=obs,
+            state=state,
+            avail_actions=avail,
+            alive=alive,
+            reward={g: torch.zeros(a.shape, dtype=torch.float32, device=a.device) for g, a in alive.items()},
+            terminated=torch.zeros(B, dtype=torch.bool, device=device),
+            truncated=torch.zeros(B, dtype=torch.bool, device=device),
+            final_obs=dict(obs),
+            final_state=state,
+            final_avail_actions=dict(avail),
+            info={} if info is None else info,
+            extras={} if extras is None else extras,
+        )
+
 
 class Observation(NamedTuple):
     """What :meth:`MultiAgentEnv.reset_rows` returns: the observation fields of a :class:`Step`.
