@@ -93,7 +93,12 @@ def run_marl(iterations: int, seed: int, out: str, image: bool = False) -> None:
     ray.init(num_cpus=2, include_dashboard=False)
     flat = not image
     env = make_env(
-        "overcooked", "cramped_room", num_envs=16, seed=seed, flat_obs=flat, shaped_reward=True,
+        "overcooked",
+        "cramped_room",
+        num_envs=16,
+        seed=seed,
+        flat_obs=flat,
+        shaped_reward=True,
         shaping_horizon=SHAPING_HORIZON,
     )
     t0 = time.time()
