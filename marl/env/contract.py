@@ -477,6 +477,15 @@ class MultiAgentEnv(abc.ABC):
     def num_envs(self) -> int:
         return self.info.num_envs
 
+    @property
+    def eval_kwargs(self) -> Dict[str, Any]:
+        """Keyword arguments of ``make_env`` that an evaluation copy of this env is built with, over
+        the training ones (e.g. Overcooked with ``shaped_reward=True`` declares
+        ``{"shaped_reward": False}``: evaluation returns are the game's score, not the training
+        reward). ``{}`` by default: evaluation envs are then built exactly like training ones.
+        Read by :meth:`marl.env.registry.EnvSpec.make_eval` and every evaluation env marl builds."""
+        return {}
+
     @abc.abstractmethod
     def reset(self, seed: Optional[int] = None) -> Step:
         """Reset all ``B`` copies (copy ``b`` seeded with ``seed + b``) and return the first :class:`Step`."""
