@@ -479,11 +479,7 @@ class MultiAgentEnv(abc.ABC):
 
     @property
     def eval_kwargs(self) -> Dict[str, Any]:
-        """Keyword arguments of ``make_env`` that an evaluation copy of this env is built with, over
-        the training ones (e.g. Overcooked with ``shaped_reward=True`` declares
-        ``{"shaped_reward": False}``: evaluation returns are the game's score, not the training
-        reward). ``{}`` by default: evaluation envs are then built exactly like training ones.
-        Read by :meth:`marl.env.registry.EnvSpec.make_eval` and every evaluation env marl builds."""
+        """``make_env`` kwargs of evaluation copies over the training ones; ``{}`` (default): none (docs/envs.md)."""
         return {}
 
     @abc.abstractmethod
@@ -543,8 +539,7 @@ class MultiAgentEnv(abc.ABC):
 
         Returns:
             The :class:`Observation` of every row afterwards: the first
-            observation of the new episode in ``rows``, the current one elsewhere.
-        """
+            observation of the new episode in ``rows``, the current one elsewhere."""
         raise NotImplementedError(f"{type(self).__name__} implements step_env() but not reset_rows().")
 
     def close(self) -> None:
@@ -557,8 +552,7 @@ class MultiAgentEnv(abc.ABC):
         episodes (docs/envs.md, "Saving the env state").
 
         Called after :meth:`reset`, only when a checkpoint is written (never per step). The
-        dict must pickle and must not share mutable objects with the env (copy them).
-        """
+        dict must pickle and must not share mutable objects with the env (copy them)."""
         return None
 
     def set_state(self, state: Dict[str, Any]) -> None:
