@@ -125,7 +125,7 @@ class EvaluationProtocol(Callback):
 
     def _eval_env(self, trainer):
         if self._env is None:
-            self._env = trainer.run.make_env(num_envs=self.num_envs)
+            self._env = trainer.run.make_eval_env(num_envs=self.num_envs)
         return self._env
 
     def _policy_mapping(self, trainer) -> PolicyMapping:

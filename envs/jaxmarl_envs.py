@@ -366,6 +366,16 @@ class JaxMARLEnv(JaxBatchEnv):
         self.env_steps = 0  # env steps taken by this env (B per step): the shaping anneal's clock
         self._init_batch(jax, built.spec, fns, seed)
 
+    @property
+    def eval_kwargs(self) -> Dict[str, Any]:
+        """``{"shaped_reward": False}`` with shaping on (and ``shaping_horizon: None`` when one is set,
+        which needs shaping on): an evaluation copy scores the game alone (20 per cook per soup), not
+        the training reward; ``{}`` otherwise."""
+        on, horizon = self._shaping
+        if not on:
+            return {}
+        return {"shaped_reward": False} if horizon is None else {"shaped_reward": False, "shaping_horizon": None}
+
     def shaping_weight(self) -> float:
         """The weight of Overcooked's shaped reward at :attr:`env_steps` (0 without shaping)."""
         on, horizon = self._shaping

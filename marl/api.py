@@ -320,7 +320,7 @@ def _fit_run(
     finally:
         trainer.stop()
     if cfg.eval_episodes > 0:
-        result.eval = result.evaluate(cfg.eval_episodes, env=env)
+        result.eval = _final_eval(result, cfg.eval_episodes, env, trainer.run)
         trainer.run_callbacks.on_evaluate(result, result.eval)
         if cfg.progress:
             print(
@@ -329,6 +329,19 @@ def _fit_run(
                 flush=True,
             )
     return result
+
+
+def _final_eval(result: Result, episodes: int, env, run) -> Dict[str, float]:
+    """``fit``'s greedy evaluation: on the training env itself, or, when the env declares
+    :attr:`~marl.env.contract.MultiAgentEnv.eval_kwargs` (e.g. Overcooked's shaped reward off), on a
+    separate copy built with them (the training env's reward is wherever its anneal stopped)."""
+    if not run.eval_kwargs or env.spec is None:
+        return result.evaluate(episodes, env=env)
+    eval_env = run.make_eval_env(num_envs=env.num_envs)
+    try:
+        return result.evaluate(episodes, env=eval_env)
+    finally:
+        eval_env.close()
 
 
 def _agent_net(cfg: EngineConfig) -> str:

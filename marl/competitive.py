@@ -397,7 +397,7 @@ class CompetitiveEval(Callback):
     def on_fit_start(self, trainer) -> None:
         from marl.mapping import PolicyMapping
 
-        self._env = trainer.run.make_env(num_envs=self.num_envs)
+        self._env = trainer.run.make_eval_env(num_envs=self.num_envs)
         for b in self.bots:
             make_bot(b, self._env.info)
         table = dict(trainer.run.agent_to_module)

@@ -114,7 +114,7 @@ class Policy:
     ) -> Dict[str, float]:
         """Mean of each episode statistic (``<stat>_mean``) over ``episodes`` greedy episodes of
         ``env``, or of the scenario ``env_spec`` rebuilds with ``num_envs`` copies (default
-        ``min(episodes, 32)``). On an env with two or more teams (a competitive game) the policy
+        ``min(episodes, 32)``) and the env's declared ``eval_kwargs`` (:meth:`EnvSpec.make_eval`). On an env with two or more teams (a competitive game) the policy
         also plays ``episodes`` games in each seat against the bot ``opponent``
         (:func:`marl.competitive.versus`): ``vs_<opponent>/<seat>/win_rate``, ``draw_rate``,
         ``loss_rate`` and ``score`` (win 1, draw 1/2), each in [0, 1]. ``episodes`` is the count of
@@ -130,7 +130,7 @@ class Policy:
         if env is None:
             if env_spec is None:
                 raise MarlError("This policy has no env spec to rebuild its scenario; pass env=marl.make_env(...).")
-            env = env_spec.make(num_envs=num_envs or min(episodes, 32))
+            env = env_spec.make_eval(num_envs=num_envs or min(episodes, 32))  # with the env's eval_kwargs
         check_env_fits(self.mapping.info, env)
         stats = run_episodes(env, self, episodes)
         out = {f"{k}_mean": float(np.mean(v)) for k, v in stats.items() if v}

@@ -47,7 +47,8 @@ class Result:
         opponent: str = "random",
     ) -> Dict[str, float]:
         """Greedy evaluation: the mean of each episode statistic over ``episodes`` episodes of
-        ``env`` (default: the trained scenario rebuilt with ``num_envs`` copies); text games play
+        ``env`` (default: the trained scenario rebuilt with ``num_envs`` copies and the env's declared
+        ``eval_kwargs``, e.g. Overcooked's shaped reward off); text games play
         ``episodes`` games against the bot ``opponent``. See ``Policy.evaluate_episodes``."""
         return self.policy.evaluate_episodes(
             episodes, env=env, env_spec=self.env_spec, num_envs=num_envs, opponent=opponent

@@ -140,14 +140,23 @@ def test_overcooked_shaped_reward_anneals_linearly():
     assert env.env_steps == 5 * B and env.shaping_weight() == pytest.approx(0.5)
 
 
+def _soup_script() -> list:
+    """Agent 0's moves in cramped_room: three onions into the pot, a plate, the soup (after the 20
+    cooking steps), delivered at step 49 (JaxMARL's action ids)."""
+    up, down, right, left, stay, use = range(6)
+    onion = [left, left, use, right, up, use]  # from the pot's tile: fetch an onion, put it in the pot
+    script = [left, use, right, up, use] + onion * 2 + [down, left, down, use, right, up, up] + [stay] * 20
+    return script + [use, down, right, down, use]  # take the soup, walk to the serving tile, deliver
+
+
+SOUP_SCRIPT = _soup_script()
+
+
 def test_overcooked_soups_count_the_deliveries_of_the_episode():
     """A scripted cook (agent 0; agent 1 stays) in cramped_room: three onions into the pot, a plate,
     the soup (after the 20 cooking steps), delivered at step 49; episodes of 70 steps."""
     env = make_env("overcooked", "cramped_room", num_envs=2, seed=0, max_steps=70)
-    up, down, right, left, stay, use = range(6)
-    onion = [left, left, use, right, up, use]  # from the pot's tile: fetch an onion, put it in the pot
-    script = [left, use, right, up, use] + onion * 2 + [down, left, down, use, right, up, up] + [stay] * 20
-    script += [use, down, right, down, use]  # take the soup, walk to the serving tile, deliver
+    script, stay = SOUP_SCRIPT, 4
 
     def episode(actions, saved_at=None):
         sparse, saved = torch.zeros(2), None

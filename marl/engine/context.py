@@ -41,6 +41,8 @@ class RunContext:
             action space); empty for families whose runners need no spaces (text games).
         family: the algorithm family's static extras, a dataclass the family declares
             (``Trainer.family_context``), or ``None``.
+        eval_kwargs: the trained env's :attr:`~marl.env.contract.MultiAgentEnv.eval_kwargs`, applied
+            by :meth:`make_eval_env` (``{}``: evaluation envs are built like training ones).
     """
 
     agent_to_module: Dict[str, str]
@@ -49,6 +51,7 @@ class RunContext:
     env_object: Optional[Any] = None
     module_spaces: Dict[str, Any] = field(default_factory=dict)
     family: Any = None
+    eval_kwargs: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -67,6 +70,7 @@ class RunContext:
             env_object=env if env.spec is None else None,
             module_spaces=dict(module_spaces or {}),
             family=family,
+            eval_kwargs=dict(getattr(env, "eval_kwargs", {})),  # a TextEnv declares none
         )
 
     def make_env(self, **overrides: Any) -> Any:
@@ -75,6 +79,15 @@ class RunContext:
         if self.env_spec is None:
             return copy.deepcopy(self.env_object)
         return self.env_spec.make(**overrides)
+
+    def make_eval_env(self, **overrides: Any) -> Any:
+        """An evaluation env: :meth:`make_env` with the trained env's declared
+        :attr:`~marl.env.contract.MultiAgentEnv.eval_kwargs` (:attr:`eval_kwargs`) applied on top;
+        exactly :meth:`make_env` when it declares none. An env built by hand (no spec) cannot be
+        rebuilt with other kwargs: its copy is returned as trained."""
+        if self.env_spec is None or not self.eval_kwargs:
+            return self.make_env(**overrides)
+        return self.env_spec.make_eval(self.eval_kwargs, **overrides)
 
 
 def learner_config_dict(cfg: ConfigBase, run: RunContext) -> Dict[str, Any]:

@@ -519,6 +519,11 @@ class MultiAgentEnv(abc.ABC):
     def num_envs(self) -> int:
         return self.info.num_envs
 
+    @property
+    def eval_kwargs(self) -> Dict[str, Any]:
+        """``make_env`` kwargs of evaluation copies over the training ones; ``{}`` (default): none (docs/envs.md)."""
+        return {}
+
     @abc.abstractmethod
     def reset(self, seed: Optional[int] = None) -> Step:
         """Reset all ``B`` copies (copy ``b`` seeded with ``seed + b``) and return the first :class:`Step`."""
@@ -576,8 +581,7 @@ class MultiAgentEnv(abc.ABC):
 
         Returns:
             The :class:`Observation` of every row afterwards: the first
-            observation of the new episode in ``rows``, the current one elsewhere.
-        """
+            observation of the new episode in ``rows``, the current one elsewhere."""
         raise NotImplementedError(f"{type(self).__name__} implements step_env() but not reset_rows().")
 
     def close(self) -> None:
@@ -590,8 +594,7 @@ class MultiAgentEnv(abc.ABC):
         episodes (docs/envs.md, "Saving the env state").
 
         Called after :meth:`reset`, only when a checkpoint is written (never per step). The
-        dict must pickle and must not share mutable objects with the env (copy them).
-        """
+        dict must pickle and must not share mutable objects with the env (copy them)."""
         return None
 
     def set_state(self, state: Dict[str, Any]) -> None:

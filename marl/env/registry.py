@@ -39,6 +39,19 @@ class EnvSpec:
         kw = {**self.kwargs, **overrides}
         return make_env(self.family, self.scenario, **kw)
 
+    def make_eval(self, eval_kwargs: Optional[Dict[str, Any]] = None, **overrides: Any) -> MultiAgentEnv:
+        """An evaluation copy of the env: :meth:`make` with ``overrides`` and then the env's declared
+        :attr:`~marl.env.contract.MultiAgentEnv.eval_kwargs` on top (e.g. Overcooked's shaped reward
+        switched off). ``eval_kwargs``: those kwargs when already read from a built copy; ``None``
+        builds one copy to read them and rebuilds only when they are non-empty (else that copy is it)."""
+        if eval_kwargs is None:
+            env = self.make(**overrides)
+            eval_kwargs = dict(env.eval_kwargs)
+            if not eval_kwargs:
+                return env
+            env.close()
+        return self.make(**{**overrides, **eval_kwargs})
+
 
 @dataclass
 class _Family:

@@ -45,6 +45,11 @@ class Wrapper(MultiAgentEnv):
         self.__dict__["_spec"] = value
 
     @property
+    def eval_kwargs(self) -> Dict[str, Any]:
+        """The inner env's :attr:`MultiAgentEnv.eval_kwargs` (a wrapper's options stay as trained)."""
+        return self.env.eval_kwargs
+
+    @property
     def unwrapped(self) -> MultiAgentEnv:
         """The innermost env."""
         env = self.env
