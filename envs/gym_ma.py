@@ -53,16 +53,8 @@ import torch
 
 from marl.env import EnvInfo, MarlError, MultiAgentEnv, Observation, Step, unknown_choice
 from marl.errors import closest, renamed_keyword
-from marl.envs.common import (
-    AgentLayout,
-    ObsRows,
-    RawChecks,
-    agent_obs_space,
-    build_groups,
-    check_episode_limit,
-    check_num_envs,
-    own_step_limit,
-)
+from marl.envs.common import AgentLayout, ObsRows, agent_obs_space, build_groups, check_num_envs
+from marl.envs.common_raw import RawChecks, check_episode_limit, own_step_limit
 
 __all__ = ["GymMultiAgentEnv", "make", "from_object", "scenarios"]
 
@@ -235,7 +227,7 @@ class GymMultiAgentEnv(RawChecks, MultiAgentEnv):
 
 def _episode_limit(env: Any, given: Optional[int], name: str):
     """``(steps, where)``: the episode limit (``0``: none) from ``episode_limit=`` and the env's own
-    (:func:`~marl.envs.common.own_step_limit`); the smaller one wins."""
+    (:func:`~marl.envs.common_raw.own_step_limit`); the smaller one wins."""
     given = check_episode_limit(given, f"make_env('gymnasium', {name!r})")
     own, where = own_step_limit(env)
     if given is not None and (not own or given <= own):

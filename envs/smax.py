@@ -81,7 +81,8 @@ import gymnasium as gym
 import numpy as np
 
 from marl.env import MarlError, unknown_choice
-from marl.envs.common import ally_team_info, check_kwargs, check_num_envs, episode_limit_as
+from marl.envs.common import ally_team_info, check_kwargs, check_num_envs
+from marl.envs.common_raw import episode_limit_as
 from marl.envs.jax_batch import JaxBatchEnv, JaxSpec, batched_fns, import_jaxmarl
 
 DEFAULT_NUM_ENVS = 64

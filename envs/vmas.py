@@ -42,11 +42,11 @@ from marl.envs.common import (
     build_groups,
     check_kwargs,
     check_num_envs,
-    episode_limit_as,
     flat_box,
     per_copy,
     to_gymnasium,
 )
+from marl.envs.common_raw import episode_limit_as
 
 DEFAULT_NUM_ENVS = 256
 DEFAULT_MAX_STEPS = 100

@@ -4,8 +4,8 @@ usage:
   python examples/overcooked_vs_jaxmarl.py jaxmarl --src JAXMARL_CHECKOUT [--steps 5e6]
   python examples/overcooked_vs_jaxmarl.py marl [--iterations 489] [--seed 0] [--out result.json] [--image]
 
-``jaxmarl`` runs ``make_train`` of JaxMARL's ``baselines/IPPO/ippo_ff_overcooked.py`` unchanged, at
-its ``config/ippo_ff_overcooked.yaml`` (the layout set to ``cramped_room``, ``TOTAL_TIMESTEPS`` from
+``jaxmarl`` runs ``make_train`` of JaxMARL's feed-forward Overcooked IPPO script unchanged
+(https://github.com/FLAIROx/JaxMARL/blob/c793d095618c6d3edfb5632802348f57b70a4b94/baselines/IPPO/ippo_ff_overcooked.py), at its YAML config (the layout set to ``cramped_room``, ``TOTAL_TIMESTEPS`` from
 ``--steps``), and prints the metrics the script sends to wandb, one JSON line per update:
 ``returned_episode_returns`` is the sparse return of one cook (20 per soup, no shaping) of the last
 finished training episode, averaged over the rollout and the 16 env copies. The baselines are not in
@@ -29,9 +29,9 @@ import json
 import sys
 import time
 
-JAXMARL_TOTAL_STEPS = 5_000_000  # TOTAL_TIMESTEPS of ippo_ff_overcooked.yaml
+JAXMARL_TOTAL_STEPS = 5_000_000  # TOTAL_TIMESTEPS of JaxMARL's config
 SHAPING_HORIZON = 2_500_000  # REW_SHAPING_HORIZON
-JAXMARL_IPPO_FF = dict(  # ippo_ff_overcooked.yaml / its ActorCritic, as marl's IPPO keys
+JAXMARL_IPPO_FF = dict(  # JaxMARL's config / its ActorCritic, as marl's IPPO keys
     num_envs=16,  # NUM_ENVS
     rollout_length=128,  # NUM_STEPS
     lr=2.5e-4,  # LR

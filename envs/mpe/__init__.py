@@ -56,7 +56,8 @@ from marl.env import (
     make_env,
     unknown_choice,
 )
-from marl.envs.common import AgentLayout, build_groups, check_kwargs, check_num_envs, episode_limit_as, mpe2_modules
+from marl.envs.common import AgentLayout, build_groups, check_kwargs, check_num_envs, mpe2_modules
+from marl.envs.common_raw import episode_limit_as
 
 DEFAULT_NUM_ENVS = 32
 

@@ -60,15 +60,13 @@ from marl.envs.common import (
     ObsRows,
     agent_obs_space,
     build_groups,
-    check_episode_limit,
     check_kwargs,
     check_num_envs,
     default_teams,
-    RawChecks,
     mpe2_modules,
     named_env_constructor,
-    own_step_limit,
 )
+from marl.envs.common_raw import check_episode_limit, RawChecks, own_step_limit
 
 DEFAULT_NUM_ENVS = 8
 
@@ -161,7 +159,7 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
         episode_limit: steps (batched steps: moves in AEC ``"turn"`` mode) after which an
             episode is truncated, recorded in :attr:`info` (a whole number >= 1); ``None``
             records the env's own (``max_cycles`` of the unwrapped env, or another attribute of
-            ``envs/common.py``: ``own_step_limit``), which the env enforces itself, else 0.
+            ``envs/common_raw.py``: ``own_step_limit``), which the env enforces itself, else 0.
         seed: seed used by ``reset()`` when called without one (``None``: unseeded).
         family: family name recorded in :attr:`info`.
         entity_layout: optional group -> entity layout (format:
@@ -422,7 +420,7 @@ class PettingZooEnv(AECStepping, RawChecks, MultiAgentEnv):
 
     def read(self, agent: str, obs: Any, b: int) -> AgentObs:
         """Agent ``agent``'s observation in copy ``b`` as :class:`~marl.envs.common.ObsRows` stores it
-        (checked: :meth:`~marl.envs.common.RawChecks.read_agent`)."""
+        (checked: :meth:`~marl.envs.common_raw.RawChecks.read_agent`)."""
         io = self._io[self.layout.index[agent]]
         if io.key is not None:
             if not isinstance(obs, Mapping) or io.key not in obs:
