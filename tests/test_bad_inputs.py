@@ -529,29 +529,29 @@ def _step(actions, **kw):
 
 
 ACTIONS = [
-    ("actions: no group", _step({}), "marl.env.contract", "Missing actions for group 'agent'. Expected groups: agent"),
+    ("actions: no group", _step({}), "marl.env.actions", "Missing actions for group 'agent'. Expected groups: agent"),
     (
         "actions: agent count",
         _step({"agent": torch.zeros(2, 2, dtype=torch.long)}),
-        "marl.env.contract",
+        "marl.env.actions",
         "Actions of group 'agent' must have shape (2, 3) (int64), got (2, 2).",
     ),
     (
         "actions: floats",
         _step({"agent": torch.zeros(2, 3)}),
-        "marl.env.contract",
+        "marl.env.actions",
         "Actions of group 'agent' must be integers",
     ),
     (
         "actions: out of range",
         _step({"agent": torch.full((2, 3), 7)}),
-        "marl.env.contract",
+        "marl.env.actions",
         "Actions of group 'agent' must lie in [0, 5), got values in [7, 7].",
     ),
     (
         "actions: continuous shape",
         _step({"agent": torch.zeros(2, 3)}, continuous_actions=True),
-        "marl.env.contract",
+        "marl.env.actions",
         "Actions of group 'agent' must have shape (2, 3, 5) (float32), got (2, 3).",
     ),
 ]
