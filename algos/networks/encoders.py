@@ -167,12 +167,14 @@ class ObsEncoder(nn.Module):
         spec = dict(spec or {})
         self.leaves = obs_leaves(space)
         self.ranks = {k: len(b.shape) for k, b in self.leaves.items()}
-        self.scale: Dict[str, Optional[float]] = {}
-        for k, b in self.leaves.items():  # a uniform bound is a float (1/255: the Nature DQN's exact path)
+        self.scale_buffer: Dict[str, str] = {}  # uint8 key -> the name of its scale buffer
+        for i, (k, b) in enumerate(self.leaves.items()):
             scale = uint8_scale(b)
-            if isinstance(scale, torch.Tensor):  # per element: moves with the module, not in checkpoints
-                self.register_buffer(f"scale_{k}", scale, persistent=False)
-            self.scale[k] = scale if not isinstance(scale, torch.Tensor) else -1.0
+            if scale is not None:  # a buffer moves with the module; not persistent: checkpoints stay as they were
+                self.scale_buffer[k] = f"uint8_scale_{i}"  # by position: a key may hold a '.'
+                self.register_buffer(
+                    self.scale_buffer[k], torch.as_tensor(scale, dtype=torch.float32), persistent=False
+                )
         nets = {}
         for k, box in self.leaves.items():
             kind = encoder_kind(box)
@@ -190,9 +192,8 @@ class ObsEncoder(nn.Module):
             x = obs[k]
             lead = x.shape[: x.dim() - self.ranks[k]]
             x = x.reshape(-1, *x.shape[len(lead) :]).float()
-            scale = self.scale[k]
-            if scale is not None:
-                x = x * (scale if scale > 0 else getattr(self, f"scale_{k}"))
+            if k in self.scale_buffer:
+                x = x * getattr(self, self.scale_buffer[k])
             parts.append(net(x).reshape(*lead, -1))
         return torch.cat(parts, -1)
 
