@@ -226,6 +226,24 @@ def test_encoder_layers_from_config():
     assert enc.out_dim == 8 * 4 * 4 + 5
 
 
+def test_encoder_takes_keys_with_dots():
+    """A PettingZoo or Gymnasium Dict key may hold a '.', which ``nn.ModuleDict`` refuses as a name: such a key's
+    net is named with '_' for each '.', a name another key already has gets its position appended, and every key
+    keeps its own net (its output block depends on that key only)."""
+    space = gym.spaces.Dict({"cam.rgb": IMAGE, "cam_rgb": VECTOR, "pos.xy": VECTOR})
+    enc = ObsEncoder(space)
+    assert enc.module_name == {"cam.rgb": "cam_rgb_0", "cam_rgb": "cam_rgb", "pos.xy": "pos_xy"}
+    assert set(enc.nets) == set(enc.module_name.values())
+    obs = {k: torch.as_tensor(np.stack([b.sample() for _ in range(3)])) for k, b in space.items()}
+    out = enc(obs)
+    moved = dict(obs, **{"pos.xy": obs["pos.xy"] + 1.0})
+    width = enc.nets["pos_xy"].out_dim
+    changed = (enc(moved) != out).any(0)
+    assert out.shape == (3, enc.out_dim) and changed[-width:].all() and not changed[:-width].any()
+    plain = ObsEncoder(gym.spaces.Dict({"image": IMAGE, "vector": VECTOR}))  # keys without dots keep their names
+    assert list(plain.nets) == ["image", "vector"]
+
+
 # ------------------------------------------------------------------ flatten_obs
 def test_flatten_obs_wrapper_concatenates_keys():
     raw = marl.make_env("image_cue", num_envs=2, size=8, patch=2)

@@ -149,6 +149,19 @@ def uint8_scale(box: gym.spaces.Box) -> Any:
     return torch.from_numpy((1.0 / high).astype(np.float32))
 
 
+def module_names(keys: Sequence[str]) -> Dict[str, str]:
+    """Observation key -> the name of its encoder in a ``ModuleDict``, which refuses names holding a '.':
+    the key itself where it can (so checkpoints keep their parameter names), else the key with '_' for
+    each '.' (and its position appended if another key already has that name), e.g. ``"a.b" -> "a_b"``."""
+    names: Dict[str, str] = {}
+    for i, k in enumerate(keys):
+        name = k.replace(".", "_") if "." in k else k
+        if name in names.values() or (name != k and name in keys):
+            name = f"{name}_{i}"
+        names[k] = name
+    return names
+
+
 class ObsEncoder(nn.Module):
     """A structured observation -> ``[..., out_dim]`` features: each key encoded by its encoder
     (:func:`encoder_kind`), uint8 keys scaled into [0, 1] by their ``Box``'s ``high`` (:func:`uint8_scale`),
@@ -176,11 +189,12 @@ class ObsEncoder(nn.Module):
                     self.scale_buffer[k], torch.as_tensor(scale, dtype=torch.float32), persistent=False
                 )
         nets = {}
+        self.module_name = module_names(list(self.leaves))  # obs key -> its net's name in ``nets``
         for k, box in self.leaves.items():
             kind = encoder_kind(box)
             if kind not in _ENCODERS:
                 raise unknown_choice(f"encoder of observation key '{k}'", kind, list(_ENCODERS))
-            nets[k] = _ENCODERS[kind](box, dict(spec.get(kind) or {}))
+            nets[self.module_name[k]] = _ENCODERS[kind](box, dict(spec.get(kind) or {}))
         self.nets = nn.ModuleDict(nets)
         self.out_dim = sum(int(n.out_dim) for n in nets.values())
 
@@ -188,8 +202,8 @@ class ObsEncoder(nn.Module):
         if not isinstance(obs, dict):
             obs = {"obs": obs}
         parts = []
-        for k, net in self.nets.items():
-            x = obs[k]
+        for k, name in self.module_name.items():
+            net, x = self.nets[name], obs[k]
             lead = x.shape[: x.dim() - self.ranks[k]]
             x = x.reshape(-1, *x.shape[len(lead) :]).float()
             if k in self.scale_buffer:
