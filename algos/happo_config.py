@@ -34,7 +34,10 @@ def one_agent_per_module(c: Any, run: RunFacts) -> Optional[str]:
         return None
     mid, agents = next(iter(shared.items()))
     share = run.mapping.share
-    named = f"share={fn_name(share)}" if callable(share) else f"share={share!r} (mode '{run.mapping.mode}')"
+    if callable(share):
+        named = f"share={fn_name(share)}"
+    else:  # 'auto' resolves per env: say what it became
+        named = f"share={share!r}" + (f" (here '{run.mapping.mode}')" if share != run.mapping.mode else "")
     return (
         f"{c.algo} needs one module per agent (heterogeneous agents, Kuba et al. 2022): {named} maps agents "
         f"{agents} to the one module '{mid}'. Use share='individual' (the default of {c.algo}), or a mapping "
