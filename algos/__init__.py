@@ -45,6 +45,12 @@ register_algo(
     **_LLM,
     description="SPIRAL: zero-sum LLM self-play with role-conditioned advantage estimation (text games)",
 )
+register_algo(
+    "happo",
+    trainer="marl.algos.happo:HAPPO",
+    schema="marl.algos.happo_config:HAPPOConfig",
+    description="HAPPO: heterogeneous agents updated one by one in a random order (Kuba et al. 2022)",
+)
 
 register_transform(
     "causal_shift",
