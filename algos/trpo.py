@@ -4,7 +4,7 @@ Sources: Schulman et al. 2015, "Trust Region Policy Optimization" (arXiv 1502.05
 surrogate and the mean-KL constraint; appendix C: conjugate gradient on Fisher-vector products, the
 step length ``sqrt(2 delta / s^T A s)``, the backtracking line search); Hu et al. 2023, MARLlib
 (arXiv 2210.13708): ITRPO (critic on the agent's own observation) and MATRPO (centralised critic);
-Zhong et al. 2024, HARL (arXiv 2304.09870) and its ``harl/algorithms/actors/hatrpo.py``: one
+Zhong et al. 2024, HARL (arXiv 2304.09870) and its official code's HATRPO actor: one
 trust-region step of the actor per update on the whole batch, the accept ratio of the line search,
 a critic trained apart with Adam (MAPPO's value loss).
 
@@ -77,7 +77,7 @@ def kl_hessian_product(
     current values: the Fisher information of the policy when ``kl_fn`` is the mean
     ``KL(pi_old || pi)`` and ``pi = pi_old`` (Schulman et al. 2015, arXiv 1502.05477, appendix C.1:
     Fisher-vector products by differentiating the KL twice; damping as in HARL's
-    ``harl/utils/trpo_util.py``). The KL's gradient graph is built once and serves every product.
+    official code). The KL's gradient graph is built once and serves every product.
     """
     grads = torch.autograd.grad(kl_fn(), params, create_graph=True, allow_unused=True, materialize_grads=True)
     g = flat(grads)
@@ -124,8 +124,8 @@ def trust_region_step(
     full step ``s = sqrt(2 max_kl / x^T A x) x``, the largest step along ``x`` whose quadratic KL model is
     ``max_kl``. The line search tries ``backtrack_coef^i s`` for ``i = 0 .. line_search_steps-1`` and takes
     the first with measured ``kl_fn() <= max_kl``, ``L`` gain ``> 0`` and gain ``> accept_ratio`` times its
-    linear prediction ``g . s backtrack_coef^i`` (HARL's accept ratio, ``harl/algorithms/actors/hatrpo.py``);
-    if none passes, ``params`` keep their values exactly. Defaults: HARL's ``hatrpo.yaml`` and ``trpo_util.py``.
+    linear prediction ``g . s backtrack_coef^i`` (HARL's accept ratio, Zhong et al. 2024, arXiv 2304.09870);
+    if none passes, ``params`` keep their values exactly. Defaults: HARL's official code (its HATRPO config).
 
     Args:
         params: the tensors to move (leaves with ``requires_grad``), e.g. one agent's actor parameters.

@@ -4,9 +4,9 @@ config is loaded and checked without importing torch or Ray (the algorithm is in
 It is PPO's schema (:class:`~marl.algos.ppo_config.PPOConfig`: critic, GAE, value loss, networks)
 plus the trust-region keys. Sources: Schulman et al. 2015, "Trust Region Policy Optimization"
 (arXiv 1502.05477, sec. 6 and appendix C: KL bound, conjugate gradient, line search); Zhong et al.
-2024, HARL (arXiv 2304.09870) and its ``harl/configs/algos_cfgs/hatrpo.yaml`` (``kl_threshold``,
-``ls_step``, ``accept_ratio``, ``backtrack_coeff``) and ``harl/utils/trpo_util.py`` (10 conjugate
-gradient iterations, damping 0.1).
+2024, HARL (arXiv 2304.09870) and its official code's HATRPO defaults (config keys ``kl_threshold``,
+``ls_step``, ``accept_ratio``, ``backtrack_coeff``; 10 conjugate gradient iterations and damping 0.1 in
+its TRPO utilities).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def no_compiled_trust_region(c: Any) -> Optional[str]:
 
 @dataclass(frozen=True, kw_only=True)
 class TRPOConfig(PPOConfig):
-    """ITRPO / MATRPO keys (``docs/algorithms/trpo.md``); values in ``configs/algos/matrpo.yaml``, which
+    """ITRPO / MATRPO keys (docs/algorithms/trpo.md); values in ``configs/algos/matrpo.yaml``, which
     ``itrpo.yaml`` starts from (``base: matrpo``). Of PPO's keys, ``epochs``, ``num_minibatches``, ``lr``,
     ``value_clip``, ``huber_delta`` and ``value_loss_coef`` drive the critic's Adam steps; ``entropy_coef``
     weights an entropy bonus in the surrogate; ``clip`` (PPO's policy clip) is not read."""
