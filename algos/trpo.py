@@ -29,6 +29,8 @@ from marl.algos.trpo_config import TRPOConfig
 from marl.engine.on_policy import loss_rows
 from marl.errors import TrainingDiverged
 
+Tensors = Dict[str, torch.Tensor]
+
 
 # ============================================================ trust-region math
 def flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -248,17 +250,11 @@ def step_keywords(cfg: TRPOConfig) -> Dict[str, Any]:
 TRUST_REGION_METRICS = ("kl", "surrogate_gain", "expected_gain", "step_fraction", "accepted")  # logged per module
 
 
-def critic_loss_terms(
-    module: Any,
-    fwd_out: Dict[str, torch.Tensor],
-    rows: Dict[str, torch.Tensor],
-    value_norm: bool,
-    value_clip: float,
-    huber_delta: float,
-    value_loss_coef: float,
-) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+def critic_loss_terms(module: Any, fwd_out: Tensors, rows: Tensors, *value_params: Any) -> Tuple[torch.Tensor, Tensors]:
     """The critic's minibatch loss ``c_V L_V``: MAPPO's clipped Huber value loss, the value part of
-    :func:`~marl.algos.ppo.ppo_loss_terms` (Yu et al. 2022, arXiv 2103.01955; HARL's TRPO critic)."""
+    :func:`~marl.algos.ppo.ppo_loss_terms` (Yu et al. 2022, arXiv 2103.01955; HARL's TRPO critic).
+    ``value_params``: ``value_norm, value_clip, huber_delta, value_loss_coef`` (:meth:`TRPOLearner.loss_params`)."""
+    value_norm, value_clip, huber_delta, value_loss_coef = value_params
     _, parts = ppo_loss_terms(module, fwd_out, rows, value_norm, 1.0, value_clip, huber_delta, 0.0, value_loss_coef)
     return value_loss_coef * parts["value_loss"], {"value_loss": parts["value_loss"]}
 

@@ -6,18 +6,8 @@ import pytest
 import marl
 from marl.config.schema import ConfigValueError
 from marl.env import MarlError
+from test_bad_inputs import no_ray  # noqa: F401  (autouse: Ray must not start)
 from toy_envs import MatchEnv, MultiDiscreteEnv
-
-
-@pytest.fixture(autouse=True)
-def no_ray(monkeypatch):
-    import marl.api as api
-
-    def started(*args, **kwargs):
-        raise AssertionError("Ray was started before the bad input was caught")
-
-    monkeypatch.setattr(api, "init_ray", started)
-    monkeypatch.setattr(api, "start_ray", started)
 
 
 CASES = [  # id, env class, algo, overrides, error type, message fragments

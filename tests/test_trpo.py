@@ -142,7 +142,7 @@ def test_policy_step_of_a_ppo_module_obeys_the_kl_bound_and_moves_only_the_actor
     old = policy_snapshot(m, dist_in)
     critic0 = flat(list(m.critic.parameters())).clone()
     actor0 = flat(actor_parameters(m)).clone()
-    before = float(surrogate_objective(m, dist_in, flat_rows, 0.0))
+    before = float(surrogate_objective(m, dist_in, flat_rows, 0.0).detach())
 
     done = policy_trust_region_step(m, batch, 0.0, max_kl=0.01)
 
@@ -188,14 +188,6 @@ def test_matrpo_resume_is_exact(ray_session, run_dir):
 def test_recurrent_continuous_itrpo_resume_is_exact(ray_session, run_dir):
     import marl
 
-    _one_go_vs_resumed(
-        lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=7, continuous_actions=True),
-        "itrpo",
-        4,
-        run_dir,
-        rollout_length=5,
-        epochs=2,
-        num_minibatches=2,
-        recurrent=True,
-        chunk_length=5,
-    )
+    mpe = dict(num_envs=3, max_cycles=7, continuous_actions=True)
+    gru = dict(rollout_length=5, epochs=2, num_minibatches=2, recurrent=True, chunk_length=5)
+    _one_go_vs_resumed(lambda: marl.make_env("mpe", "simple_spread", **mpe), "itrpo", 4, run_dir, **gru)
