@@ -108,6 +108,16 @@ def test_a_flat_surrogate_takes_no_step():
     assert not done.accepted and done.tries == 0 and torch.equal(W.detach(), w0)
 
 
+def test_a_non_finite_surrogate_stops_training_and_moves_nothing():
+    from marl.errors import TrainingDiverged
+
+    W, surrogate, kl, _, _ = _softmax_policy(seed=3)
+    w0 = W.detach().clone()
+    with pytest.raises(TrainingDiverged, match="surrogate .*nan.* not finite"):
+        trust_region_step([W], lambda: surrogate() * float("nan"), kl, 0.01)
+    assert torch.equal(W.detach(), w0)
+
+
 # ============================================================ the policy step on PPO's module
 @pytest.mark.parametrize("discrete, recurrent", [(True, False), (False, False), (True, True)])
 def test_policy_step_of_a_ppo_module_obeys_the_kl_bound_and_moves_only_the_actor(discrete, recurrent):
