@@ -122,14 +122,24 @@ def test_bad_yaml_value_names_its_file():
     "algo, family, key_, owner",
     [
         ("mappo", "mpe", "mixer", r"'mixer' is a value decomposition key \(iql, qmix, vdn\); mappo does not use it"),
-        ("reinforce", "ipd", "hpn_heads", r"'hpn_heads' is an agent network key \(ippo, iql, itrpo, mappo, matrpo, qmix, vdn\)"),
+        (
+            "reinforce",
+            "ipd",
+            "hpn_heads",
+            r"'hpn_heads' is an agent network key \(ippo, iql, itrpo, mappo, matrpo, qmix, vdn\)",
+        ),
         (
             "qmix",
             "mpe",
             "lora_r",
             r"'lora_r' is an LLM self-play key \(advantage_alignment, grpo, mars, reinforce, spiral\)",
         ),
-        ("reinforce", "ipd", "hidden", r"'hidden' is a PPO key \(ippo, itrpo, mappo, matrpo\) and a value decomposition key"),
+        (
+            "reinforce",
+            "ipd",
+            "hidden",
+            r"'hidden' is a PPO key \(ippo, itrpo, mappo, matrpo\) and a value decomposition key",
+        ),
         ("iql", "mpe", "critic", r"'critic' is a PPO key \(ippo, itrpo, mappo, matrpo\); iql does not use it"),
     ],
 )
