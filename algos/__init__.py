@@ -52,6 +52,18 @@ register_algo(
     description="HAPPO: heterogeneous agents updated one by one in a random order (Kuba et al. 2022)",
 )
 
+_TRPO = dict(trainer="marl.algos.trpo:TRPO", schema="marl.algos.trpo_config:TRPOConfig")
+register_algo(
+    "matrpo",
+    **_TRPO,
+    description="Multi-agent TRPO: trust-region actor steps (KL-bounded), centralised critic on the global state",
+)
+register_algo(
+    "itrpo",
+    **_TRPO,
+    description="Independent TRPO: trust-region actor steps (KL-bounded), critic on each agent's own observation",
+)
+
 register_transform(
     "causal_shift",
     "marl.algos.redistribution:CausalShift",

@@ -126,7 +126,7 @@ def test_bad_yaml_value_names_its_file():
             "reinforce",
             "ipd",
             "hpn_heads",
-            r"'hpn_heads' is an agent network key \(happo, ippo, iql, mappo, qmix, vdn\)",
+            r"'hpn_heads' is an agent network key \(happo, ippo, iql, itrpo, mappo, matrpo, qmix, vdn\)",
         ),
         (
             "qmix",
@@ -134,8 +134,13 @@ def test_bad_yaml_value_names_its_file():
             "lora_r",
             r"'lora_r' is an LLM self-play key \(advantage_alignment, grpo, mars, reinforce, spiral\)",
         ),
-        ("reinforce", "ipd", "hidden", r"'hidden' is a PPO key \(happo, ippo, mappo\) and a value decomposition key"),
-        ("iql", "mpe", "critic", r"'critic' is a PPO key \(happo, ippo, mappo\); iql does not use it"),
+        (
+            "reinforce",
+            "ipd",
+            "hidden",
+            r"'hidden' is a PPO key \(happo, ippo, itrpo, mappo, matrpo\) and a value decomposition key",
+        ),
+        ("iql", "mpe", "critic", r"'critic' is a PPO key \(happo, ippo, itrpo, mappo, matrpo\); iql does not use it"),
     ],
 )
 def test_a_key_of_another_family_names_that_family(algo, family, key_, owner):

@@ -34,6 +34,8 @@ ALGOS = {
     "grpo": ("stag_hunt", {"group_size": 4}),
     "spiral": ("textarena", {"rae_decay": 0.9}),
     "happo": ("mamujoco", {"fixed_order": True}),
+    "matrpo": ("mpe", {"kl_threshold": 0.02}),
+    "itrpo": ("smax", {"cg_iters": 5}),
 }
 # (an override outside its range, the key named by the error) per algorithm family
 BAD = {"mappo": ("clip", -0.1), "qmix": ("hypernet_layers", 3), "reinforce": ("dtype", "float8")}

@@ -223,6 +223,18 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor, mask: torch.Ten
 
 
 # ============================================================ learner
+def loss_rows(module: Any, batch: Dict[str, Any]) -> Dict[str, Any]:
+    """The per-row columns of a minibatch as the loss reads them, one row per step and agent: nested
+    columns (GRU chunks ``[M, L, ...]``, team env steps ``[M, N, ...]``) flattened to ``[M*L or M*N, ...]``,
+    the forward's own inputs (:data:`MODEL_INPUTS`) left out."""
+    nested = module.recurrent or module.team
+    return {
+        k: map_obs(lambda v: v.reshape(-1, *v.shape[2:]), v) if nested else v
+        for k, v in batch.items()
+        if k not in MODEL_INPUTS
+    }
+
+
 class OnPolicyLearner(RunAccess, SeamLearner):
     """Learner of the on-policy algorithms: advantages, then epochs x minibatches of gradient steps.
 
@@ -377,12 +389,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
             TrainingDiverged: a part named in :attr:`finite_terms` is NaN or infinite.
         """
         module: Any = self.module[module_id].unwrapped()
-        nested = module.recurrent or module.team
-        rows = {
-            k: map_obs(lambda v: v.reshape(-1, *v.shape[2:]), v) if nested else v
-            for k, v in batch.items()
-            if k not in MODEL_INPUTS
-        }
+        rows = loss_rows(module, batch)
         vn = self.value_normalizer(module)
         if vn is not None:  # in place on the statistics: outside the compiled loss
             vn.update(rows["returns"], rows["active"])
