@@ -1,0 +1,76 @@
+"""The config schema of IA2C and MAA2C (:class:`A2CConfig`), apart from the trainer so that a config is
+loaded and checked without importing torch or Ray (the algorithm is in :mod:`marl.algos.a2c`).
+
+Sources of the keys: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning" (A3C,
+arXiv 1602.01783, Algorithm S3: n-step returns, entropy bonus); Papoudakis et al. 2021,
+"Benchmarking Multi-Agent Deep Reinforcement Learning Algorithms in Cooperative Tasks" (EPyMARL,
+arXiv 2006.07869, Section 3 and Appendix C) and its code, ``src/config/algs/ia2c.yaml``,
+``maa2c.yaml`` and ``src/learners/actor_critic_learner.py`` (``q_nstep``, soft target critic,
+``standardise_rewards``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from marl.algos.networks.config import ACTIVATIONS, AgentNetConfig
+from marl.config import EngineConfig, key
+from marl.config.checks import ERROR, minibatches_beyond_rows, rule
+from marl.config.critic import CRITICS, CriticChoice
+
+# the critic kinds each algorithm name trains (EPyMARL: ac_critic on the agent's observation for IA2C,
+# cv_critic on the global state for MAA2C); another name registered on this schema may take any kind
+ALGO_CRITICS = {"ia2c": ("obs",), "maa2c": ("state", "team", "auto")}
+
+
+@rule(("critic",), ERROR, "an IA2C critic on the state is MAA2C and an MAA2C critic on the observation is IA2C")
+def critic_of_the_algorithm(c: Any) -> Optional[str]:
+    valid = ALGO_CRITICS.get(c.algo)
+    if valid is None or c.critic in valid:
+        return None
+    other = "maa2c" if c.algo == "ia2c" else "ia2c"
+    return (
+        f"{c.algo} does not train critic={c.critic!r}; its critic is one of: {', '.join(valid)} "
+        f"(for critic={c.critic!r} use algo {other})."
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class A2CConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cfg.critic_kind, auto resolved once
+    """IA2C / MAA2C keys (``docs/algorithms/a2c.md``); values in ``configs/algos/maa2c.yaml``, which
+    ``ia2c.yaml`` starts from (``base: maa2c``). One gradient step per rollout: the on-policy core's
+    ``epochs`` and ``num_minibatches`` are fixed at 1 (class constants, not keys)."""
+
+    LAYER = "A2C"
+    RULES = (minibatches_beyond_rows, critic_of_the_algorithm)  # checks across keys (marl/config/checks.py)
+
+    epochs = 1  # read by the on-policy core: A2C takes one gradient step on each rollout
+    num_minibatches = 1
+
+    critic: str = key(
+        "value function: global state + agent id (state), global state once per env step with a value head "
+        "per agent (team, MLP actors), own observation (obs, IA2C), team for MLP and state for GRU actors (auto)",
+        choices=CRITICS + ("auto",),
+    )
+    gamma: float = key("discount factor", gt=0, le=1)
+    nstep: int = key("n of the n-step returns the critic regresses on and the advantages use (EPyMARL q_nstep)", ge=1)
+    target_tau: float = key(
+        "soft update rate of the target critic that gives the n-step bootstrap values, per update; 1 = no target",
+        gt=0,
+        le=1,
+    )
+    standardise_rewards: bool = key("train on (r - running mean) / running std of all rewards seen (EPyMARL)")
+    entropy_coef: float = key("weight of the entropy bonus", ge=0)
+    value_loss_coef: float = key("weight of the value loss (squared error to the n-step return)", ge=0)
+    adam_eps: float = key("Adam epsilon", gt=0)
+    value_norm: bool = key("normalise value targets with running statistics (ValueNorm)")
+    advantage_norm: bool = key("normalise advantages over the active agents of the batch")
+    hidden: int = key("width of the hidden layers (and of the GRU)", ge=1)
+    layers: int = key("hidden layers of the actor and critic MLPs", ge=1)
+    activation: str = key("activation of the hidden layers", choices=ACTIVATIONS)
+    layer_norm: bool = key("LayerNorm on the network inputs")
+    policy_gain: float = key("orthogonal-init gain of the policy output layer", gt=0)
+    log_std_init: float = key("continuous actions: initial log standard deviation")
+    recurrent: bool = key("GRU actor instead of an MLP (the critic stays an MLP)")
+    chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
