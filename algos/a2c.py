@@ -5,8 +5,8 @@ Sources: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning
 bonus, the critic regressed on n-step returns); Papoudakis et al. 2021, "Benchmarking Multi-Agent
 Deep Reinforcement Learning Algorithms in Cooperative Tasks" (EPyMARL, arXiv 2006.07869, Section 3:
 IA2C with a critic on the agent's observation, MAA2C with a centralised critic on the state) and
-its code, ``src/learners/actor_critic_learner.py`` (n-step returns bootstrapped from a soft-updated
-target critic, standardised rewards, one gradient step per batch).
+its official code's actor-critic learner (n-step returns bootstrapped from a soft-updated target
+critic, standardised rewards, one gradient step per batch).
 
 This file holds, top to bottom, the n-step return estimator (:func:`nstep_returns`), the network
 (:class:`A2CModule`: PPO's actor and critic, plus the target critic), the minibatch loss
@@ -73,7 +73,7 @@ class A2CModule(PPOModule):
     """PPO's actor and critic (:class:`~marl.algos.ppo.PPOModule`) plus, on learners and when
     ``model_config["target_critic"]`` is set, a target copy of the critic (frozen; moved towards the
     critic by :func:`~marl.engine.off_policy.update_target` after every update) whose values bootstrap
-    the n-step returns (EPyMARL ``actor_critic_learner.py``)."""
+    the n-step returns (EPyMARL's actor-critic learner, Papoudakis et al. 2021, arXiv 2006.07869)."""
 
     def setup(self):
         super().setup()
@@ -100,7 +100,7 @@ def a2c_loss_terms(
     value_loss_coef: float,
 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     """The A2C minibatch loss ``L = -mean(log pi(a|o) A) - c_H mean(H) + c_V mean((G - V)^2)`` over active
-    rows (Mnih et al. 2016, arXiv 1602.01783, Algorithm S3; EPyMARL ``actor_critic_learner.py``): the
+    rows (Mnih et al. 2016, arXiv 1602.01783, Algorithm S3; EPyMARL's actor-critic learner): the
     plain policy gradient with the advantage, no ratio and no clipping.
 
     ``fwd_out``: ``dist_in [M, A]`` and ``values [M]`` (normalised units) of

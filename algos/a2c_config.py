@@ -4,9 +4,8 @@ loaded and checked without importing torch or Ray (the algorithm is in :mod:`mar
 Sources of the keys: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning" (A3C,
 arXiv 1602.01783, Algorithm S3: n-step returns, entropy bonus); Papoudakis et al. 2021,
 "Benchmarking Multi-Agent Deep Reinforcement Learning Algorithms in Cooperative Tasks" (EPyMARL,
-arXiv 2006.07869, Section 3 and Appendix C) and its code, ``src/config/algs/ia2c.yaml``,
-``maa2c.yaml`` and ``src/learners/actor_critic_learner.py`` (``q_nstep``, soft target critic,
-``standardise_rewards``).
+arXiv 2006.07869, Section 3 and Appendix C) and its official code's IA2C and MAA2C configs and
+actor-critic learner (``q_nstep``, ``target_update_interval_or_tau``, ``standardise_rewards``).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Any, Optional
 
 from marl.algos.networks.config import ACTIVATIONS, AgentNetConfig
 from marl.config import EngineConfig, key
-from marl.config.checks import ERROR, minibatches_beyond_rows, rule
+from marl.config.checks import ERROR, rule
 from marl.config.critic import CRITICS, CriticChoice
 
 # the critic kinds each algorithm name trains (EPyMARL: ac_critic on the agent's observation for IA2C,
@@ -43,7 +42,8 @@ class A2CConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cf
     ``epochs`` and ``num_minibatches`` are fixed at 1 (class constants, not keys)."""
 
     LAYER = "A2C"
-    RULES = (minibatches_beyond_rows, critic_of_the_algorithm)  # checks across keys (marl/config/checks.py)
+    # checks across keys (marl/config/checks.py); the on-policy core adds its minibatch check to every schema
+    RULES = (critic_of_the_algorithm,)
 
     epochs = 1  # read by the on-policy core: A2C takes one gradient step on each rollout
     num_minibatches = 1
