@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from marl.algos.networks.config import ACTIVATIONS, AgentNetConfig
-from marl.config import EngineConfig, key
+from marl.algos.ppo_config import ActorCriticConfig
+from marl.config import key
 from marl.config.checks import ERROR, rule
-from marl.config.critic import CRITICS, CriticChoice
 
 # the critic kinds each algorithm name trains (EPyMARL: ac_critic on the agent's observation for IA2C,
 # cv_critic on the global state for MAA2C); another name registered on this schema may take any kind
@@ -36,10 +35,11 @@ def critic_of_the_algorithm(c: Any) -> Optional[str]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class A2CConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cfg.critic_kind, auto resolved once
-    """IA2C / MAA2C keys (``docs/algorithms/a2c.md``); values in ``configs/algos/maa2c.yaml``, which
-    ``ia2c.yaml`` starts from (``base: maa2c``). One gradient step per rollout: the on-policy core's
-    ``epochs`` and ``num_minibatches`` are fixed at 1 (class constants, not keys)."""
+class A2CConfig(ActorCriticConfig):
+    """IA2C / MAA2C keys (``docs/algorithms/a2c.md``), on top of the actor-critic keys shared with PPO;
+    values in ``configs/algos/maa2c.yaml``, which ``ia2c.yaml`` starts from (``base: maa2c``). One
+    gradient step per rollout: the on-policy core's ``epochs`` and ``num_minibatches`` are fixed at 1
+    (class constants, not keys)."""
 
     LAYER = "A2C"
     # checks across keys (marl/config/checks.py); the on-policy core adds its minibatch check to every schema
@@ -48,12 +48,6 @@ class A2CConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cf
     epochs = 1  # read by the on-policy core: A2C takes one gradient step on each rollout
     num_minibatches = 1
 
-    critic: str = key(
-        "value function: global state + agent id (state), global state once per env step with a value head "
-        "per agent (team, MLP actors), own observation (obs, IA2C), team for MLP and state for GRU actors (auto)",
-        choices=CRITICS + ("auto",),
-    )
-    gamma: float = key("discount factor", gt=0, le=1)
     nstep: int = key("n of the n-step returns the critic regresses on and the advantages use (EPyMARL q_nstep)", ge=1)
     target_tau: float = key(
         "soft update rate of the target critic that gives the n-step bootstrap values, per update; 1 = no target",
@@ -61,16 +55,3 @@ class A2CConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cf
         le=1,
     )
     standardise_rewards: bool = key("train on (r - running mean) / running std of all rewards seen (EPyMARL)")
-    entropy_coef: float = key("weight of the entropy bonus", ge=0)
-    value_loss_coef: float = key("weight of the value loss (squared error to the n-step return)", ge=0)
-    adam_eps: float = key("Adam epsilon", gt=0)
-    value_norm: bool = key("normalise value targets with running statistics (ValueNorm)")
-    advantage_norm: bool = key("normalise advantages over the active agents of the batch")
-    hidden: int = key("width of the hidden layers (and of the GRU)", ge=1)
-    layers: int = key("hidden layers of the actor and critic MLPs", ge=1)
-    activation: str = key("activation of the hidden layers", choices=ACTIVATIONS)
-    layer_norm: bool = key("LayerNorm on the network inputs")
-    policy_gain: float = key("orthogonal-init gain of the policy output layer", gt=0)
-    log_std_init: float = key("continuous actions: initial log standard deviation")
-    recurrent: bool = key("GRU actor instead of an MLP (the critic stays an MLP)")
-    chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)

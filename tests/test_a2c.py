@@ -199,25 +199,12 @@ def test_a2c_learns_cue_matching(ray_session, run_dir, algo, kw):
     assert greedy >= 14.0 and sampled >= 12.0, (greedy, sampled)
 
 
-def test_ia2c_resume_is_exact(ray_session, run_dir):
-    """GRU actor (the default), target critic and reward statistics all continue exactly."""
-    _one_go_vs_resumed(
-        lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=7),
-        "ia2c",
-        4,
-        run_dir,
-        rollout_length=5,
-        chunk_length=5,
-    )
-
-
-def test_maa2c_resume_is_exact(ray_session, run_dir):
-    _one_go_vs_resumed(
-        lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=7),
-        "maa2c",
-        4,
-        run_dir,
-        rollout_length=5,
-        recurrent=False,
-        critic="team",
-    )
+@pytest.mark.parametrize(
+    "algo, kw",
+    [("ia2c", {"chunk_length": 5}), ("maa2c", {"recurrent": False, "critic": "team"})],
+    ids=["ia2c_gru", "maa2c_mlp_team"],
+)
+def test_a2c_resume_is_exact(ray_session, run_dir, algo, kw):
+    """The actor (IA2C: a GRU, the default), the target critic and the reward statistics all continue exactly."""
+    env = lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=7)  # noqa: E731
+    _one_go_vs_resumed(env, algo, 4, run_dir, rollout_length=5, **kw)
