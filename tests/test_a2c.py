@@ -188,13 +188,15 @@ def _final_returns(algo, **kw):
 
 @pytest.mark.parametrize(
     "algo, kw",
-    [("ia2c", {}), ("maa2c", {"recurrent": False, "critic": "team"})],
-    ids=["ia2c_gru", "maa2c_mlp_team"],
+    [("ia2c", {"recurrent": False}), ("maa2c", {"recurrent": False, "critic": "team"})],
+    ids=["ia2c_mlp", "maa2c_mlp_team"],
 )
 def test_a2c_learns_cue_matching(ray_session, run_dir, algo, kw):
     """Random play earns 3.75 per episode, optimal 15 (tests/test_learning.py). 120 iterations of 160 steps,
-    one gradient step each, EPyMARL's defaults otherwise: the greedy return must reach 14 and the sampled
-    (stochastic) return of the last iteration 12. Seeds 0-2 measured: see docs/algorithms/a2c.md."""
+    one gradient step each, EPyMARL's defaults otherwise (MLP actors: the GRU default learns as well but
+    takes 2-3x the time; it is covered by the resume test): the greedy return must reach 14 and the sampled
+    (stochastic) return of the last iteration 12. Seeds 0-2 gave 15.0 greedy and 14.5-14.8 sampled for both
+    (docs/algorithms/a2c.md)."""
     greedy, sampled = _final_returns(algo, log_dir=run_dir, **kw)
     assert greedy >= 14.0 and sampled >= 12.0, (greedy, sampled)
 
