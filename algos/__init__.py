@@ -63,6 +63,17 @@ register_algo(
     **_TRPO,
     description="Independent TRPO: trust-region actor steps (KL-bounded), critic on each agent's own observation",
 )
+_A2C = dict(trainer="marl.algos.a2c:A2C", schema="marl.algos.a2c_config:A2CConfig")
+register_algo(
+    "maa2c",
+    **_A2C,
+    description="MAA2C: advantage actor-critic with a centralised critic on the state (Papoudakis et al. 2021)",
+)
+register_algo(
+    "ia2c",
+    **_A2C,
+    description="IA2C: advantage actor-critic, critic on each agent's own observation (Papoudakis et al. 2021)",
+)
 
 register_transform(
     "causal_shift",

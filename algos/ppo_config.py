@@ -1,4 +1,5 @@
-"""The config schema of IPPO and MAPPO (:class:`PPOConfig`), apart from the trainer so that a
+"""The config schema of IPPO and MAPPO (:class:`PPOConfig`) and its keys shared with the other
+actor-critic algorithms on PPO's module (:class:`ActorCriticConfig`), apart from the trainer so that a
 config is loaded and checked without importing torch or Ray (the algorithm is in :mod:`marl.algos.ppo`).
 
 Sources of the keys: Schulman et al. 2017 (PPO clip, arXiv 1707.06347); Schulman et al. 2016
@@ -17,29 +18,25 @@ from marl.config.critic import CRITICS, CriticChoice
 
 
 @dataclass(frozen=True, kw_only=True)
-class PPOConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cfg.critic_kind, auto resolved once
-    """IPPO / MAPPO keys (``docs/algorithms/ppo.md``); values in ``configs/algos/mappo.yaml``, which
-    ``ippo.yaml`` starts from (``base: mappo``)."""
+class ActorCriticConfig(
+    CriticChoice, AgentNetConfig, EngineConfig
+):  # CriticChoice: cfg.critic_kind, auto resolved once
+    """Keys of the actor-critic algorithms built on the on-policy core and PPO's module (IPPO, MAPPO:
+    ``docs/algorithms/ppo.md``; IA2C, MAA2C: ``docs/algorithms/a2c.md``): what the critic sees, the
+    discount, the loss weights and normalisations, and the networks."""
 
-    LAYER = "PPO"
-    RULES = (minibatches_beyond_rows,)  # checks across keys (marl/config/checks.py)
+    LAYER = "actor-critic"
 
     critic: str = key(
         "value function: global state + agent id, one row per agent (state); global state once per "
-        "env step with one value head per agent (team, MLP actors); own observation (obs, IPPO); "
+        "env step with one value head per agent (team, MLP actors); own observation (obs: IPPO, IA2C); "
         "team for MLP actors and state for GRU actors (auto)",
         choices=CRITICS + ("auto",),
     )
     gamma: float = key("discount factor", gt=0, le=1)
-    gae_lambda: float = key("GAE lambda", ge=0, le=1)
-    clip: float = key("PPO clip epsilon of the policy ratio", gt=0)
-    value_clip: float = key("clip of the value change around the old value; 0 = no value clipping", ge=0)
-    huber_delta: float = key("Huber loss delta of the value loss; 0 = squared error", ge=0)
     entropy_coef: float = key("weight of the entropy bonus", ge=0)
     value_loss_coef: float = key("weight of the value loss", ge=0)
     adam_eps: float = key("Adam epsilon", gt=0)
-    epochs: int = key("passes over each rollout", ge=1)
-    num_minibatches: int = key("minibatches per pass (split along the env copies)", ge=1)
     value_norm: bool = key("normalise value targets with running statistics (ValueNorm)")
     advantage_norm: bool = key("normalise advantages over the active agents of the batch")
     hidden: int = key("width of the hidden layers (and of the GRU)", ge=1)
@@ -48,8 +45,24 @@ class PPOConfig(CriticChoice, AgentNetConfig, EngineConfig):  # CriticChoice: cf
     layer_norm: bool = key("LayerNorm on the network inputs")
     policy_gain: float = key("orthogonal-init gain of the policy output layer", gt=0)
     log_std_init: float = key("continuous actions: initial log standard deviation")
-    recurrent: bool = key("GRU actor and critic instead of MLPs")
+    recurrent: bool = key("GRU actor instead of an MLP (the critic stays an MLP)")
     chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig(ActorCriticConfig):
+    """IPPO / MAPPO keys (``docs/algorithms/ppo.md``); values in ``configs/algos/mappo.yaml``, which
+    ``ippo.yaml`` starts from (``base: mappo``)."""
+
+    LAYER = "PPO"
+    RULES = (minibatches_beyond_rows,)  # checks across keys (marl/config/checks.py)
+
+    gae_lambda: float = key("GAE lambda", ge=0, le=1)
+    clip: float = key("PPO clip epsilon of the policy ratio", gt=0)
+    value_clip: float = key("clip of the value change around the old value; 0 = no value clipping", ge=0)
+    huber_delta: float = key("Huber loss delta of the value loss; 0 = squared error", ge=0)
+    epochs: int = key("passes over each rollout", ge=1)
+    num_minibatches: int = key("minibatches per pass (split along the env copies)", ge=1)
     torch_compile: bool = key(
         "compile the learner's training forward and minibatch loss with torch.compile "
         "(inductor); the first update pays the compile, about 20 s on a 2-core CPU (docs/engine.md)"

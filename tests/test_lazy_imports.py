@@ -36,6 +36,8 @@ ALGOS = {
     "happo": ("mamujoco", {"fixed_order": True}),
     "matrpo": ("mpe", {"kl_threshold": 0.02}),
     "itrpo": ("smax", {"cg_iters": 5}),
+    "maa2c": ("mpe", {"nstep": 3, "critic": "team", "recurrent": False}),
+    "ia2c": ("smax", {"target_tau": 1.0}),
 }
 # (an override outside its range, the key named by the error) per algorithm family
 BAD = {"mappo": ("clip", -0.1), "qmix": ("hypernet_layers", 3), "reinforce": ("dtype", "float8")}
