@@ -46,6 +46,18 @@ register_algo(
     description="SPIRAL: zero-sum LLM self-play with role-conditioned advantage estimation (text games)",
 )
 
+_VD_AC = dict(trainer="marl.algos.vd_actor_critic:VDActorCritic", schema="marl.algos.vd_actor_critic_config:VDACConfig")
+register_algo(
+    "vda2c",
+    **_VD_AC,
+    description="VDA2C: actors on the team advantage of per-agent values mixed by VDN or QMIX (Su et al. 2021)",
+)
+register_algo(
+    "vdppo",
+    **_VD_AC,
+    description="VDPPO: PPO's clipped loss on the team advantage of mixed per-agent values (Su et al. 2021, MARLlib)",
+)
+
 register_transform(
     "causal_shift",
     "marl.algos.redistribution:CausalShift",
