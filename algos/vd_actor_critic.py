@@ -233,16 +233,17 @@ class VDActorCritic(PPO):
         """PPO's action spaces, a common team reward, and a global state for ``mixer: qmix``.
 
         Raises:
-            MarlError: an action space PPO cannot handle; an env whose teams share no reward (not
-                ``shared_reward`` and not ``kind="cooperative"``); ``qmix`` on an env without a state.
+            MarlError: an action space PPO cannot handle; an env whose teams of several agents share no
+                reward (not ``shared_reward`` and not ``kind="cooperative"``); ``qmix`` without a global state.
         """
         super().check_env(cfg, info)
         cfg = config_view(cfg)
-        if not info.shared_reward and info.kind != "cooperative":
+        teams = {t: sum(info.groups[g].n_agents for g in gs) for t, gs in info.teams.items()}
+        if not info.shared_reward and info.kind != "cooperative" and max(teams.values()) > 1:
             raise MarlError(
                 f"{cfg.algo} trains a team value on a common team reward, but {info.family}:{info.scenario} is "
-                f"kind='{info.kind}' with shared_reward=False (each agent its own reward). Use a cooperative or "
-                f"shared-reward env, or an algorithm with per-agent critics (ippo, mappo)."
+                f"kind='{info.kind}' with shared_reward=False (each agent its own reward; teams {teams}). Use a "
+                f"cooperative or shared-reward env, or an algorithm with per-agent critics (ippo, mappo)."
             )
         if cfg.mixer == "qmix" and info.state_dim <= 0:
             raise MarlError(
