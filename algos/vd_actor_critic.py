@@ -3,7 +3,8 @@
 Sources: Su, Adams and Beling 2021, "Value-Decomposition Multi-Agent Actor-Critics" (AAAI 2021, arXiv
 2007.12306, Sec. 4: VDAC-sum and VDAC-mix, the team TD advantage of V_tot in each agent's policy
 gradient); MARLlib (Hu et al. 2023, arXiv 2210.13708), whose VDA2C and VDPPO
-(``marllib/marl/algos/core/VD/vda2c.py``, ``vdppo.py``, ``marllib/marl/algos/utils/mixing_critic.py``) mix
+(https://github.com/Replicable-MARL/MARLlib/blob/master/marllib/marl/algos/core/VD/,
+https://github.com/Replicable-MARL/MARLlib/blob/master/marllib/marl/algos/utils/) mix
 per-agent values into ``V_tot`` by a VDN sum or a QMIX mixer and run GAE on ``V_tot``; QMIX's mixer:
 Rashid et al. 2018 (arXiv 1803.11485); VDN: Sunehag et al. 2018 (arXiv 1706.05296); A2C: Mnih et al.
 2016 (arXiv 1602.01783); PPO: Schulman et al. 2017 (arXiv 1707.06347).

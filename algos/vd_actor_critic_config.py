@@ -3,7 +3,8 @@ is loaded and checked without importing torch or Ray (the algorithms are in :mod
 
 Sources of the keys: Su, Adams and Beling 2021, "Value-Decomposition Multi-Agent Actor-Critics" (AAAI,
 arXiv 2007.12306: VDAC-sum and VDAC-mix); MARLlib (Hu et al. 2023, arXiv 2210.13708), whose VDA2C and VDPPO
-(``marllib/marl/algos/core/VD/vda2c.py``, ``vdppo.py``) mix per-agent values with a VDN sum or a QMIX mixer;
+(https://github.com/Replicable-MARL/MARLlib/blob/master/marllib/marl/algos/core/VD/) mix per-agent values with a VDN sum or a QMIX
+mixer;
 the PPO keys as in :class:`~marl.algos.ppo_config.PPOConfig`.
 """
 

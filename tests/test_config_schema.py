@@ -121,16 +121,36 @@ def test_bad_yaml_value_names_its_file():
 @pytest.mark.parametrize(
     "algo, family, key_, owner",
     [
-        ("mappo", "mpe", "mixer", r"'mixer' is a value decomposition key \(iql, qmix, vdn\); mappo does not use it"),
-        ("reinforce", "ipd", "hpn_heads", r"'hpn_heads' is an agent network key \(ippo, iql, mappo, qmix, vdn\)"),
+        (
+            "mappo",
+            "mpe",
+            "mixer",
+            r"'mixer' is a value decomposition key \(iql, qmix, vdn\) and a VD actor-critic key \(vda2c, vdppo\)",
+        ),
+        (
+            "reinforce",
+            "ipd",
+            "hpn_heads",
+            r"'hpn_heads' is an agent network key \(ippo, iql, mappo, qmix, vda2c, vdn, vdppo\)",
+        ),
         (
             "qmix",
             "mpe",
             "lora_r",
             r"'lora_r' is an LLM self-play key \(advantage_alignment, grpo, mars, reinforce, spiral\)",
         ),
-        ("reinforce", "ipd", "hidden", r"'hidden' is a PPO key \(ippo, mappo\) and a value decomposition key"),
-        ("iql", "mpe", "critic", r"'critic' is a PPO key \(ippo, mappo\); iql does not use it"),
+        (
+            "reinforce",
+            "ipd",
+            "hidden",
+            r"'hidden' is a PPO key \(ippo, mappo, vda2c, vdppo\) and a value decomposition key",
+        ),
+        (
+            "iql",
+            "mpe",
+            "critic",
+            r"'critic' is a PPO key \(ippo, mappo\) and a VD actor-critic key \(vda2c, vdppo\); iql does not use it",
+        ),
     ],
 )
 def test_a_key_of_another_family_names_that_family(algo, family, key_, owner):
