@@ -33,8 +33,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 
 from marl.algos.networks.mixers import QMixer
-from marl.algos.policy_gradient import masked_mean, ppo_losses
-from marl.algos.ppo import PPO, PPOLearner, PPOModule
+from marl.algos.policy_gradient import masked_mean
+from marl.algos.ppo import PPO, PPOLearner, PPOModule, ppo_loss_terms
 from marl.algos.vd_actor_critic_config import ACTOR_LOSSES, VD_MIXERS, VDACConfig  # noqa: F401
 from marl.config import config_view
 from marl.engine.on_policy import (
@@ -106,37 +106,24 @@ class VDModule(PPOModule):
 
 # ============================================================ loss
 def vd_loss_terms(
-    module: VDModule,
-    fwd_out: Dict[str, torch.Tensor],
-    rows: Dict[str, torch.Tensor],
-    actor_loss: str,
-    value_norm: bool,
-    clip: float,
-    value_clip: float,
-    huber_delta: float,
-    entropy_coef: float,
-    value_loss_coef: float,
+    module: VDModule, fwd_out: Dict[str, torch.Tensor], rows: Dict[str, torch.Tensor], actor_loss: str, *ppo_params: Any
 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
-    """``L = L_pi - c_H H + c_V L_V`` with the value loss on the mixed ``V_tot``.
+    """PPO's minibatch loss ``L = L_pi - c_H H + c_V L_V`` (:func:`~marl.algos.ppo.ppo_loss_terms`, whose constants
+    are ``ppo_params``) with the value loss on the mixed ``V_tot``.
 
     ``fwd_out["values"] [M]``: the row's own agent's ``V_i`` (normalised units); ``rows``: PPO's columns
-    (:func:`~marl.algos.ppo.ppo_loss_terms`; ``advantages``, ``returns`` and ``values_old`` are the team's)
-    plus ``others [M, N]`` (every agent's ``V_j`` before the update), ``agent_index [M]`` and
-    ``mix_state [M, S]``. ``L_pi``: PPO's clipped surrogate (``actor_loss="ppo"``) or
-    ``-mean(log pi(a|o) A)`` (``"a2c"``, Mnih et al. 2016, arXiv 1602.01783); ``L_V``: PPO's (optionally
-    clipped, Huber) value loss of ``V_tot`` against the normalised team return.
+    (``advantages``, ``returns`` and ``values_old`` are the team's) plus ``others [M, N]`` (every agent's ``V_j``
+    before the update), ``agent_index [M]`` and ``mix_state [M, S]``. ``L_pi``: PPO's clipped surrogate
+    (``actor_loss="ppo"``) or ``-mean(log pi(a|o) A)`` (``"a2c"``, Mnih et al. 2016, arXiv 1602.01783).
     """
-    logp, ent = module.log_prob_entropy(fwd_out["dist_in"], rows["actions"], rows.get("avail"))
     own = fwd_out["values"].unsqueeze(-1)
     v_tot = module.mix(rows["others"].scatter(-1, rows["agent_index"].unsqueeze(-1), own), rows["mix_state"])
-    targets = module.value_norm.normalize(rows["returns"]) if value_norm else rows["returns"]
-    adv, active = rows["advantages"], rows["active"]
-    parts = ppo_losses(
-        logp, rows["logp_old"], adv, ent, v_tot, rows["values_old"], targets, active, clip, value_clip, huber_delta
-    )
+    loss, parts = ppo_loss_terms(module, {**fwd_out, "values": v_tot}, rows, *ppo_params)
     if actor_loss == "a2c":
-        parts["policy_loss"] = -masked_mean(logp * adv, active)
-    return parts["policy_loss"] - entropy_coef * parts["entropy"] + value_loss_coef * parts["value_loss"], parts
+        logp, _ = module.log_prob_entropy(fwd_out["dist_in"], rows["actions"], rows.get("avail"))
+        a2c = -masked_mean(logp * rows["advantages"], rows["active"])
+        loss, parts["policy_loss"] = loss - parts["policy_loss"] + a2c, a2c
+    return loss, parts
 
 
 # ============================================================ learner and algorithm

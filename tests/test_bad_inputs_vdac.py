@@ -8,19 +8,14 @@ import pytest
 import marl
 import marl.config.checks as checks
 from marl.env import MarlError
+from test_bad_inputs import no_ray  # noqa: F401  (an autouse fixture)
 from toy_envs import MatchEnv
 
 
 @pytest.fixture(autouse=True)
-def no_ray(monkeypatch):
-    """The bad input must be caught before Ray starts (4 CPUs for the checks that count them)."""
-    import marl.api as api
-
-    def started(*args, **kwargs):
-        raise AssertionError("Ray was started before the bad input was caught")
-
-    monkeypatch.setattr(api, "init_ray", started)
-    monkeypatch.setattr(api, "start_ray", started)
+def four_cpus(monkeypatch):
+    """4 CPUs for the checks that count them (``num_learners``), whatever this machine has; ``no_ray`` (imported)
+    fails a case that starts Ray before its bad input is caught."""
     monkeypatch.setattr(checks, "available_cpus", lambda: (4.0, "this machine has"))
 
 

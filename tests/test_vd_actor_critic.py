@@ -5,7 +5,6 @@ through the learner's ``prepare``, the loss on the mixed value, learning on the 
 
 from types import SimpleNamespace
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -16,6 +15,7 @@ from marl.algos.policy_gradient import masked_mean
 from marl.algos.vd_actor_critic import VDLayout, VDLearner, VDModule, mix_values, vd_loss_terms
 from marl.engine.on_policy import gae
 from test_exact_resume import _one_go_vs_resumed
+from run_helpers import ppo_module
 from test_on_policy_core import CFG, Bare, FeatureCritic, random_rollout
 from toy_envs import MatchEnv
 
@@ -62,31 +62,16 @@ def two_agent_sequences(truncated_at_1=True):
     }
 
 
-def vd_module(mixer="qmix", n_agents=3, obs_dim=4, state_dim=6, n_actions=3):
-    """A small learner-side :class:`VDModule` (hidden 16) whose per-agent critic reads the observation."""
-    box = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
-    cfg = dict(
-        obs_dim=obs_dim,
-        critic_dim=obs_dim,
-        critic_heads=1,
-        team_critic=False,
-        n_actions=n_actions,
-        discrete=True,
-        hidden=16,
-        layers=2,
-        activation="relu",
-        layer_norm=True,
-        recurrent=False,
-        policy_gain=1.0,
-        log_std_init=-0.5,
-        n_agents=n_agents,
-        state_dim=state_dim,
-        mixer=mixer,
-        mixing_embed=8,
-        hypernet_layers=1,
-        hypernet_embed=8,
+def vd_module(mixer="qmix", n_agents=3, obs_dim=4, state_dim=6):
+    """A small learner-side :class:`VDModule` (hidden 16): PPO's test module's networks, its critic on the
+    observation, and a mixer of ``n_agents`` values."""
+    base = ppo_module(obs_dim=obs_dim, critic_dim=obs_dim, n_agents=n_agents)
+    mix = dict(n_agents=n_agents, state_dim=state_dim, mixer=mixer, mixing_embed=8, hypernet_layers=1, hypernet_embed=8)
+    return VDModule(
+        observation_space=base.observation_space,
+        action_space=base.action_space,
+        model_config={**base.model_config, **mix},
     )
-    return VDModule(observation_space=box, action_space=gym.spaces.Discrete(n_actions), model_config=cfg)
 
 
 # ---------------------------------------------------------------- mixing
