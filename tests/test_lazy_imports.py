@@ -33,6 +33,8 @@ ALGOS = {
     "advantage_alignment": ("ipd", {"beta": 2.0}),
     "grpo": ("stag_hunt", {"group_size": 4}),
     "spiral": ("textarena", {"rae_decay": 0.9}),
+    "vda2c": ("mpe", {"mixer": "vdn"}),
+    "vdppo": ("smax", {"actor_loss": "a2c", "critic": "state"}),
 }
 # (an override outside its range, the key named by the error) per algorithm family
 BAD = {"mappo": ("clip", -0.1), "qmix": ("hypernet_layers", 3), "reinforce": ("dtype", "float8")}
