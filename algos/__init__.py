@@ -75,6 +75,18 @@ register_algo(
     description="IA2C: advantage actor-critic, critic on each agent's own observation (Papoudakis et al. 2021)",
 )
 
+_VD_AC = dict(trainer="marl.algos.vd_actor_critic:VDActorCritic", schema="marl.algos.vd_actor_critic_config:VDACConfig")
+register_algo(
+    "vda2c",
+    **_VD_AC,
+    description="VDA2C: actors on the team advantage of per-agent values mixed by VDN or QMIX (Su et al. 2021)",
+)
+register_algo(
+    "vdppo",
+    **_VD_AC,
+    description="VDPPO: PPO's clipped loss on the team advantage of mixed per-agent values (Su et al. 2021, MARLlib)",
+)
+
 register_transform(
     "causal_shift",
     "marl.algos.redistribution:CausalShift",

@@ -121,12 +121,17 @@ def test_bad_yaml_value_names_its_file():
 @pytest.mark.parametrize(
     "algo, family, key_, owner",
     [
-        ("mappo", "mpe", "mixer", r"'mixer' is a value decomposition key \(iql, qmix, vdn\); mappo does not use it"),
+        (
+            "mappo",
+            "mpe",
+            "mixer",
+            r"'mixer' is a value decomposition key \(iql, qmix, vdn\) and a VD actor-critic key \(vda2c, vdppo\)",
+        ),
         (
             "reinforce",
             "ipd",
             "hpn_heads",
-            r"'hpn_heads' is an agent network key \(happo, ia2c, ippo, iql, itrpo, maa2c, mappo, matrpo, qmix, vdn\)",
+            r"'hpn_heads' is an agent network key \(ippo, iql, mappo, qmix, vda2c, vdn, vdppo\)",
         ),
         (
             "qmix",
@@ -138,13 +143,13 @@ def test_bad_yaml_value_names_its_file():
             "reinforce",
             "ipd",
             "hidden",
-            r"'hidden' is an actor-critic key \(happo, ia2c, ippo, itrpo, maa2c, mappo, matrpo\) and a value decomposition key",
+            r"'hidden' is a PPO key \(ippo, mappo, vda2c, vdppo\) and a value decomposition key",
         ),
         (
             "iql",
             "mpe",
             "critic",
-            r"'critic' is an actor-critic key \(happo, ia2c, ippo, itrpo, maa2c, mappo, matrpo\); iql does not use it",
+            r"'critic' is a PPO key \(ippo, mappo\) and a VD actor-critic key \(vda2c, vdppo\); iql does not use it",
         ),
     ],
 )

@@ -38,6 +38,8 @@ ALGOS = {
     "itrpo": ("smax", {"cg_iters": 5}),
     "maa2c": ("mpe", {"nstep": 3, "critic": "team", "recurrent": False}),
     "ia2c": ("smax", {"target_tau": 1.0}),
+    "vda2c": ("mpe", {"mixer": "vdn"}),
+    "vdppo": ("smax", {"actor_loss": "a2c", "critic": "state"}),
 }
 # (an override outside its range, the key named by the error) per algorithm family
 BAD = {"mappo": ("clip", -0.1), "qmix": ("hypernet_layers", 3), "reinforce": ("dtype", "float8")}
