@@ -45,6 +45,12 @@ register_algo(
     **_LLM,
     description="SPIRAL: zero-sum LLM self-play with role-conditioned advantage estimation (text games)",
 )
+register_algo(
+    "coma",
+    trainer="marl.algos.coma:COMA",
+    schema="marl.algos.coma_config:COMAConfig",
+    description="COMA: counterfactual advantages from a centralised Q critic, discrete actions (Foerster et al. 2018)",
+)
 
 register_transform(
     "causal_shift",
