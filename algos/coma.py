@@ -10,7 +10,8 @@ from one critic pass that outputs ``Q(s, (u^{-a}, u'))`` for every action ``u'``
 (section 4: the critic's input is the state, the other agents' actions and the agent's id). The
 critic is fitted to TD(lambda) targets of a target network that is copied from it every
 ``target_update_interval`` updates (section 4 and appendix). EPyMARL's implementation
-(uoe-agents/epymarl ``src/learners/coma_learner.py``, ``src/modules/critics/coma.py``) set the
+(Papoudakis et al. 2021, arXiv 2006.07869; https://github.com/uoe-agents/epymarl/blob/main/src/learners/coma_learner.py
+and https://github.com/uoe-agents/epymarl/blob/main/src/modules/critics/coma.py) set the
 defaults of ``configs/algos/coma.yaml``.
 
 This file holds, top to bottom: the critic's inputs (:func:`coma_critic_inputs`), the math
@@ -40,7 +41,9 @@ from marl.env import MarlError, map_obs
 
 
 # ============================================================ critic inputs
-def coma_critic_inputs(state: torch.Tensor, actions: Dict[str, torch.Tensor], n_actions: Dict[str, int]) -> Dict[str, torch.Tensor]:
+def coma_critic_inputs(
+    state: torch.Tensor, actions: Dict[str, torch.Tensor], n_actions: Dict[str, int]
+) -> Dict[str, torch.Tensor]:
     """The COMA critic's input of every agent of every module (Foerster et al. 2018, section 4).
 
     Args:
@@ -166,7 +169,7 @@ def coma_loss_terms(
     value_loss_coef: float,
 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     """``L = -mean(A log pi(u^a|tau^a)) - c_H H + c_V mean((Q(s, u) - G)^2)`` over active rows
-    (Foerster et al. 2018, eq. 4 and section 4; EPyMARL ``coma_learner.py``: entropy bonus, squared TD error).
+    (Foerster et al. 2018, eq. 4 and section 4; EPyMARL's ``COMALearner``: entropy bonus, squared TD error).
 
     ``fwd_out``: ``dist_in [M, A]``, ``q [M, A]``; ``rows``: ``actions``, ``avail``, ``advantages``,
     ``returns`` (TD(lambda) targets), ``active`` and ``critic_active`` (steps with a target), all ``[M]``.

@@ -3,7 +3,8 @@ and checked without importing torch or Ray (the algorithm is in :mod:`marl.algos
 
 Sources of the keys: Foerster et al. 2018, "Counterfactual Multi-Agent Policy Gradients" (AAAI 2018,
 arXiv 1705.08926), section 4 and appendix (TD(lambda) critic targets from a target network, lambda
-0.8); EPyMARL (Papoudakis et al. 2021, arXiv 2006.07869), ``src/config/algs/coma.yaml``.
+0.8); EPyMARL (Papoudakis et al. 2021, arXiv 2006.07869),
+https://github.com/uoe-agents/epymarl/blob/main/src/config/algs/coma.yaml.
 """
 
 from __future__ import annotations

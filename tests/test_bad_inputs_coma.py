@@ -1,35 +1,31 @@
 """Bad inputs to COMA, each a clear MarlError naming the bad value and the valid ones, before Ray starts."""
 
+import gymnasium as gym
+import numpy as np
 import pytest
 
 import marl
 from marl.env import MarlError
+from test_bad_inputs import no_ray  # noqa: F401  (autouse: Ray must not start)
 from toy_envs import MatchEnv, MultiDiscreteEnv
-
-
-@pytest.fixture(autouse=True)
-def no_ray(monkeypatch):
-    import marl.api as api
-
-    def started(*args, **kwargs):
-        raise AssertionError("Ray was started before the bad input was caught")
-
-    monkeypatch.setattr(api, "init_ray", started)
-    monkeypatch.setattr(api, "start_ray", started)
 
 
 def match():
     return MatchEnv(num_envs=2)
 
 
-def continuous_spread():
-    return marl.make_env("mpe", "simple_spread", num_envs=2, continuous_actions=True)
+class BoxActionEnv(MatchEnv):
+    """MatchEnv that declares continuous actions, ``Box(-1, 1, (2,))``."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.info.groups["agent"].action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
 
 CASES = [
     (
         "continuous actions",
-        continuous_spread,
+        BoxActionEnv,
         {},
         ["coma cannot handle the action space Box", "group 'agent'", "supported: Discrete"],
     ),

@@ -106,9 +106,14 @@ def test_coma_solves_cue_matching(ray_session, run_dir):
     assert min(returns) >= 10.0, returns
 
 
-def test_coma_resume_is_exact(ray_session, run_dir):
-    # 5-step episodes, 3-step rollouts (cut mid-episode); the target critic is copied after update 3,
-    # one after the checkpoint: the count of updates and the target must come back from it
+@pytest.mark.parametrize(
+    "extra",
+    [{}, dict(recurrent=True, chunk_length=3, share="individual")],
+    ids=["mlp", "gru-individual"],
+)
+def test_coma_resume_is_exact(ray_session, run_dir, extra):
+    """5-step episodes, 3-step rollouts (cut mid-episode). The target critic is copied after update 3,
+    one after the checkpoint: the count of updates and the target must come back from it."""
     _one_go_vs_resumed(
         lambda: MatchEnv(num_envs=3, T=5),
         "coma",
@@ -118,20 +123,5 @@ def test_coma_resume_is_exact(ray_session, run_dir):
         epochs=2,
         num_minibatches=2,
         target_update_interval=3,
-    )
-
-
-def test_recurrent_coma_resume_is_exact(ray_session, run_dir):
-    _one_go_vs_resumed(
-        lambda: MatchEnv(num_envs=3, T=5),
-        "coma",
-        4,
-        run_dir,
-        rollout_length=4,
-        epochs=2,
-        num_minibatches=2,
-        target_update_interval=3,
-        recurrent=True,
-        chunk_length=2,
-        share="individual",
+        **extra,
     )
