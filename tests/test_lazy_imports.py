@@ -33,9 +33,15 @@ ALGOS = {
     "advantage_alignment": ("ipd", {"beta": 2.0}),
     "grpo": ("stag_hunt", {"group_size": 4}),
     "spiral": ("textarena", {"rae_decay": 0.9}),
+    "coma": ("matrix", {"td_lambda": 0.5}),
 }
 # (an override outside its range, the key named by the error) per algorithm family
-BAD = {"mappo": ("clip", -0.1), "qmix": ("hypernet_layers", 3), "reinforce": ("dtype", "float8")}
+BAD = {
+    "mappo": ("clip", -0.1),
+    "qmix": ("hypernet_layers", 3),
+    "reinforce": ("dtype", "float8"),
+    "coma": ("td_lambda", 1.5),
+}
 
 
 def _run(code: str, forbidden=HEAVY) -> str:
