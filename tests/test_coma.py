@@ -2,10 +2,13 @@
 (eq. 4) and the TD(lambda) targets on hand-computed values, a learning threshold random play cannot
 reach, and exact resume."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
+from gymnasium.spaces import Discrete
 
-from marl.algos.coma import coma_critic_inputs, counterfactual_advantage, td_lambda_targets
+from marl.algos.coma import COMA, coma_critic_inputs, counterfactual_advantage, td_lambda_targets
 from test_exact_resume import _one_go_vs_resumed
 from toy_envs import MatchEnv
 
@@ -34,6 +37,39 @@ def test_critic_inputs_across_modules():
     x = coma_critic_inputs(state, acts, {"a": 2, "b": 3})
     assert x["a"][0, 0].tolist() == [[0, 0, 0, 0, 1, 1, 0]]
     assert x["b"][0, 0].tolist() == [[0, 1, 0, 0, 0, 0, 1]]
+
+
+def test_learner_rows_carry_each_agents_critic_input():
+    """COMA.sequences: row ``b*N + i`` of the learner batch holds agent ``i`` of env copy ``b``, time second,
+    and its ``critic_in`` is :func:`coma_critic_inputs` of that agent (T steps, no final-observation column)."""
+    T, B, N, A, S = 4, 2, 3, 3, 5
+    g = torch.Generator().manual_seed(0)
+    per_agent = lambda *shape: torch.randn(T, B, N, *shape, generator=g)  # noqa: E731
+    module = {
+        "obs": per_agent(2),
+        "final_obs": per_agent(2),
+        "actions": torch.randint(0, A, (T, B, N), generator=g),
+        "logp": per_agent(),
+        "rewards": per_agent(),
+        "alive": torch.ones(T, B, N, dtype=torch.bool),
+    }
+    module["obs"] = torch.cat([module["obs"], module["obs"][:1]])  # T+1 observations
+    rollout = {
+        "state": torch.randn(T + 1, B, S, generator=g),
+        "final_state": torch.randn(T, B, S, generator=g),
+        "terminated": torch.zeros(T, B, dtype=torch.bool),
+        "truncated": torch.zeros(T, B, dtype=torch.bool),
+        "starts": torch.zeros(T, B, dtype=torch.bool),
+        "modules": {"shared": module},
+    }
+    trainer = SimpleNamespace(run=SimpleNamespace(module_spaces={"shared": SimpleNamespace(action_space=Discrete(A))}))
+    rows = COMA.sequences(trainer, rollout).policy_batches["shared"]
+    expected = coma_critic_inputs(rollout["state"][:-1], {"shared": module["actions"]}, {"shared": A})["shared"]
+    assert rows["critic_in"].shape == (B * N, T, S + N * A + N) and "final_critic_in" not in rows
+    for b in range(B):
+        for i in range(N):
+            assert torch.equal(torch.from_numpy(rows["critic_in"][b * N + i]), expected[:, b, i])
+            assert torch.equal(torch.from_numpy(rows["actions"][b * N + i]), module["actions"][:, b, i])
 
 
 def test_counterfactual_baseline_by_hand():
