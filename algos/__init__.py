@@ -86,6 +86,12 @@ register_algo(
     **_VD_AC,
     description="VDPPO: PPO's clipped loss on the team advantage of mixed per-agent values (Su et al. 2021, MARLlib)",
 )
+register_algo(
+    "coma",
+    trainer="marl.algos.coma:COMA",
+    schema="marl.algos.coma_config:COMAConfig",
+    description="COMA: counterfactual advantages from a centralised Q critic, discrete actions (Foerster et al. 2018)",
+)
 
 register_transform(
     "causal_shift",

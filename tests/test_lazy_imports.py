@@ -40,9 +40,15 @@ ALGOS = {
     "ia2c": ("smax", {"target_tau": 1.0}),
     "vda2c": ("mpe", {"mixer": "vdn"}),
     "vdppo": ("smax", {"actor_loss": "a2c", "critic": "state"}),
+    "coma": ("matrix", {"td_lambda": 0.5}),
 }
 # (an override outside its range, the key named by the error) per algorithm family
-BAD = {"mappo": ("clip", -0.1), "qmix": ("hypernet_layers", 3), "reinforce": ("dtype", "float8")}
+BAD = {
+    "mappo": ("clip", -0.1),
+    "qmix": ("hypernet_layers", 3),
+    "reinforce": ("dtype", "float8"),
+    "coma": ("td_lambda", 1.5),
+}
 
 
 def _run(code: str, forbidden=HEAVY) -> str:
