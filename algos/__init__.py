@@ -37,13 +37,22 @@ register_algo(
 register_algo(
     "advantage_alignment",
     **_LLM,
-    description="Advantage Alignment: opponent-aware advantages for social dilemmas (text games)",
+    description="Advantage Alignment: opponent-aware advantages for social dilemmas (text games; on tensor "
+    "envs fit runs advantage_alignment_tensor)",
+    variants={"tensor": "advantage_alignment_tensor"},
 )
 register_algo("grpo", **_LLM, description="LLM self-play with a GRPO-style trajectory baseline (text games)")
 register_algo(
     "spiral",
     **_LLM,
     description="SPIRAL: zero-sum LLM self-play with role-conditioned advantage estimation (text games)",
+)
+register_algo(
+    "advantage_alignment_tensor",
+    trainer="marl.algos.advantage_alignment:AdvantageAlignment",
+    schema="marl.algos.advantage_alignment_config:AAConfig",
+    description="Advantage Alignment for neural policies (PPO on opponent-aware advantages; Duque et al. 2025); "
+    "fit('advantage_alignment') on a tensor env runs it",
 )
 
 register_transform(
