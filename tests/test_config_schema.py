@@ -122,15 +122,30 @@ def test_bad_yaml_value_names_its_file():
     "algo, family, key_, owner",
     [
         ("mappo", "mpe", "mixer", r"'mixer' is a value decomposition key \(iql, qmix, vdn\); mappo does not use it"),
-        ("reinforce", "ipd", "hpn_heads", r"'hpn_heads' is an agent network key \(ippo, iql, mappo, qmix, vdn\)"),
+        (
+            "reinforce",
+            "ipd",
+            "hpn_heads",
+            r"'hpn_heads' is an agent network key \(advantage_alignment_tensor, ippo, iql, mappo, qmix, vdn\)",
+        ),
         (
             "qmix",
             "mpe",
             "lora_r",
             r"'lora_r' is an LLM self-play key \(advantage_alignment, grpo, mars, reinforce, spiral\)",
         ),
-        ("reinforce", "ipd", "hidden", r"'hidden' is a PPO key \(ippo, mappo\) and a value decomposition key"),
-        ("iql", "mpe", "critic", r"'critic' is a PPO key \(ippo, mappo\); iql does not use it"),
+        (
+            "reinforce",
+            "ipd",
+            "hidden",
+            r"'hidden' is a PPO key \(advantage_alignment_tensor, ippo, mappo\) and a value decomposition key",
+        ),
+        (
+            "iql",
+            "mpe",
+            "critic",
+            r"'critic' is a PPO key \(advantage_alignment_tensor, ippo, mappo\); iql does not use it",
+        ),
     ],
 )
 def test_a_key_of_another_family_names_that_family(algo, family, key_, owner):
