@@ -53,6 +53,18 @@ def test_dead_agents_give_no_co_player_advantage():
     assert torch.allclose(out["m"][0, 0], a[0, 0]) and torch.equal(out["m"][0, 1], torch.zeros(3))
 
 
+def test_ipd_pays_the_table_and_shows_the_last_joint_action_from_each_side():
+    env = marl.make_env("iterated_matrix", "ipd", rounds=2, num_envs=4)
+    s = env.reset()
+    assert torch.equal(s.obs["agent_0"][:, 0].argmax(-1), torch.zeros(4, dtype=torch.long))  # slot 0: first round
+    act = {"agent_0": torch.tensor([[0], [0], [1], [1]]), "agent_1": torch.tensor([[0], [1], [0], [1]])}
+    s = env.step(act)
+    assert s.reward["agent_0"][:, 0].tolist() == [3, 0, 5, 1] and s.reward["agent_1"][:, 0].tolist() == [3, 5, 0, 1]
+    assert s.obs["agent_0"][:, 0].argmax(-1).tolist() == [1, 2, 3, 4]  # 1 + own * 2 + other
+    assert s.obs["agent_1"][:, 0].argmax(-1).tolist() == [1, 3, 2, 4]
+    assert not s.truncated.any() and env.step(act).truncated.all() and not s.terminated.any()
+
+
 # ------------------------------------------------------------------ learning on the tensor IPD
 def _play(policy, always_defect=None, n=64, rounds=10):
     """Greedy play on the IPD: mean reward per round of both seats; ``always_defect``: that seat defects."""
