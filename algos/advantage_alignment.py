@@ -1,7 +1,7 @@
 """Advantage Alignment for tensor (neural) policies: PPO on the opponent-aware advantage.
 
-Duque et al. 2025, "Advantage Alignment Algorithms" (ICLR 2025, arXiv 2406.14662), Sec. 4 and its
-official code (github.com/jduquevan/advantage-alignment, ``train.py``): every agent's PPO advantage
+Duque et al. 2025, "Advantage Alignment Algorithms" (ICLR 2025, arXiv 2406.14662), the method section, and its
+official code (https://github.com/jduquevan/advantage-alignment/blob/master/train.py): every agent's PPO advantage
 ``A1_t`` (GAE on its own critic) gets the term ``beta * w_t * A2_t``, where ``w_t = gamma *
 sum_{k<t} gamma^(t-k) A1_k`` sums the agent's own past advantages in the episode and ``A2_t`` is the
 co-player's advantage at the same step (the sum over the other agents): an agent makes more likely
@@ -49,7 +49,7 @@ def align(
     beta: float,
     gamma: float,
 ) -> Dict[str, torch.Tensor]:
-    """The aligned advantages ``A*`` of every module (Duque et al. 2025, Sec. 4).
+    """The aligned advantages ``A*`` of every module (Duque et al. 2025, arXiv 2406.14662, the A* equation).
 
     Args:
         adv, active, starts: module id -> ``[B, N_m, T]`` advantages ``A1``, alive mask, episode starts

@@ -2,7 +2,7 @@
 trainer so that a config is loaded and checked without importing torch or Ray (the algorithm is in
 :mod:`marl.algos.advantage_alignment`; the text-game version is the LLM family's ``estimator``).
 
-Sources: Duque et al. 2025, "Advantage Alignment Algorithms" (ICLR 2025, arXiv 2406.14662), Sec. 4
+Sources: Duque et al. 2025, "Advantage Alignment Algorithms" (ICLR 2025, arXiv 2406.14662), method section
 (``beta``, the discount of the own past advantages) and Proximal Advantage Alignment (PPO's clipped
 surrogate on the aligned advantage, the other keys: :class:`~marl.algos.ppo_config.PPOConfig`).
 """

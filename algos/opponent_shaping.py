@@ -1,7 +1,7 @@
 """Advantage Alignment's opponent-aware advantage, shared by the LLM path (``algos/llm/batches.py``)
 and the tensor-policy algorithm (``algos/advantage_alignment.py``).
 
-Duque et al. 2025, "Advantage Alignment Algorithms" (ICLR 2025, arXiv 2406.14662), Sec. 4 (the
+Duque et al. 2025, "Advantage Alignment Algorithms" (ICLR 2025, arXiv 2406.14662), method section (the
 advantage-alignment policy gradient) and the equation in the README of the official code
 (github.com/jduquevan/advantage-alignment)::
 
@@ -29,7 +29,7 @@ def aa_weights(
     Published (``jit=False``; ``exclude_k_equals_t=True`` in the official code of Piche et al.):
     ``w_t = gamma * sum_{k<t} gamma^(t-k) A1_k`` (0 at t = 0).
     Jit (``jit=True``, k <= t, no extra gamma): ``w_t = sum_{k<=t} gamma^(t-k) A1_k``.
-    Duque et al. 2025 (arXiv 2406.14662, Sec. 4) and Piche et al. 2025 (arXiv 2511.19405).
+    Duque et al. 2025 (arXiv 2406.14662, the A* equation) and Piche et al. 2025 (arXiv 2511.19405).
 
     Args:
         a1: ``[n, T]`` own advantages; mask ``[n, T]`` bool (padding and dead steps False).

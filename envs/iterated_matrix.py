@@ -12,8 +12,8 @@ scenario        payoff ``(row, column)`` (action 0 = C, 1 = D)   source
 ==============  ==============================================  ==============================
 
 The iterated prisoner's dilemma with one-step memory is the test bed of opponent shaping: LOLA
-(Foerster et al. 2018, arXiv 1709.04326, Sec. 4.1), POLA (Zhao et al. 2022, arXiv 2211.06917),
-Advantage Alignment (Duque et al. 2025, arXiv 2406.14662, Sec. 6). The text IPD of
+(Foerster et al. 2018, arXiv 1709.04326), POLA (Zhao et al. 2022, arXiv 2211.06917),
+Advantage Alignment (Duque et al. 2025, arXiv 2406.14662). The text IPD of
 ``envs/text/dilemmas.py`` pays the same table to LLM agents.
 
 Layout (``B = num_envs``, ``A`` actions, ``rounds`` steps per episode):
