@@ -37,7 +37,9 @@ register_algo(
 register_algo(
     "advantage_alignment",
     **_LLM,
-    description="Advantage Alignment: opponent-aware advantages for social dilemmas (text games)",
+    description="Advantage Alignment: opponent-aware advantages for social dilemmas (text games; on tensor "
+    "envs fit runs advantage_alignment_tensor)",
+    variants={"tensor": "advantage_alignment_tensor"},
 )
 register_algo("grpo", **_LLM, description="LLM self-play with a GRPO-style trajectory baseline (text games)")
 register_algo(
@@ -91,6 +93,13 @@ register_algo(
     trainer="marl.algos.coma:COMA",
     schema="marl.algos.coma_config:COMAConfig",
     description="COMA: counterfactual advantages from a centralised Q critic, discrete actions (Foerster et al. 2018)",
+)
+register_algo(
+    "advantage_alignment_tensor",
+    trainer="marl.algos.advantage_alignment:AdvantageAlignment",
+    schema="marl.algos.advantage_alignment_config:AAConfig",
+    description="Advantage Alignment for neural policies (PPO on opponent-aware advantages; Duque et al. 2025); "
+    "fit('advantage_alignment') on a tensor env runs it",
 )
 
 register_transform(

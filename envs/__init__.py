@@ -152,3 +152,10 @@ for _family, _what in (
         f"{_what}; batched with jax.vmap; needs marl-rllib[jaxmarl]",
         scenarios=f"marl.envs.jaxmarl_envs:{_family}_scenarios",
     )
+register_env(
+    "iterated_matrix",
+    "marl.envs.iterated_matrix:make",
+    "General-sum iterated matrix games (ipd, stag_hunt, chicken, custom payoff): 2 agents, individual "
+    "rewards, last joint action as observation",
+    scenarios="marl.envs.iterated_matrix:scenarios",
+)

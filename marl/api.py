@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from marl.callbacks import Callback, CallbackList, check_callbacks
 from marl.checkpoint import resolve_checkpoint, save_checkpoint
-from marl.config import EngineConfig, config_view, list_algos, load_config, trainer_class, validate_stop
+from marl.config import EngineConfig, config_view, list_algos, load_config, resolve_algo, trainer_class, validate_stop
 from marl.env import MarlError, MultiAgentEnv, set_fit_entry
 from marl.errors import EnvRunnersLost, RunInterrupted, TrainingDiverged
 from marl.mapping import PolicyMapping
@@ -124,6 +124,7 @@ def prepare(env: MultiAgentEnv, algo: str, overrides: Dict[str, Any]):
         raise MarlError(
             f"fit() needs an env from marl.make_env (a MultiAgentEnv or a TextEnv), got {type(env).__name__}."
         )
+    algo = resolve_algo(algo, "text" if isinstance(env, TextEnv) else "tensor")  # one name, per-kind trainers
     cfg = load_config(algo, env.info.family, overrides)
     algo_cls = trainer_class(algo)
     algo_cls.check_env(cfg, env.info)
@@ -266,7 +267,9 @@ def fit(
     overrides = _anneal_to_stop(stop, overrides)
     cfg, algo_cls, env, mapping = prepare(env, algo, overrides)  # checked before a run folder exists
     source = (
-        open_resume(resume, algo, env.info, dict(mapping.agent_to_module), trust=trust_checkpoint) if resume else None
+        open_resume(resume, cfg.algo, env.info, dict(mapping.agent_to_module), trust=trust_checkpoint)
+        if resume
+        else None
     )
     with open_run(cfg.log_dir, env.info, cfg.algo, source) as run:  # locked until the end of the block
         ray_started = start_ray()

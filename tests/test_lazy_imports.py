@@ -31,6 +31,7 @@ ALGOS = {
     "reinforce": ("ipd", {"model": "/models/x", "lora": True}),
     "mars": ("openspiel", {"role_norm": False}),
     "advantage_alignment": ("ipd", {"beta": 2.0}),
+    "advantage_alignment_tensor": ("iterated_matrix", {"aa_gamma": 0.9}),
     "grpo": ("stag_hunt", {"group_size": 4}),
     "spiral": ("textarena", {"rae_decay": 0.9}),
     "happo": ("mamujoco", {"fixed_order": True}),

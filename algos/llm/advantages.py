@@ -16,6 +16,8 @@ from typing import Dict, Hashable, Sequence
 
 import torch
 
+from marl.algos.opponent_shaping import aa_credit, aa_weights  # noqa: F401  (the LLM estimators' AA)
+
 
 def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """Return-to-go over a trajectory's own turns: ``R_t = sum_{t'>=t} gamma^(t'-t) r_t'``.
@@ -86,46 +88,6 @@ def leave_one_out(returns: torch.Tensor, mask: torch.Tensor, groups: Sequence[Ha
         adv = torch.where(count > 1, G - base, torch.zeros_like(G)) * M
         out[rows] = adv
     return out
-
-
-def aa_weights(a1: torch.Tensor, mask: torch.Tensor, gamma: float, jit: bool = False) -> torch.Tensor:
-    """Advantage Alignment weight on the co-player's advantage.
-
-    Published (``jit=False``; ``exclude_k_equals_t=True`` in the official code of Piche et al.):
-    ``w_t = gamma * sum_{k<t} gamma^(t-k) A1_k`` (0 at t = 0).
-    Jit (``jit=True``, k <= t, no extra gamma): ``w_t = sum_{k<=t} gamma^(t-k) A1_k``.
-    Duque et al. 2025 (arXiv 2406.14662) and Piche et al. 2025 (arXiv 2511.19405);
-    hand-computed test vectors in ``tests/test_llm.py``.
-
-    Args:
-        a1: ``[n, T]`` own advantages; mask ``[n, T]``.
-    Returns:
-        ``[n, T]`` weights, 0 on padding.
-    """
-    a = a1 * mask
-    out = torch.zeros_like(a)
-    acc = torch.zeros_like(a[:, 0])  # sum_{k<=t} gamma^(t-k) A1_k
-    for t in range(a.shape[1]):
-        prev = acc
-        acc = gamma * acc + a[:, t]
-        out[:, t] = acc if jit else gamma * (gamma * prev)
-    return out * mask
-
-
-def aa_credit(
-    a1: torch.Tensor, a2: torch.Tensor, mask: torch.Tensor, beta: float, gamma: float, jit: bool = False
-) -> torch.Tensor:
-    """Opponent-aware advantage ``A*_t = A1_t + beta * w_t * A2_t`` (:func:`aa_weights`).
-
-    Args:
-        a1: ``[n, T]`` own advantages; a2: ``[n, T]`` the co-player's advantages
-            in the same game at the same step (0 where it has none); mask ``[n, T]``.
-        beta: weight of the alignment term (0.5 for the IPD in Piche et al.'s official code).
-        gamma: AA discount (0.9 there).
-    Returns:
-        ``[n, T]`` credits, 0 on padding.
-    """
-    return (a1 + beta * aa_weights(a1, mask, gamma, jit) * a2) * mask
 
 
 def trajectory_group_norm(

@@ -11,6 +11,7 @@ import torch
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from marl.algos.llm import advantages as est
+from marl.algos.opponent_shaping import others_sum
 from marl.algos.llm.config import LLMConfig
 from marl.algos.llm.games import Turn
 
@@ -54,7 +55,7 @@ def _co_player(keys: List[tuple], a: torch.Tensor) -> torch.Tensor:
     """Sum of the other seats' advantages in the same game at the same step (AA's A2)."""
     out = torch.zeros_like(a)
     for rows in _game_rows(keys):
-        out[rows] = a[rows].sum(0, keepdim=True) - a[rows]
+        out[rows] = others_sum(a[rows])
     return out
 
 

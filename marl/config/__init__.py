@@ -32,6 +32,7 @@ from marl.config.registry import (
     config_class,
     list_algos,
     register_algo,
+    resolve_algo,
     trainer_class,
 )
 from marl.config.schema import ConfigBase, ConfigValueError, FieldSpec, config_view, field_specs, key, spec_map
@@ -62,6 +63,7 @@ __all__ = [
     "parse_value",
     "read_yaml",
     "register_algo",
+    "resolve_algo",
     "restore_config",
     "spec_map",
     "trainer_class",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type
 
 from marl.config.schema import ConfigBase, spec_map
 from marl.errors import MarlError, unknown_choice
@@ -33,13 +33,21 @@ class AlgoEntry:
     description: str
     defaults: Optional[str]  # YAML file of its values; None = configs/algos/<name>.yaml
     schema: Optional[str] = None  # "module:Class" of its config schema; None = the trainer's config_class
+    variants: Tuple[Tuple[str, str], ...] = ()  # (env kind, algorithm that serves it under this name)
 
 
 _ALGOS: Dict[str, AlgoEntry] = {}
+ENV_KINDS = ("tensor", "text")  # a MultiAgentEnv (batched tensors) or a TextEnv (text games)
 
 
 def register_algo(
-    name: str, trainer: str, description: str = "", defaults: Optional[str] = None, *, schema: Optional[str] = None
+    name: str,
+    trainer: str,
+    description: str = "",
+    defaults: Optional[str] = None,
+    *,
+    schema: Optional[str] = None,
+    variants: Optional[Mapping[str, str]] = None,
 ) -> None:
     """Register an algorithm under ``name`` (registering a name again replaces it).
 
@@ -54,13 +62,32 @@ def register_algo(
             in a module that imports neither torch nor Ray: configs are then loaded and
             checked without importing the trainer. ``None``: the trainer's ``config_class``
             (importing the trainer module to check a config).
+        variants: env kind (``"tensor"`` or ``"text"``, :data:`ENV_KINDS`) -> the registered algorithm
+            that ``fit(env, name)`` runs on envs of that kind (:func:`resolve_algo`): one name for one
+            method whose tensor and text implementations differ (``advantage_alignment``).
     Raises:
-        MarlError: ``trainer`` or ``schema`` is not a ``"module:Class"`` string.
+        MarlError: ``trainer`` or ``schema`` is not a ``"module:Class"`` string; a variant of an
+            unknown env kind.
     """
+    for kind in variants or {}:
+        if kind not in ENV_KINDS:
+            raise unknown_choice(f"env kind of register_algo('{name}', variants=...)", kind, ENV_KINDS)
     for what, target in (("trainer", trainer), ("schema", schema)):
         if target is not None and not (isinstance(target, str) and ":" in target):
             raise MarlError(f"register_algo('{name}'): {what} must be a 'module:Class' string, got {target!r}.")
-    _ALGOS[name] = AlgoEntry(name, trainer, description, str(defaults) if defaults is not None else None, schema)
+    path = str(defaults) if defaults is not None else None
+    _ALGOS[name] = AlgoEntry(name, trainer, description, path, schema, tuple(dict(variants or {}).items()))
+
+
+def resolve_algo(name: str, kind: str) -> str:
+    """The algorithm ``fit(env, name)`` runs on an env of kind ``kind`` (``"tensor"`` or ``"text"``):
+    the variant ``name`` registered for that kind, else ``name`` itself.
+
+    Raises:
+        MarlError: unknown algorithm (or unknown variant target).
+    """
+    target = dict(algo_entry(name).variants).get(kind, name)
+    return algo_entry(target).name
 
 
 def list_algos() -> Dict[str, str]:

@@ -245,7 +245,8 @@ class OnPolicyLearner(RunAccess, SeamLearner):
     the same number of steps, as DDP requires), each on :attr:`loss_terms`.
 
     An algorithm subclasses it and sets :attr:`loss_terms` and :meth:`loss_params`; it may override
-    :meth:`advantages` (the estimator), :meth:`prepare` (e.g. a critic of another kind) or
+    :meth:`advantages` (the estimator), :meth:`prepare` (e.g. a critic of another kind), :meth:`prepare_modules`
+    (advantages that mix modules) or
     :meth:`run_epochs` (the update order, e.g. agent by agent).
     """
 
@@ -327,6 +328,11 @@ class OnPolicyLearner(RunAccess, SeamLearner):
                 out[k] = b[k]
         return out
 
+    def prepare_modules(self, batches: Dict[str, Dict[str, torch.Tensor]]) -> Dict[str, Dict[str, torch.Tensor]]:
+        """:meth:`prepare` of every module; an estimator that reads other modules' advantages (Advantage
+        Alignment's co-player term, ``algos/advantage_alignment.py``) overrides this."""
+        return {mid: self.prepare(mid, b) for mid, b in batches.items()}
+
     def training_rows(self, mid: str, data: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Training rows of one module, made contiguous once per update (every epoch then only indexes them).
 
@@ -377,7 +383,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]  # one MultiAgentBatch
         """One on-policy update on a rollout (see the class docstring); returns reduced metrics."""
         batches = {mid: nest_columns(b) for mid, b in self.begin_update(batch, training_data, timesteps).items()}
-        self.run_epochs({mid: self.training_rows(mid, self.prepare(mid, b)) for mid, b in batches.items()})
+        self.run_epochs({mid: self.training_rows(mid, d) for mid, d in self.prepare_modules(batches).items()})
         self.after_gradient_based_update(timesteps=timesteps or {})
         return self.metrics.reduce()
 
