@@ -18,12 +18,30 @@ from marl.config.critic import CRITICS, CriticChoice
 
 
 @dataclass(frozen=True, kw_only=True)
-class ActorCriticConfig(
-    CriticChoice, AgentNetConfig, EngineConfig
-):  # CriticChoice: cfg.critic_kind, auto resolved once
+class OnPolicyNetConfig(AgentNetConfig, EngineConfig):
+    """Keys of every algorithm on the on-policy core with PPO's actor (the actor-critic ones below and COMA,
+    ``docs/algorithms/coma.md``): the discount, the loss weights, the optimiser and the networks."""
+
+    LAYER = "on-policy"
+
+    gamma: float = key("discount factor", gt=0, le=1)
+    entropy_coef: float = key("weight of the entropy bonus", ge=0)
+    value_loss_coef: float = key("weight of the critic's loss", ge=0)
+    adam_eps: float = key("Adam epsilon", gt=0)
+    hidden: int = key("width of the hidden layers (and of the GRU)", ge=1)
+    layers: int = key("hidden layers of the actor and critic MLPs", ge=1)
+    activation: str = key("activation of the hidden layers", choices=ACTIVATIONS)
+    layer_norm: bool = key("LayerNorm on the network inputs")
+    policy_gain: float = key("orthogonal-init gain of the policy output layer", gt=0)
+    recurrent: bool = key("GRU actor instead of an MLP (the critic stays an MLP)")
+    chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActorCriticConfig(CriticChoice, OnPolicyNetConfig):  # CriticChoice: cfg.critic_kind, auto resolved once
     """Keys of the actor-critic algorithms built on the on-policy core and PPO's module (IPPO, MAPPO:
-    ``docs/algorithms/ppo.md``; IA2C, MAA2C: ``docs/algorithms/a2c.md``): what the critic sees, the
-    discount, the loss weights and normalisations, and the networks."""
+    ``docs/algorithms/ppo.md``; IA2C, MAA2C: ``docs/algorithms/a2c.md``) on top of the on-policy ones: what
+    the state-value critic sees, the value and advantage normalisations, and the Gaussian head."""
 
     LAYER = "actor-critic"
 
@@ -33,20 +51,9 @@ class ActorCriticConfig(
         "team for MLP actors and state for GRU actors (auto)",
         choices=CRITICS + ("auto",),
     )
-    gamma: float = key("discount factor", gt=0, le=1)
-    entropy_coef: float = key("weight of the entropy bonus", ge=0)
-    value_loss_coef: float = key("weight of the value loss", ge=0)
-    adam_eps: float = key("Adam epsilon", gt=0)
     value_norm: bool = key("normalise value targets with running statistics (ValueNorm)")
     advantage_norm: bool = key("normalise advantages over the active agents of the batch")
-    hidden: int = key("width of the hidden layers (and of the GRU)", ge=1)
-    layers: int = key("hidden layers of the actor and critic MLPs", ge=1)
-    activation: str = key("activation of the hidden layers", choices=ACTIVATIONS)
-    layer_norm: bool = key("LayerNorm on the network inputs")
-    policy_gain: float = key("orthogonal-init gain of the policy output layer", gt=0)
     log_std_init: float = key("continuous actions: initial log standard deviation")
-    recurrent: bool = key("GRU actor instead of an MLP (the critic stays an MLP)")
-    chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
 
 
 @dataclass(frozen=True, kw_only=True)
