@@ -7,6 +7,8 @@ env names and keywords, env kinds an algorithm cannot train, actions, policies, 
 paths and command lines. Ray is replaced by a function that fails the test if called.
 """
 
+import sys
+
 import pytest
 import torch
 
@@ -28,6 +30,8 @@ def no_ray(monkeypatch):
 
     monkeypatch.setattr(api, "init_ray", started)
     monkeypatch.setattr(api, "start_ray", started)
+    if "ray" in sys.modules:  # an earlier test's Ray session: each case runs as in a process that has none
+        monkeypatch.setattr(sys.modules["ray"], "is_initialized", lambda: False)
 
 
 def match():
