@@ -50,7 +50,7 @@ setup(
     ],
     extras_require={
         # ruff and mypy: the lint, format and type checks of CI (pyproject.toml, .pre-commit-config.yaml)
-        "dev": ["pytest>=8", "pytest-timeout", "ruff==0.17.*", "mypy==2.4.*"],
+        "dev": ["pytest>=8", "pytest-timeout", "pytest-xdist>=3.5", "ruff==0.17.*", "mypy==2.4.*"],
         # SMAX (JaxMARL's StarCraft-like env, runs on the CPU without the game)
         "smax": ["jaxmarl==0.2.0"],
         # JaxMARL's other families (Overcooked, Hanabi, Coin Game, STORM; MABrax with brax): the same package
