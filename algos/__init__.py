@@ -53,6 +53,12 @@ register_algo(
     schema="marl.algos.happo_config:HAPPOConfig",
     description="HAPPO: heterogeneous agents updated one by one in a random order (Kuba et al. 2022)",
 )
+register_algo(
+    "hatrpo",
+    trainer="marl.algos.happo:HATRPO",
+    schema="marl.algos.happo_config:HATRPOConfig",
+    description="HATRPO: heterogeneous agents, one trust-region step each, in a random order (Kuba et al. 2022)",
+)
 
 _TRPO = dict(trainer="marl.algos.trpo:TRPO", schema="marl.algos.trpo_config:TRPOConfig")
 register_algo(

@@ -1,4 +1,4 @@
-"""HAPPO: heterogeneous-agent PPO, agents updated one after another in a random order.
+"""HAPPO and HATRPO: heterogeneous-agent PPO and TRPO, agents updated one after another in a random order.
 
 Sources: Kuba et al. 2022, "Trust Region Policy Optimisation in Multi-Agent Reinforcement Learning"
 (ICLR 2022, arXiv 2109.11251): the multi-agent advantage decomposition (Lemma 1), the sequential
@@ -21,7 +21,9 @@ critic), the minibatch loss (:func:`~marl.algos.ppo.ppo_loss_terms`: clipped sur
 value loss, entropy) and the rest of the on-policy core (GAE, value and advantage normalisation,
 training rows, minibatches: :mod:`marl.engine.on_policy`). This file holds the update order, the
 factor, the weighted loss and the sequential update (:meth:`HAPPOLearner.run_epochs`), whose
-per-agent step (:meth:`HAPPOLearner.agent_step`) HATRPO replaces with a trust-region step.
+per-agent step (:meth:`HAPPOLearner.agent_step`) HATRPO (:class:`HATRPOLearner`, Kuba et al. 2022,
+Algorithm 1) replaces with one trust-region step of the agent's policy on ``M * A``
+(:func:`marl.algos.trpo.policy_trust_region_step`) followed by its critic's Adam steps.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ import numpy as np
 import torch
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from marl.algos.happo_config import HAPPOConfig
+from marl.algos.happo_config import HAPPOConfig, HATRPOConfig
 from marl.algos.policy_gradient import masked_mean
 from marl.algos.ppo import PPO, PPOLearner, PPOModule, ppo_loss_terms
+from marl.algos.trpo import TRPO, TRPOLearner, critic_loss_terms
 from marl.engine.on_policy import MODEL_INPUTS
 from marl.env import map_obs
 
@@ -152,3 +155,25 @@ class HAPPO(PPO):
     learner_class = HAPPOLearner
     config_class = HAPPOConfig
     learner_metrics = PPO.learner_metrics + ("update_position", "factor_mean")
+
+
+class HATRPOLearner(HAPPOLearner, TRPOLearner):
+    """HATRPO (Kuba et al. 2022, arXiv 2109.11251, Algorithm 1): HAPPO's sequential update and factor
+    (:meth:`HAPPOLearner.run_epochs`) with each agent's turn (:meth:`agent_step`) a trust-region step of
+    its policy on the weighted advantage ``M * A`` (:meth:`TRPOLearner.policy_step`: KL-bounded, conjugate
+    gradient and line search), then its critic's ``epochs`` x ``num_minibatches`` Adam steps on TRPO's
+    critic loss (the optimiser holds the critic only)."""
+
+    loss_terms = staticmethod(critic_loss_terms)
+
+    def agent_step(self, mid: str, rows: Dict[str, torch.Tensor]) -> None:
+        self.policy_step(mid, {**rows, "advantages": rows["factor"] * rows["advantages"]})
+        super().agent_step(mid, rows)  # HAPPO's epochs x minibatches, here on the critic loss alone
+
+
+class HATRPO(HAPPO):
+    """HATRPO: :class:`HAPPO` with :class:`HATRPOLearner`."""
+
+    learner_class = HATRPOLearner
+    config_class = HATRPOConfig
+    learner_metrics = TRPO.learner_metrics + ("update_position", "factor_mean")

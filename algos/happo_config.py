@@ -1,8 +1,8 @@
-"""The config schema of HAPPO (:class:`HAPPOConfig`), apart from the trainer so that a config is
+"""The config schemas of HAPPO and HATRPO (:class:`HAPPOConfig`, :class:`HATRPOConfig`), apart from the trainer so that a config is
 loaded and checked without importing torch or Ray (the algorithm is in :mod:`marl.algos.happo`).
 
 Sources: Kuba et al. 2022, "Trust Region Policy Optimisation in Multi-Agent Reinforcement
-Learning" (ICLR 2022, arXiv 2109.11251: HAPPO, Algorithm 2 of its appendix); Zhong et al. 2024,
+Learning" (ICLR 2022, arXiv 2109.11251: HAPPO and HATRPO, Algorithms 1 and 2 of its appendix); Zhong et al. 2024,
 "Heterogeneous-Agent Reinforcement Learning" (JMLR, arXiv 2304.09870) and its code HARL
 (``fixed_order``, ``share_param: False``).
 """
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from marl.algos.ppo_config import PPOConfig
+from marl.algos.trpo_config import TRPOConfig
 from marl.config import key
 from marl.config.checks import ERROR, RUN, RunFacts, rule
 
@@ -56,3 +57,12 @@ class HAPPOConfig(PPOConfig):
     fixed_order: bool = key(
         "update the agents in the env's agent order every iteration instead of a fresh random order"
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class HATRPOConfig(HAPPOConfig, TRPOConfig):
+    """HATRPO keys (``docs/algorithms/happo.md``): HAPPO's update order and TRPO's trust-region keys
+    (``docs/algorithms/trpo.md``); values in ``configs/algos/hatrpo.yaml``. As in TRPO, PPO's ``clip`` is
+    not read and ``epochs`` x ``num_minibatches`` are the critic's Adam steps."""
+
+    RULES = HAPPOConfig.RULES + TRPOConfig.RULES  # no LAYER: every key is HAPPO's, TRPO's or below

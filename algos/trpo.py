@@ -280,15 +280,23 @@ class TRPOLearner(PPOLearner):
     def run_epochs(self, data: Dict[str, Dict[str, torch.Tensor]]) -> None:
         """The policies' trust-region steps (advantages from the critic before its update), then the critic's epochs."""
         for mid, rows in data.items():
-            try:
-                done = policy_trust_region_step(
-                    self.module[mid].unwrapped(), rows, self.cfg.entropy_coef, **step_keywords(self.cfg)
-                )
-            except TrainingDiverged as e:
-                raise TrainingDiverged(f"module '{mid}': {e}") from e
-            for name in TRUST_REGION_METRICS:
-                self.metrics.log_value((mid, name), float(getattr(done, name)), window=1)
+            self.policy_step(mid, rows)
         super().run_epochs(data)
+
+    def policy_step(self, mid: str, rows: Dict[str, torch.Tensor]) -> None:
+        """One :func:`policy_trust_region_step` of module ``mid``'s policy on its training rows, logged.
+
+        Raises:
+            TrainingDiverged: the surrogate is not finite (names the module).
+        """
+        try:
+            done = policy_trust_region_step(
+                self.module[mid].unwrapped(), rows, self.cfg.entropy_coef, **step_keywords(self.cfg)
+            )
+        except TrainingDiverged as e:
+            raise TrainingDiverged(f"module '{mid}': {e}") from e
+        for name in TRUST_REGION_METRICS:
+            self.metrics.log_value((mid, name), float(getattr(done, name)), window=1)
 
 
 class TRPO(PPO):

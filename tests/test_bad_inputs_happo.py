@@ -44,12 +44,21 @@ CASES = [
     ("epochs 0", match, {"epochs": 0}, ("epochs", ">= 1")),
     ("MultiDiscrete actions", lambda: MultiDiscreteEnv(num_envs=2), {}, ("happo cannot handle", "Discrete, 1-D Box")),
 ]
+HATRPO_CASES = [  # HATRPO: HAPPO's mapping rule and TRPO's trust-region rules together
+    ("hatrpo share all", match, {"share": "all"}, ("hatrpo needs one module per agent", "share='individual'")),
+    ("hatrpo two learners", match, {"num_learners": 2}, ("one trust-region step", "num_learners=2")),
+    ("hatrpo kl_threshold 0", match, {"kl_threshold": 0.0}, ("kl_threshold", "> 0")),
+]
 
 
-@pytest.mark.parametrize("make, kw, fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_a_marl_error_naming_it(make, kw, fragments, tmp_path):
+@pytest.mark.parametrize(
+    "algo, make, kw, fragments",
+    [("happo", *c[1:]) for c in CASES] + [("hatrpo", *c[1:]) for c in HATRPO_CASES],
+    ids=[c[0] for c in CASES + HATRPO_CASES],
+)
+def test_bad_input_is_a_marl_error_naming_it(algo, make, kw, fragments, tmp_path):
     with pytest.raises(MarlError) as err:
-        marl.fit(make(), "happo", stop={"iterations": 1}, log_dir=str(tmp_path / "runs"), **kw)
+        marl.fit(make(), algo, stop={"iterations": 1}, log_dir=str(tmp_path / "runs"), **kw)
     for fragment in fragments:
         assert fragment in str(err.value), (fragment, str(err.value))
     assert not (tmp_path / "runs").exists()

@@ -35,6 +35,7 @@ ALGOS = {
     "grpo": ("stag_hunt", {"group_size": 4}),
     "spiral": ("textarena", {"rae_decay": 0.9}),
     "happo": ("mamujoco", {"fixed_order": True}),
+    "hatrpo": ("mpe", {"kl_threshold": 0.02, "fixed_order": True}),
     "matrpo": ("mpe", {"kl_threshold": 0.02}),
     "itrpo": ("smax", {"cg_iters": 5}),
     "maa2c": ("mpe", {"nstep": 3, "critic": "team", "recurrent": False}),
