@@ -141,6 +141,24 @@ def test_mappo_runner_killed_is_restored_and_training_continues(ray_session, cap
         trainer.stop()
 
 
+ON_POLICY = ["ia2c", "maa2c", "coma", "vda2c", "vdppo", "itrpo", "matrpo", "happo", "hatrpo", "advantage_alignment"]
+
+
+@pytest.mark.parametrize("algo", ON_POLICY)
+def test_on_policy_runner_killed_is_restored_and_training_continues(ray_session, capsys, algo):
+    """Every on-policy algorithm samples and syncs weights as MAPPO does (the test above): a runner killed
+    between iterations is restored with the learners' weights, and each iteration trains on the steps the
+    healthy runners sampled (one runner's while the other is down)."""
+    trainer, *_ = build_trainer(spread(), algo, rollout_length=5, **QUICK)
+    try:
+        before, degraded, after = _kill_and_recover(trainer, capsys)
+        TB = 5 * 4  # steps per runner per iteration
+        assert before["env_steps"] == 2 * TB and degraded["env_steps"] - before["env_steps"] == TB
+        assert after["env_steps"] - degraded["env_steps"] == 2 * TB
+    finally:
+        trainer.stop()
+
+
 def test_qmix_runner_killed_is_restored_and_buffer_keeps_filling(ray_session, capsys):
     trainer, *_ = build_trainer(
         spread(), "qmix", rollout_length=10, batch_size=4, learning_starts_episodes=4, buffer_size=64, **QUICK
