@@ -34,6 +34,7 @@ import torch
 
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from marl.algos.networks.mixers import team_reward_rule, team_rewards
 from marl.algos.networks.registry import agent_model_config, check_agent
 from marl.algos.q_learning import check_q_bound, double_q_next, epsilon_at, masked_td_loss, merge_moments, on_mask
 from marl.algos.value_decomp_config import MIXERS, OPTIMIZERS, ValueDecompConfig  # noqa: F401
@@ -138,7 +139,7 @@ class ValueDecompLearner(OffPolicyLearner):
             return torch.stack([per_agent[mid][key][..., i] for mid, i in members], -1)  # [E, T, n]
 
         q_taken, q_next, rewards, alive = stack("q_taken"), stack("q_next"), stack("rewards"), stack("alive")
-        team_r = rewards.mean(-1) if self.run.family.team_reward == "mean" else rewards.sum(-1)
+        team_r = team_rewards(rewards, self.run.family.team_reward, -1)
         filled, term = j["filled"].bool(), j["terminated"].bool()
         if cfg.mixer == "none":
             q_tot, next_tot, r = q_taken, q_next, team_r.unsqueeze(-1).expand_as(q_taken)
@@ -281,7 +282,7 @@ class ValueDecomp(OffPolicyTrainer):
         return ValueDecompLayout(
             teams=cls.team_layout(mapping),
             modules=list(mapping.modules),
-            team_reward="mean" if env.info.shared_reward else "sum",
+            team_reward=team_reward_rule(env.info),
             shapes=shapes,
             episode_limit=int(env.info.episode_limit),
             state_dim=int(env.info.state_dim),

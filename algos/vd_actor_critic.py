@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
-from marl.algos.networks.mixers import QMixer
+from marl.algos.networks.mixers import QMixer, team_reward_rule, team_rewards
 from marl.algos.policy_gradient import masked_mean
 from marl.algos.ppo import PPO, PPOLearner, PPOModule, ppo_loss_terms
 from marl.algos.vd_actor_critic_config import ACTOR_LOSSES, VD_MIXERS, VDACConfig  # noqa: F401
@@ -169,7 +169,7 @@ class VDLearner(PPOLearner):
         vn = self.value_normalizer(module)
         denorm = vn.denormalize if vn is not None else (lambda x: x)
         rewards = grid(b["rewards"])
-        team_r = rewards.mean(1) if self.run.family.team_reward == "mean" else rewards.sum(1)
+        team_r = team_rewards(rewards, self.run.family.team_reward, 1)
         term, trunc = grid(b["terminated"])[:, 0], grid(b["truncated"])[:, 0]
         adv, returns = team_advantages(self.advantages, team_r, denorm(v_tot), denorm(vf_tot), term, trunc)
         self._log_team(mid, denorm(v_tot)[:, :-1], returns, grid(b["alive"]).any(1))
@@ -267,7 +267,7 @@ class VDActorCritic(PPO):
     @classmethod
     def family_context(cls, cfg, env, mapping) -> VDLayout:
         """The team reward of ``env`` (:class:`VDLayout`)."""
-        return VDLayout(team_reward="mean" if env.info.shared_reward else "sum")
+        return VDLayout(team_reward=team_reward_rule(env.info))
 
     def sequences(self, rollout: Dict[str, Any]):
         """The core's sequences (:func:`~marl.engine.on_policy.rollout_to_sequences`) plus, per module, the

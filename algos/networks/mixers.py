@@ -3,7 +3,9 @@
 VDN (Sunehag et al. 2018, arXiv 1706.05296) sums the utilities and has no
 parameters (the learner adds them up); QMIX (Rashid et al. 2018, ICML, arXiv
 1803.11485) mixes them monotonically with weights generated from the global
-state: :class:`QMixer`.
+state: :class:`QMixer`. Both value-decomposition families (the Q-learning one in
+``algos/value_decomp.py``, the actor-critics in ``algos/vd_actor_critic.py``) mix toward the team
+reward of :func:`team_rewards`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,17 @@ from torch import nn
 from torch.nn import functional as F
 
 from marl.errors import MarlError
+
+
+def team_reward_rule(info) -> str:
+    """How the team reward is made from the agents' rewards for an env's ``EnvInfo``: ``"mean"`` where every
+    agent receives the team's reward (``shared_reward``), else ``"sum"`` (a cooperative env's own rewards)."""
+    return "mean" if info.shared_reward else "sum"
+
+
+def team_rewards(rewards: torch.Tensor, rule: str, dim: int) -> torch.Tensor:
+    """The team reward: ``rewards`` (agents along ``dim``) averaged (``rule == "mean"``) or summed over agents."""
+    return rewards.mean(dim) if rule == "mean" else rewards.sum(dim)
 
 
 class QMixer(nn.Module):
