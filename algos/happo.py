@@ -38,8 +38,7 @@ from marl.algos.happo_config import HAPPOConfig, HATRPOConfig
 from marl.algos.policy_gradient import masked_mean
 from marl.algos.ppo import PPO, PPOLearner, PPOModule, ppo_loss_terms
 from marl.algos.trpo import TRPO, TRPOLearner, critic_loss_terms
-from marl.engine.on_policy import MODEL_INPUTS
-from marl.env import map_obs
+from marl.engine.on_policy import MODEL_INPUTS, loss_rows
 
 
 # ============================================================ order and factor
@@ -142,8 +141,7 @@ class HAPPOLearner(PPOLearner):
         ``rows["active"]`` (``[M]``, GRU chunks ``[M, L]``, team critic ``[M, 1]``)."""
         module: Any = self.module[mid].unwrapped()
         out = module.forward_train({k: v for k, v in rows.items() if k in MODEL_INPUTS or k == "obs"})
-        nested = module.recurrent or module.team  # [M, L or N, ...] -> one row per step, as the loss reads them
-        flat = {k: map_obs(lambda v: v.reshape(-1, *v.shape[2:]), rows[k]) if nested else rows[k] for k in rows}
+        flat = loss_rows(module, rows)  # one row per step and agent, as the loss reads them
         logp, _ = module.log_prob_entropy(out["dist_in"], flat["actions"], flat.get("avail"))
         return logp.reshape(rows["active"].shape)
 
