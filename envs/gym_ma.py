@@ -307,6 +307,7 @@ def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, **kwa
                 f"Cannot import module {module!r} of Gymnasium env {scenario!r}: {e}. "
                 f"Install it (e.g. pip install 'marl-rllib[gym-envs]' for lbforaging and rware)."
             ) from e
+    env_id = _registered_id(env_id)
     if env_id not in gym.registry:
         ids = list(gym.registry)
         family = [k for k in ids if k.split("-")[0] == env_id.split("-")[0]]  # the same family's ids, if any
@@ -322,6 +323,16 @@ def make(scenario: Optional[str] = None, num_envs: int = DEFAULT_NUM_ENVS, **kwa
     adapter, env_kwargs = _split_kwargs(dict(kwargs))
     copies = [gym.make(env_id, disable_env_checker=True, **env_kwargs) for _ in range(check_num_envs(num_envs))]
     return GymMultiAgentEnv(copies, env_id, **adapter)
+
+
+def _registered_id(env_id: str) -> str:
+    """``env_id`` as registered, matched case-insensitively when unambiguous: benchmark suites write tasks
+    in lower case (marl-eval lower-cases results' keys), while Gymnasium ids are case-sensitive
+    (``foraging-8x8-2p-2f-coop-v3`` is LBF's ``Foraging-8x8-2p-2f-coop-v3``)."""
+    if env_id in gym.registry:
+        return env_id
+    same = [k for k in gym.registry if k.lower() == env_id.lower()]
+    return same[0] if len(same) == 1 else env_id
 
 
 def from_object(obj: Any, num_envs: int = DEFAULT_NUM_ENVS, **kwargs) -> Optional[GymMultiAgentEnv]:

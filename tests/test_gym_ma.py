@@ -119,6 +119,14 @@ def test_scalar_reward_and_bool_end_and_no_masks():
     assert s.reward["agent_0"].item() == 5.0 and s.reward["agent_1"].item() == 5.0 and s.terminated.all()
 
 
+def test_lower_case_id_is_matched_to_the_registered_id():
+    """Benchmark suites write tasks in lower case (marl-eval's keys); Gymnasium ids are case-sensitive."""
+    env = marl.make_env("gymnasium", "lbforaging:foraging-8x8-2p-2f-coop-v3", num_envs=1)
+    assert "gymnasium:Foraging-8x8-2p-2f-coop-v3 " in repr(env)
+    with pytest.raises(MarlError, match="Unknown Gymnasium env id 'foraging-8x8-2p-2f-coop-v9'"):
+        marl.make_env("gymnasium", "lbforaging:foraging-8x8-2p-2f-coop-v9")
+
+
 def test_names_and_errors():
     with pytest.raises(MarlError, match="needs '<module>:<env id>'"):
         marl.make_env("gymnasium")
