@@ -1,4 +1,4 @@
-"""The capability matrix of every on-policy algorithm (docs/algorithms/index.md, "Capabilities"): discrete and
+"""The capability matrix of every on-policy algorithm (the table in docs/index.md, "Train"): discrete and
 continuous actions, MLP and GRU actors, and every ``share=`` mapping ("all", "group", "individual", a function of
 the agent id), each proven by a one-iteration fit on a tiny MPE env that must move every module's weights, build
 the modules the mapping asks for, and act with the action space's dtype and shape. Combinations a method does not
