@@ -133,9 +133,9 @@ class Weights(Callback):
 
 
 def _moved(before, after, part: str):
-    """The entries of ``part`` ("actor.", "critic.", "mixer.") that moved by more than 1e-6: a first optimiser
-    step moves a weight by about the learning rate (1e-4 to 1e-3 here); a step too small to learn moves only the
-    zero-initialised biases, by about the step (tried with lr=1e-30: they moved by 1e-30)."""
+    """The entries of ``part`` ("actor.", "critic.", "mixer.") that moved by more than 1e-6: a first Adam step
+    moves a weight by about the learning rate (3e-4 or 5e-4 here; TRPO's actor by its line-searched step); a
+    step too small to learn moves only the zero-initialised biases (tried with lr=1e-30: by 1e-30)."""
     keys = [k for k in before if k.startswith(part) and before[k].is_floating_point()]
     return [k for k in keys if (after[k] - before[k]).abs().max() > 1e-6]
 
