@@ -15,7 +15,8 @@ its id, ``critic: state``); the module mixes the values of its agents into the t
 ``V_i``). ``V_tot`` is trained on the team reward; every agent's actor is trained on the team advantage,
 GAE on ``V_tot``: ``-log pi(a_i|o_i) A`` (``actor_loss: a2c``, VDA2C) or PPO's clipped surrogate
 (``actor_loss: ppo``, VDPPO), plus, with ``kl_coeff > 0``, RLlib 1.8's adaptive KL penalty that MARLlib's VDPPO
-inherits from RLlib's PPO loss (``value_mix_ppo_surrogate_loss`` in MARLlib's ``core/VD/vdppo.py``;
+inherits from RLlib's PPO loss (``value_mix_ppo_surrogate_loss``,
+https://github.com/Replicable-MARL/MARLlib/blob/master/marllib/marl/algos/core/VD/vdppo.py;
 https://github.com/ray-project/ray/blob/ray-1.8.0/rllib/agents/ppo/ppo_torch_policy.py: ``KLCoeffMixin``):
 ``+ beta * mean_active KL(pi_old(.|o) || pi(.|o))``, ``beta`` adapted after each update (:func:`adapt_kl_coeff`).
 
@@ -117,8 +118,8 @@ class VDModule(PPOModule):
 def adapt_kl_coeff(coeff: float, kl: float, target: float) -> float:
     """The KL penalty's next weight after an update whose mean ``KL(pi_old || pi)`` was ``kl`` (nats): ``1.5 coeff``
     if ``kl > 2 target``, ``coeff / 2`` if ``kl < target / 2``, else ``coeff`` (RLlib 1.8's PPO,
-    ``KLCoeffMixin.update_kl`` in ``rllib/agents/ppo/ppo_torch_policy.py``; Schulman et al. 2017, arXiv 1707.06347,
-    Sec. 4, with RLlib's factors)."""
+    ``KLCoeffMixin.update_kl``, https://github.com/ray-project/ray/blob/ray-1.8.0/rllib/agents/ppo/ppo_torch_policy.py;
+    Schulman et al. 2017, arXiv 1707.06347, Sec. 4, with RLlib's thresholds and factors)."""
     if kl > 2.0 * target:
         return coeff * 1.5
     if kl < 0.5 * target:

@@ -243,12 +243,14 @@ def two_rows(active=(True, True)):
     return fwd, rows, torch.tensor([[0.0, 0.0], [ln3, 0.0]])
 
 
-@pytest.mark.parametrize("active, mean_kl", [((True, True), None), ((True, False), 0.5 * math.log(4 / 3))])
+ROW_KL = (0.5 * math.log(4 / 3), 0.75 * math.log(1.5) + 0.25 * math.log(0.5))  # KL(pi_old || pi) of two_rows()
+
+
+@pytest.mark.parametrize("active, mean_kl", [((True, True), sum(ROW_KL) / 2), ((True, False), ROW_KL[0])])
 def test_kl_penalty_by_hand_on_two_rows_of_two_actions(active, mean_kl):
     """Row 1: pi_old = (1/2, 1/2), pi = (3/4, 1/4): KL = 1/2 ln(2/3) + 1/2 ln 2 = 1/2 ln(4/3) = 0.143841. Row 2:
     pi_old = (3/4, 1/4), pi = (1/2, 1/2): KL = 3/4 ln(3/2) + 1/4 ln(1/2) = 0.130812. The loss grows by
     kl_coeff * the mean over active rows (both: 0.137327; only row 1: 0.143841), with kl_coeff 0.4."""
-    mean_kl = mean_kl if mean_kl is not None else (0.5 * math.log(4 / 3) + 0.75 * math.log(1.5) + 0.25 * math.log(0.5)) / 2
     m = vd_module("vdn", n_agents=2, obs_dim=2, state_dim=1, kl_coeff=0.4, n_actions=2)
     fwd, rows, dist_old = two_rows(active)
     plain, parts = vd_loss_terms(m, fwd, rows, *PPO_PARAMS)
@@ -285,7 +287,8 @@ def test_kl_coeff_zero_gives_exactly_the_loss_before():
     m = vd_module("vdn", n_agents=2, obs_dim=2, state_dim=1, n_actions=2)
     fwd, rows, _ = two_rows()
     loss, _ = vd_loss_terms(m, fwd, rows, *PPO_PARAMS)
-    v_tot = mix_values(rows["others"].scatter(-1, rows["agent_index"].unsqueeze(-1), fwd["values"].unsqueeze(-1)), None, None)
+    own = rows["others"].scatter(-1, rows["agent_index"].unsqueeze(-1), fwd["values"].unsqueeze(-1))
+    v_tot = mix_values(own, None, None)
     before, _ = ppo_loss_terms(m, {**fwd, "values": v_tot}, rows, *PPO_PARAMS[1:])
     assert torch.equal(loss, before)
     learner = SteppingVD({"m": m}, kl_coeff=0.0, kl_target=0.01, **VD_CFG)
