@@ -103,7 +103,8 @@ class VDModule(PPOModule):
             self.mixer = QMixer(
                 self.n_agents, int(c["state_dim"]), c["mixing_embed"], c["hypernet_layers"], c["hypernet_embed"]
             )
-        if not self.inference_only:
+        if not self.inference_only:  # float32: RLlib's set_state casts float64 states to float32, so a float64
+            # weight would come back rounded from a checkpoint and a resumed run would drift from the one-go run
             self.register_buffer("kl_coeff", torch.tensor(float(c.get("kl_coeff", 0.0))))
 
     def get_non_inference_attributes(self):
