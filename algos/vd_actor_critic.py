@@ -45,8 +45,8 @@ from marl.config import config_view
 from marl.engine.on_policy import (
     critic_values,
     explained_variance,
-    next_values,
     loss_rows,
+    next_values,
     normalize_advantages,
     rollout_to_sequences,
 )
