@@ -14,7 +14,11 @@ its id, ``critic: state``); the module mixes the values of its agents into the t
 ``V_tot(s) = sum_i V_i`` (``mixer: vdn``) or ``QMixer([V_1..V_n], s)`` (``mixer: qmix``, monotonic in every
 ``V_i``). ``V_tot`` is trained on the team reward; every agent's actor is trained on the team advantage,
 GAE on ``V_tot``: ``-log pi(a_i|o_i) A`` (``actor_loss: a2c``, VDA2C) or PPO's clipped surrogate
-(``actor_loss: ppo``, VDPPO).
+(``actor_loss: ppo``, VDPPO), plus, with ``kl_coeff > 0``, RLlib 1.8's adaptive KL penalty that MARLlib's VDPPO
+inherits from RLlib's PPO loss (``value_mix_ppo_surrogate_loss``,
+https://github.com/Replicable-MARL/MARLlib/blob/master/marllib/marl/algos/core/VD/vdppo.py;
+https://github.com/ray-project/ray/blob/ray-1.8.0/rllib/agents/ppo/ppo_torch_policy.py: ``KLCoeffMixin``):
+``+ beta * mean_active KL(pi_old(.|o) || pi(.|o))``, ``beta`` adapted after each update (:func:`adapt_kl_coeff`).
 
 How mixing meets the policy mapping: a module mixes its own agents, so every team must be exactly one
 module (``share='all'`` on a one-team env, or ``share='group'`` where each team is one group); a team
@@ -35,11 +39,13 @@ import torch
 from marl.algos.networks.mixers import QMixer, team_reward_rule, team_rewards
 from marl.algos.policy_gradient import masked_mean
 from marl.algos.ppo import PPO, PPOLearner, PPOModule, ppo_loss_terms
+from marl.algos.trpo import policy_kl, policy_snapshot
 from marl.algos.vd_actor_critic_config import ACTOR_LOSSES, VD_MIXERS, VDACConfig  # noqa: F401
 from marl.config import config_view
 from marl.engine.on_policy import (
     critic_values,
     explained_variance,
+    loss_rows,
     next_values,
     normalize_advantages,
     rollout_to_sequences,
@@ -83,8 +89,10 @@ def team_advantages(
 # ============================================================ networks
 class VDModule(PPOModule):
     """PPO's actor and per-agent critic (:class:`~marl.algos.ppo.PPOModule`) plus, on learners, the mixer
-    of the module's ``n_agents`` values: ``None`` for VDN, a :class:`QMixer` for QMIX. Extra ``model_config``
-    keys: ``n_agents``, ``state_dim``, ``mixer``, ``mixing_embed``, ``hypernet_layers``, ``hypernet_embed``."""
+    of the module's ``n_agents`` values: ``None`` for VDN, a :class:`QMixer` for QMIX, and the KL penalty's
+    current weight ``kl_coeff`` (a buffer, so that checkpoints hold it: RLlib's ``policy.kl_coeff``).
+    Extra ``model_config`` keys: ``n_agents``, ``state_dim``, ``mixer``, ``mixing_embed``, ``hypernet_layers``,
+    ``hypernet_embed``, ``kl_coeff`` (the initial weight, default 0)."""
 
     def setup(self):
         super().setup()
@@ -95,13 +103,50 @@ class VDModule(PPOModule):
             self.mixer = QMixer(
                 self.n_agents, int(c["state_dim"]), c["mixing_embed"], c["hypernet_layers"], c["hypernet_embed"]
             )
+        if not self.inference_only:  # float32: RLlib's set_state casts float64 states to float32, so a float64
+            # weight would come back rounded from a checkpoint and a resumed run would drift from the one-go run
+            self.register_buffer("kl_coeff", torch.tensor(float(c.get("kl_coeff", 0.0))))
 
     def get_non_inference_attributes(self):
-        return super().get_non_inference_attributes() + ["mixer"]
+        return super().get_non_inference_attributes() + ["mixer", "kl_coeff"]
 
     def mix(self, values: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """``V_tot [...]`` of ``values [..., n_agents]`` and ``state [..., S]`` (:func:`mix_values`)."""
         return mix_values(values, state, self.mixer)
+
+
+# ============================================================ the adaptive KL penalty
+def adapt_kl_coeff(coeff: float, kl: float, target: float) -> float:
+    """The KL penalty's next weight after an update whose mean ``KL(pi_old || pi)`` was ``kl`` (nats): ``1.5 coeff``
+    if ``kl > 2 target``, ``coeff / 2`` if ``kl < target / 2``, else ``coeff`` (RLlib 1.8's PPO,
+    ``KLCoeffMixin.update_kl``, https://github.com/ray-project/ray/blob/ray-1.8.0/rllib/agents/ppo/ppo_torch_policy.py;
+    Schulman et al. 2017, arXiv 1707.06347, Sec. 4, with RLlib's thresholds and factors)."""
+    if kl > 2.0 * target:
+        return coeff * 1.5
+    if kl < 0.5 * target:
+        return coeff * 0.5
+    return coeff
+
+
+@torch.no_grad()
+def old_policy_columns(module: PPOModule, rows: Dict[str, Any]) -> Dict[str, torch.Tensor]:
+    """The policy before the update as training-row columns (what RLlib stores as ``action_dist_inputs``):
+    ``dist_old [M(, L), A]`` (logits or Gaussian means) and, for continuous actions, ``log_std_old [M(, L), A]``.
+
+    ``rows``: the core's training rows (steps ``[M, ...]`` or GRU chunks ``[M, L, ...]`` with ``h0``, ``starts``),
+    read by the module's training forward exactly as the first gradient step reads them."""
+    old = policy_snapshot(module, module._forward_train(rows)["dist_in"])
+    lead = rows["active"].shape
+    cols = {"dist_old": old["dist_in"].reshape(*lead, -1)}
+    if "log_std" in old:
+        cols["log_std_old"] = old["log_std"].expand_as(cols["dist_old"])
+    return cols
+
+
+def old_policy(rows: Dict[str, torch.Tensor]) -> Dict[str, Any]:
+    """The before-update policy of loss rows with :func:`old_policy_columns`, as :func:`marl.algos.trpo.policy_kl`
+    reads it (``dist_in``, ``log_std``)."""
+    return {"dist_in": rows["dist_old"], "log_std": rows.get("log_std_old")}
 
 
 # ============================================================ loss
@@ -114,7 +159,10 @@ def vd_loss_terms(
     ``fwd_out["values"] [M]``: the row's own agent's ``V_i`` (normalised units); ``rows``: PPO's columns
     (``advantages``, ``returns`` and ``values_old`` are the team's) plus ``others [M, N]`` (every agent's ``V_j``
     before the update), ``agent_index [M]`` and ``mix_state [M, S]``. ``L_pi``: PPO's clipped surrogate
-    (``actor_loss="ppo"``) or ``-mean(log pi(a|o) A)`` (``"a2c"``, Mnih et al. 2016, arXiv 1602.01783).
+    (``actor_loss="ppo"``) or ``-mean(log pi(a|o) A)`` (``"a2c"``, Mnih et al. 2016, arXiv 1602.01783). Rows with
+    :func:`old_policy_columns` (``kl_coeff > 0``) add RLlib PPO's penalty ``module.kl_coeff * mean_active
+    KL(pi_old || pi)`` (:func:`~marl.algos.trpo.policy_kl`: categorical or diagonal Gaussian); without them the loss
+    is exactly the one without a penalty.
     """
     own = fwd_out["values"].unsqueeze(-1)
     v_tot = module.mix(rows["others"].scatter(-1, rows["agent_index"].unsqueeze(-1), own), rows["mix_state"])
@@ -123,6 +171,9 @@ def vd_loss_terms(
         logp, _ = module.log_prob_entropy(fwd_out["dist_in"], rows["actions"], rows.get("avail"))
         a2c = -masked_mean(logp * rows["advantages"], rows["active"])
         loss, parts["policy_loss"] = loss - parts["policy_loss"] + a2c, a2c
+    if "dist_old" in rows:
+        kl = policy_kl(module, old_policy(rows), fwd_out["dist_in"], rows)
+        loss = loss + module.kl_coeff * kl
     return loss, parts
 
 
@@ -138,7 +189,8 @@ class VDLayout:
 class VDLearner(PPOLearner):
     """The on-policy core's update with team values: :meth:`prepare` mixes the agents' values of every
     env copy into ``V_tot``, runs GAE on it with the team reward and gives every agent's rows the team's
-    advantages and returns; :func:`vd_loss_terms` on each minibatch."""
+    advantages and returns; :func:`vd_loss_terms` on each minibatch; with ``kl_coeff > 0``, the KL penalty's
+    weight of every module adapts after the epochs (:meth:`run_epochs`)."""
 
     loss_terms = staticmethod(vd_loss_terms)
 
@@ -190,6 +242,35 @@ class VDLearner(PPOLearner):
         }
         return {**out, **{k: b[k] for k in ("avail", "h", "starts") if k in b}}
 
+    def run_epochs(self, data: Dict[str, Dict[str, torch.Tensor]]) -> None:
+        """The core's epochs on training rows ``data``. With ``kl_coeff > 0`` the rows first get the policy before
+        the update (:func:`old_policy_columns`), and after the epochs each module's ``kl_coeff`` adapts
+        (:func:`adapt_kl_coeff`) to the mean over its gradient steps of the minibatch KL (RLlib 1.8 averages its
+        learner stats over every minibatch of every epoch before ``update_kl``); logs per module ``kl`` (that
+        mean, nats) and ``kl_coeff`` (the weight this update's loss used, RLlib's ``cur_kl_coeff``)."""
+        if self.cfg.kl_coeff <= 0:  # no penalty: the core's update as it is
+            return super().run_epochs(data)
+        for mid, rows in data.items():
+            rows.update(old_policy_columns(self.module[mid].unwrapped(), rows))
+        self.kl_steps: Dict[str, list] = {mid: [] for mid in data}
+        super().run_epochs(data)
+        for mid, kls in self.kl_steps.items():
+            coeff: torch.Tensor = self.module[mid].unwrapped().kl_coeff
+            kl, used = float(torch.stack(kls).mean()), float(coeff)
+            coeff.fill_(adapt_kl_coeff(used, kl, self.cfg.kl_target))
+            self.metrics.log_value((mid, "kl"), kl, window=1)
+            self.metrics.log_value((mid, "kl_coeff"), used, window=1)
+
+    def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+        """The core's loss; with the KL penalty on, first records the minibatch's mean ``KL(pi_old || pi)`` at the
+        parameters before this step, for the weight's update in :meth:`run_epochs`."""
+        if "dist_old" in batch:
+            module: Any = self.module[module_id].unwrapped()
+            rows = loss_rows(module, batch)
+            with torch.no_grad():
+                self.kl_steps[module_id].append(policy_kl(module, old_policy(rows), fwd_out["dist_in"], rows))
+        return super().compute_loss_for_module(module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+
     def _log_team(self, mid: str, v_tot: torch.Tensor, returns: torch.Tensor, active: torch.Tensor) -> None:
         """``explained_variance`` and ``value_mean`` of ``V_tot [B, T]`` (raw units) on env steps with an agent alive."""
         self.metrics.log_value((mid, "explained_variance"), explained_variance(v_tot, returns, active), window=1)
@@ -203,6 +284,7 @@ class VDActorCritic(PPO):
     learner_class = VDLearner
     module_class = VDModule
     config_class = VDACConfig
+    learner_metrics = PPO.learner_metrics + ("kl", "kl_coeff")  # the KL penalty's (kl_coeff > 0)
 
     @classmethod
     def module_config(cls, cfg: VDACConfig, mapping, mid: str) -> Dict[str, Any]:
@@ -214,6 +296,7 @@ class VDActorCritic(PPO):
             "mixing_embed": cfg.mixing_embed,
             "hypernet_layers": cfg.hypernet_layers,
             "hypernet_embed": cfg.hypernet_embed,
+            "kl_coeff": cfg.kl_coeff,
         }
 
     @classmethod

@@ -5,6 +5,8 @@ Sources of the keys: Su, Adams and Beling 2021, "Value-Decomposition Multi-Agent
 arXiv 2007.12306: VDAC-sum and VDAC-mix); MARLlib (Hu et al. 2023, arXiv 2210.13708), whose VDA2C and VDPPO
 (https://github.com/Replicable-MARL/MARLlib/blob/master/marllib/marl/algos/core/VD/) mix per-agent values with a VDN sum or a QMIX
 mixer;
+the adaptive KL penalty (``kl_coeff``, ``kl_target``) of RLlib 1.8's PPO loss, which MARLlib's VDPPO runs on
+(https://github.com/ray-project/ray/blob/ray-1.8.0/rllib/agents/ppo/ppo_torch_policy.py: ``KLCoeffMixin``);
 the PPO keys as in :class:`~marl.algos.ppo_config.PPOConfig`.
 """
 
@@ -39,3 +41,11 @@ class VDACConfig(PPOConfig):
     mixing_embed: int = key("qmix: mixing network width", ge=1)
     hypernet_layers: int = key("qmix: layers of the hypernetworks", choices=(1, 2))
     hypernet_embed: int = key("qmix: hidden width of two-layer hypernetworks", ge=1)
+    kl_coeff: float = key(
+        "initial weight of the adaptive KL penalty kl_coeff * KL(pi_old || pi) in the loss (RLlib PPO); 0 = off", ge=0
+    )
+    kl_target: float = key(
+        "mean KL the penalty's weight adapts toward after each update: x1.5 above 2 kl_target, x0.5 below "
+        "kl_target / 2",
+        gt=0,
+    )

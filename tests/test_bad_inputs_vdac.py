@@ -41,6 +41,9 @@ CASES = [
     ("unknown mixer", MatchEnv(num_envs=2), "vda2c", {"mixer": "qtran"}, ("mixer", "'qtran'", "qmix, vdn")),
     ("unknown actor loss", MatchEnv(num_envs=2), "vdppo", {"actor_loss": "trpo"}, ("actor_loss", "a2c, ppo")),
     ("three hypernet layers", MatchEnv(num_envs=2), "vdppo", {"hypernet_layers": 3}, ("hypernet_layers", "1, 2")),
+    ("negative kl_coeff", MatchEnv(num_envs=2), "vdppo", {"kl_coeff": -0.1}, ("kl_coeff", "-0.1", ">= 0")),
+    ("zero kl_target", MatchEnv(num_envs=2), "vdppo", {"kl_target": 0.0}, ("kl_target", "0.0", "> 0")),
+    ("negative kl_target", MatchEnv(num_envs=2), "vda2c", {"kl_target": -0.01}, ("kl_target", "-0.01", "> 0")),
 ]
 
 

@@ -233,7 +233,8 @@ def _final_weights(res, mids):
 
 def _one_go_vs_resumed(make_env, algo, n, run_dir, **cfg):
     """Final learner weights and greedy-policy weights of ``n`` iterations in one fit and of
-    ``n/2`` + ``n/2`` resumed, each on its own fresh env (as a resume in a new process)."""
+    ``n/2`` + ``n/2`` resumed, each on its own fresh env (as a resume in a new process). Returns the one-go
+    result (its ``history`` for checks of the caller's own)."""
     whole = make_env().fit(algo, stop={"iterations": n}, log_dir=str(Path(run_dir) / "whole"), **QUICK, **cfg)
     half = make_env().fit(algo, stop={"iterations": n // 2}, log_dir=str(Path(run_dir) / "split"), **QUICK, **cfg)
     rest = make_env().fit(algo, stop={"iterations": n}, resume=half.checkpoint, **QUICK, **cfg)
@@ -247,6 +248,7 @@ def _one_go_vs_resumed(make_env, algo, n, run_dir, **cfg):
     timing = ("time_s", "env_steps_per_s", "sample_time_s", "learn_time_s")
     for x, y in zip(whole.history[n // 2 :], rest.history, strict=True):  # returns, losses, counts
         _equal({k: v for k, v in x.items() if k not in timing}, {k: v for k, v in y.items() if k not in timing})
+    return whole
 
 
 def test_mappo_resume_is_exact(ray_session, run_dir):
