@@ -3,8 +3,10 @@
 Duque et al. 2025, "Advantage Alignment Algorithms" (ICLR 2025, arXiv 2406.14662), the method section, and its
 official code (https://github.com/jduquevan/advantage-alignment/blob/master/train.py): every agent's PPO advantage
 ``A1_t`` (GAE on its own critic) gets the term ``beta * w_t * A2_t``, where ``w_t = gamma *
-sum_{k<t} gamma^(t-k) A1_k`` sums the agent's own past advantages in the episode and ``A2_t`` is the
-co-player's advantage at the same step (the sum over the other agents): an agent makes more likely
+sum_{k<t} gamma^(t-k) A1(s_k, a_k, b_k)`` sums the agent's own past advantages in the episode and
+``A2_t`` is the co-player's advantage at the same step (the sum over the other agents). ``w_t`` sums
+one-step advantages ``r_k + gamma * V(s_k+1) - V(s_k)`` (:meth:`AALearner.prepare`): GAE advantages
+of past steps would already hold the reward of ``a_t``. An agent makes more likely
 the actions that help the co-player after the interaction has gone well for it, and less likely
 after it has gone badly (reciprocity). Proximal Advantage Alignment puts ``A*`` into PPO's clipped
 surrogate; that is this file. The formula is :func:`marl.algos.opponent_shaping.aa_credit`, the one
@@ -18,13 +20,14 @@ by default (``share: individual``, ``critic: obs``), as in the paper.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 
 from marl.algos.advantage_alignment_config import AAConfig
 from marl.algos.opponent_shaping import aa_credit, others_sum
 from marl.algos.ppo import PPO, PPOLearner
+from marl.engine.on_policy import normalize_advantages
 from marl.env import MarlError
 
 
@@ -48,6 +51,7 @@ def align(
     agents: Dict[str, int],
     beta: float,
     gamma: float,
+    past: Optional[Dict[str, torch.Tensor]] = None,
 ) -> Dict[str, torch.Tensor]:
     """The aligned advantages ``A*`` of every module (Duque et al. 2025, arXiv 2406.14662, the A* equation).
 
@@ -56,6 +60,8 @@ def align(
             (the same ``B`` env copies in every module).
         agents: module id -> ``N_m``, in the order the modules' agents are stacked.
         beta, gamma: the alignment weight and discount (:func:`~marl.algos.opponent_shaping.aa_credit`).
+        past: module id -> ``[B, N_m, T]`` the own advantages summed into ``w_t`` (default ``adv``;
+            :class:`AALearner` passes one-step TD errors).
     Returns:
         module id -> ``[B, N_m, T]``; ``A2`` of an agent is the sum of the other agents' active advantages.
     """
@@ -63,8 +69,10 @@ def align(
     a1 = torch.cat([adv[m] * active[m] for m in mids], 1)  # [B, N, T]: every agent of every module
     a2 = others_sum(a1)
     mask, st = torch.cat([active[m] for m in mids], 1), torch.cat([starts[m] for m in mids], 1)
+    own = a1 if past is None else torch.cat([past[m] * active[m] for m in mids], 1)
     B, N, T = a1.shape
-    out = aa_credit(*(x.reshape(B * N, T) for x in (a1, a2, mask)), beta, gamma, starts=st.reshape(B * N, T))
+    a1, a2, mask, st, own = (x.reshape(B * N, T) for x in (a1, a2, mask, st, own))
+    out = aa_credit(a1, a2, mask, beta, gamma, starts=st, past=own)
     return dict(zip(mids, out.reshape(B, N, T).split([agents[m] for m in mids], 1)))
 
 
@@ -72,6 +80,28 @@ class AALearner(PPOLearner):
     """IPPO's learner (:class:`~marl.algos.ppo.PPOLearner`) whose advantages are aligned across
     modules (:func:`align`) after GAE and its normalisation, before the epochs (as in the official
     code: normalised advantages, then the alignment term)."""
+
+    def advantages(
+        self, rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, dones: torch.Tensor
+    ) -> torch.Tensor:
+        """GAE (the PPO term ``A1_t``); keeps the one-step advantages ``r_t + gamma * V(s_t+1) - V(s_t)``
+        of the same rows for ``w_t`` (:meth:`prepare`)."""
+        self._td = rewards + self.cfg.gamma * next_values - values
+        return super().advantages(rewards, values, next_values, dones)
+
+    def prepare(self, mid: str, b: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """IPPO's columns plus ``td``: the one-step advantages, normalised as the GAE ones are.
+
+        ``w_t`` sums them, not the GAE advantages: a GAE advantage of a past step ``k`` is
+        ``sum_j (gamma*lambda)^j delta_{k+j}``, so it holds the TD errors of step ``t`` and later, i.e. the
+        reward of the very action ``a_t`` that ``w_t`` weighs. Defecting at ``t`` then raises ``w_t``
+        and lowers ``A2_t`` together, and ``w_t * A2_t`` penalises defection after any history: the
+        agents learned "cooperate after anything" (no retaliation). One-step advantages of steps
+        ``k < t`` end at ``V(s_t)``, before ``a_t``, as the paper's ``A1(s_k, a_k, b_k)`` does.
+        """
+        out = super().prepare(mid, b)
+        out["td"] = normalize_advantages(self._td, out["active"]) if self.cfg.advantage_norm else self._td
+        return out
 
     def prepare_modules(self, batches: Dict[str, Dict[str, torch.Tensor]]) -> Dict[str, Dict[str, torch.Tensor]]:
         data = super().prepare_modules(batches)
@@ -92,6 +122,7 @@ class AALearner(PPOLearner):
             agents,
             self.cfg.beta,
             self.cfg.aa_gamma,
+            {m: view(m, d.pop("td")) for m, d in data.items()},
         )
         for mid, d in data.items():
             term = aligned[mid] - view(mid, d["advantages"])  # beta * w_t * A2_t

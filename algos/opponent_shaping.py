@@ -57,6 +57,7 @@ def aa_credit(
     gamma: float,
     jit: bool = False,
     starts: Optional[torch.Tensor] = None,
+    past: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Opponent-aware advantage ``A*_t = A1_t + beta * w_t * A2_t`` (:func:`aa_weights`).
 
@@ -67,10 +68,15 @@ def aa_credit(
             ``aa_weight`` 1 in Duque et al.'s official Melting Pot config).
         gamma: AA discount (0.9 in Piche et al.'s code; the return discount in Duque et al.).
         starts: ``[n, T]`` episode starts (:func:`aa_weights`).
+        past: ``[n, T]`` the own advantages summed into ``w_t`` (default ``a1``). The tensor
+            trainer passes one-step advantages (TD errors): a GAE advantage of a step ``k < t`` also
+            sums the TD errors of steps ``t`` and later, so ``w_t`` would depend on the very action
+            ``a_t`` it weighs (``algos/advantage_alignment.py``).
     Returns:
         ``[n, T]`` credits, 0 on padding.
     """
-    return (a1 + beta * aa_weights(a1, mask, gamma, jit, starts) * a2) * mask
+    w = aa_weights(a1 if past is None else past, mask, gamma, jit, starts)
+    return (a1 + beta * w * a2) * mask
 
 
 def others_sum(a: torch.Tensor) -> torch.Tensor:

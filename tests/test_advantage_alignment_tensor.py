@@ -1,12 +1,14 @@
 """Advantage Alignment for tensor policies (algos/advantage_alignment.py): the aligned advantage on
-hand-computed numbers (the same as the LLM path's), and learning on the tensor IPD: AA agents
-cooperate with each other; naive independent PPO defects."""
+hand-computed numbers (the same as the LLM path's), ``w_t`` blind to the action it weighs, and
+learning on the tensor IPD: AA agents cooperate with each other and each retaliates against
+always-defect in either seat; naive independent PPO defects."""
 
 import torch
 
 import marl
 from marl.algos.advantage_alignment import align, episode_starts
 from marl.algos.llm import advantages as llm_est  # the LLM path's estimators
+from marl.engine.on_policy import gae
 
 A0, A1 = [1.0, -1.0, 2.0], [0.5, 1.0, -1.0]  # own advantages of agent 0 and agent 1, 3 steps
 ONES = torch.ones(1, 1, 3)
@@ -53,6 +55,26 @@ def test_dead_agents_give_no_co_player_advantage():
     assert torch.allclose(out["m"][0, 0], a[0, 0]) and torch.equal(out["m"][0, 1], torch.zeros(3))
 
 
+def test_w_sums_one_step_advantages_so_it_ignores_the_current_action():
+    """Two histories equal up to step 1 that differ in the agent's own reward at step 2 (say it defected
+    there: 5 instead of 3). ``w_2`` weighs the action of step 2, so it must be the same for both: it sums
+    the one-step advantages of steps 0 and 1 (``past``). The GAE advantages of steps 0 and 1 already
+    hold step 2's reward (lambda > 0): summing them made ``w_t * A2_t`` punish every defection, and the
+    agents learned to cooperate after anything."""
+    other = torch.tensor([[[0.5, 1.0, -1.0]]])  # the co-player's advantages A2
+    one_ep = {m: episode_starts(torch.zeros(1, 1, 3, dtype=torch.bool)) for m in ("me", "co")}
+    active = {m: torch.ones(1, 1, 3) for m in ("me", "co")}
+    w2 = 0.9 * (0.9 * 3.0 + 0.81 * 3.0)  # gamma * sum_{k<2} gamma^(2-k) delta_k, delta = r (values 0)
+    for r2 in (5.0, 3.0):
+        r = torch.tensor([[[3.0, 3.0, r2]]])
+        zero = torch.zeros_like(r)
+        adv = gae(r, zero, zero, torch.zeros_like(r, dtype=torch.bool), 0.9, 0.95)  # delta_t = r_t
+        out = align({"me": adv, "co": other}, active, one_ep, {"me": 1, "co": 1}, 0.5, 0.9, past={"me": r, "co": other})
+        assert torch.allclose(out["me"][0, 0, 2], adv[0, 0, 2] + 0.5 * w2 * -1.0)
+        gae_w = _align({"me": adv, "co": other})["me"][0, 0, 2] - adv[0, 0, 2]
+        assert abs(float(gae_w) - 0.5 * w2 * -1.0) > 0.5  # summing GAE advantages: w_2 sees r_2
+
+
 def test_ipd_pays_the_table_and_shows_the_last_joint_action_from_each_side():
     env = marl.make_env("iterated_matrix", "ipd", rounds=2, num_envs=4)
     s = env.reset()
@@ -86,13 +108,16 @@ def _fit(run_dir, iterations=100, **kw):
     return env.fit("advantage_alignment", stop={"iterations": iterations}, checkpoint_every=0, **{**base, **kw})
 
 
-def test_aa_cooperates_and_naive_ppo_defects(ray_session, run_dir):
+def test_aa_cooperates_retaliates_in_both_seats_and_naive_ppo_defects(ray_session, run_dir):
     res = _fit(run_dir)
     assert res.config.algo == "advantage_alignment_tensor"  # the same name as on text games
     mutual = _play(res.policy)
-    print("AA self-play", mutual, "vs always-defect", _play(res.policy, "agent_1"), _play(res.policy, "agent_0"))
-    assert min(mutual) >= 2.5  # mutual cooperation pays 3 per round, mutual defection 1
-    # retaliation against always-defect is not reached at this budget (docs/algorithms/advantage_alignment.md)
+    seat0, seat1 = _play(res.policy, "agent_1"), _play(res.policy, "agent_0")  # AA in seat 0, in seat 1
+    print("AA self-play", mutual, "AA seat 0 vs always-defect", seat0, "AA seat 1 vs always-defect", seat1)
+    assert min(mutual) >= 2.8  # mutual cooperation pays 3 per round, mutual defection 1
+    # retaliation: exploited at most in round 1 (0.9 per round; "cooperate after anything" gets 0, the defector 5)
+    for aa, defector in ((seat0[0], seat0[1]), (seat1[1], seat1[0])):
+        assert aa >= 0.8 and defector <= 1.5
     naive = _play(_fit(run_dir, iterations=40, beta=0.0).policy)  # beta 0: independent PPO
     print("naive self-play", naive)
     assert max(naive) <= 1.5
