@@ -51,6 +51,9 @@ __all__ = ["TASK_KEY", "ALGOS", "check_paths", "epymarl_command", "find_run_dir"
 TASK_KEY = "lbforaging:Foraging-8x8-2p-2f-coop-v3"
 TIME_LIMIT = 50
 ALGOS = ("ia2c", "maa2c", "coma", "ippo", "mappo")
+TEST_INTERVAL = 50_000
+BATCH_SIZE_RUN = 10  # the parallel envs of the five algorithms' configs
+ABSOLUTE_SEED_OFFSET = 1000  # the replay of the best checkpoint plays other env seeds than training
 SETUP_HINT = "see the setup commands in docs/benchmarks.md, section 'EPyMARL side by side'"
 
 
@@ -69,8 +72,13 @@ def check_paths(src: str, python: str, algo: str) -> None:
         raise MarlError(f"--algo {algo!r} is not one of {', '.join(ALGOS)}.")
 
 
-def epymarl_command(src: str, python: str, algo: str, seed: int, t_max: int, storage: str) -> List[str]:
-    """The argv of one EPyMARL run of ``algo`` on :data:`TASK_KEY`, sacred writing under ``storage``."""
+def epymarl_command(
+    src: str, python: str, algo: str, seed: int, t_max: int, storage: str, extra: Sequence[str] = ()
+) -> List[str]:
+    """The argv of one EPyMARL run of ``algo`` on :data:`TASK_KEY`, sacred writing under ``storage``.
+
+    ``extra`` are more of sacred's ``with`` updates (``key=value``), e.g. :func:`train_updates`.
+    """
     return [
         python,
         str(Path(src) / "src" / "main.py"),
@@ -82,7 +90,38 @@ def epymarl_command(src: str, python: str, algo: str, seed: int, t_max: int, sto
         f"t_max={t_max}",
         f"seed={seed}",
         "use_cuda=False",
+        *extra,
         f"--file_storage={storage}",
+    ]
+
+
+def train_updates(storage: str) -> List[str]:
+    """Updates of a training run: a checkpoint at each test, so the best test's policy can be replayed.
+
+    EPyMARL tests when ``test_interval`` env steps have passed since the last test and saves when
+    ``save_model_interval`` have passed since the last save (``src/run.py``); both start at the
+    first iteration, so equal intervals save the tested policy at each test. 50000 is ``gymma.yaml``'s
+    ``test_interval``, restated so the two stay equal.
+    """
+    return [
+        f"test_interval={TEST_INTERVAL}",
+        "save_model=True",
+        f"save_model_interval={TEST_INTERVAL}",
+        f"local_results_path={Path(storage) / 'local'}",
+    ]
+
+
+def absolute_updates(checkpoint_dir: Path, step: int, episodes: int) -> List[str]:
+    """Updates of EPyMARL's ``evaluate`` mode: load the checkpoint nearest ``step``, play ``episodes``.
+
+    Its ``evaluate_sequential`` calls the parallel runner ``test_nepisode`` times, each call playing
+    ``batch_size_run`` (10) episodes, and logs ``test_return_mean`` every ``test_nepisode`` episodes.
+    """
+    return [
+        "evaluate=True",
+        f"checkpoint_path={checkpoint_dir}",
+        f"load_step={step}",
+        f"test_nepisode={episodes // BATCH_SIZE_RUN}",
     ]
 
 
@@ -104,16 +143,31 @@ def _read_json(path: Path) -> Dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def _test_returns(metrics: Dict[str, Any], where: Path) -> Dict[str, List]:
+    if "test_return_mean" not in metrics:
+        raise MarlError(f"{str(where)!r} logged no test_return_mean (logged: {sorted(metrics)}).")
+    return metrics["test_return_mean"]
+
+
+def _wall_s(run: Dict[str, Any]) -> Optional[float]:
+    """Sacred's ``stop_time - start_time`` in seconds; ``None`` while the run has not stopped."""
+    if not run.get("stop_time"):
+        return None
+    return (datetime.fromisoformat(run["stop_time"]) - datetime.fromisoformat(run["start_time"])).total_seconds()
+
+
 def parse_run(run_dir: Path) -> Dict[str, Any]:
-    """Read one sacred run of EPyMARL: its test returns, wall-clock and env steps per second.
+    """Read one sacred training run of EPyMARL: its test returns, wall-clock and env steps per second.
 
     Returns:
-        ``algo``, ``seed``, ``t_max``, ``status`` (sacred's), ``common_reward``,
+        ``algo``, ``seed``, ``task``, ``t_max``, ``status`` (sacred's), ``common_reward``,
         ``reward_scalarisation``, ``test_nepisode``, ``intervals`` (``[{"env_steps",
-        "test_return_mean"}]``, one per test), ``final_env_steps``, ``final_test_return`` (the last
-        test), ``max_test_return`` (the best test, EPyMARL's table's "maximum returns" per run),
-        ``mean_test_return`` (over the tests, its "average returns"), ``wall_s`` and
-        ``env_steps_per_s``.
+        "test_return_mean"}]``, one per test), ``final_test_return`` and ``final_test_env_steps``
+        (the last test: EPyMARL tests every 50k steps from the first iteration, so the last test
+        can fall up to 50k steps before ``t_max``), ``best_test_return`` and ``best_test_env_steps``
+        (the best test, the first of ties), ``mean_test_return`` (over the tests), ``env_steps``
+        (training steps: ``t_max`` once the run completed, as EPyMARL trains until ``t_env > t_max``,
+        else the last step it logged), ``wall_s`` and ``env_steps_per_s``.
 
     Raises:
         MarlError: a sacred file is missing, or the run logged no ``test_return_mean``.
@@ -122,12 +176,12 @@ def parse_run(run_dir: Path) -> Dict[str, Any]:
     config = _read_json(run_dir / "config.json")
     run = _read_json(run_dir / "run.json")
     metrics = _read_json(run_dir / "metrics.json")
-    if "test_return_mean" not in metrics:
-        raise MarlError(f"{str(run_dir)!r} logged no test_return_mean (logged: {sorted(metrics)}).")
-    steps, values = metrics["test_return_mean"]["steps"], metrics["test_return_mean"]["values"]
-    wall_s = None
-    if run.get("stop_time"):
-        wall_s = (datetime.fromisoformat(run["stop_time"]) - datetime.fromisoformat(run["start_time"])).total_seconds()
+    tests = _test_returns(metrics, run_dir)
+    steps, values = tests["steps"], tests["values"]
+    best = max(range(len(values)), key=lambda i: (values[i], -i))
+    logged = max(max(m["steps"]) for m in metrics.values())
+    env_steps = config["t_max"] if run["status"] == "COMPLETED" else logged
+    wall_s = _wall_s(run)
     return {
         "algo": config["name"],
         "seed": config["seed"],
@@ -138,34 +192,92 @@ def parse_run(run_dir: Path) -> Dict[str, Any]:
         "reward_scalarisation": config["reward_scalarisation"],
         "test_nepisode": config["test_nepisode"],
         "intervals": [{"env_steps": s, "test_return_mean": v} for s, v in zip(steps, values)],
-        "final_env_steps": steps[-1],
+        "final_test_env_steps": steps[-1],
         "final_test_return": values[-1],
-        "max_test_return": max(values),
+        "best_test_env_steps": steps[best],
+        "best_test_return": values[best],
         "mean_test_return": sum(values) / len(values),
+        "env_steps": env_steps,
         "wall_s": wall_s,
-        "env_steps_per_s": None if not wall_s else steps[-1] / wall_s,
+        "env_steps_per_s": None if not wall_s else env_steps / wall_s,
     }
 
 
-def run_epymarl(src: str, python: str, algo: str, seed: int, t_max: int, storage: Optional[str] = None) -> Dict[str, Any]:
-    """Run EPyMARL once as a child (``nice``-friendly: it inherits this process's priority); parse it.
+def parse_absolute(run_dir: Path) -> Dict[str, Any]:
+    """Read one sacred run of EPyMARL's ``evaluate`` mode (:func:`absolute_updates`).
+
+    Returns:
+        ``absolute_test_return``: the mean return over all its episodes (the mean of its logged
+        ``test_return_mean``, each over the same number of episodes), ``absolute_episodes``,
+        ``absolute_env_steps`` (the checkpoint's step) and ``absolute_wall_s``.
 
     Raises:
-        MarlError: bad paths or algorithm (:func:`check_paths`), or the child exits non-zero (the
+        MarlError: a sacred file is missing, or the run logged no ``test_return_mean``.
+    """
+    run_dir = Path(run_dir)
+    config = _read_json(run_dir / "config.json")
+    tests = _test_returns(_read_json(run_dir / "metrics.json"), run_dir)
+    per_log = max(1, config["test_nepisode"] // config["batch_size_run"]) * config["batch_size_run"]
+    return {
+        "absolute_test_return": sum(tests["values"]) / len(tests["values"]),
+        "absolute_episodes": per_log * len(tests["values"]),
+        "absolute_env_steps": tests["steps"][0],
+        "absolute_wall_s": _wall_s(_read_json(run_dir / "run.json")),
+    }
+
+
+def checkpoint_dir(storage: Path) -> Path:
+    """The folder of a training run's checkpoints (``<local_results_path>/models/<token>``).
+
+    Raises:
+        MarlError: none or several there (the run saved no model).
+    """
+    found = sorted((Path(storage) / "local" / "models").glob("*"))
+    if len(found) != 1:
+        raise MarlError(f"expected one EPyMARL model folder under {str(storage)!r}/local/models, found {len(found)}.")
+    return found[0]
+
+
+def _child(argv: List[str], src: str, log: Path) -> None:
+    """Run one EPyMARL child with one torch thread; a non-zero exit raises :class:`MarlError`."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        code = subprocess.run(argv, cwd=src, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        raise MarlError(f"EPyMARL exited with code {code}; its log {str(log)!r} ends with:\n{log.read_text()[-2000:]}")
+
+
+def run_epymarl(
+    src: str,
+    python: str,
+    algo: str,
+    seed: int,
+    t_max: int,
+    storage: Optional[str] = None,
+    absolute_episodes: int = 1000,
+) -> Dict[str, Any]:
+    """Train EPyMARL once as a child, then replay its best test's checkpoint over ``absolute_episodes``.
+
+    The replay is marl's absolute metric (``docs/benchmarks.md``, "Evaluation protocol") done with
+    EPyMARL's own ``evaluate`` mode, on env seeds ``seed + 1000``; ``absolute_episodes=0`` skips it.
+    Children inherit this process's priority (run it under ``nice``).
+
+    Raises:
+        MarlError: bad paths or algorithm (:func:`check_paths`), or a child exits non-zero (the
             message carries the tail of its output).
     """
     check_paths(src, python, algo)
-    storage = storage or tempfile.mkdtemp(prefix=f"epymarl_{algo}_s{seed}_")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    log = Path(storage) / "child.log"
-    Path(storage).mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as out:
-        proc = subprocess.run(
-            epymarl_command(src, python, algo, seed, t_max, storage), cwd=src, env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-    if proc.returncode != 0:
-        raise MarlError(f"EPyMARL exited with code {proc.returncode}; its log {str(log)!r} ends with:\n{log.read_text()[-2000:]}")
-    return parse_run(find_run_dir(Path(storage)))
+    train = Path(storage or tempfile.mkdtemp(prefix=f"epymarl_{algo}_s{seed}_"))
+    _child(epymarl_command(src, python, algo, seed, t_max, str(train), train_updates(str(train))), src, train / "child.log")
+    result = parse_run(find_run_dir(train))
+    if absolute_episodes:
+        replay = train / "absolute"
+        updates = absolute_updates(checkpoint_dir(train), result["best_test_env_steps"], absolute_episodes)
+        seed2 = seed + ABSOLUTE_SEED_OFFSET
+        _child(epymarl_command(src, python, algo, seed2, t_max, str(replay), updates), src, replay / "child.log")
+        result.update(parse_absolute(find_run_dir(replay)))
+    return result
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
@@ -176,6 +288,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     p.add_argument("--algo", default="ia2c", help=f"one of {', '.join(ALGOS)}")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--t-max", type=int, default=400_000, help="training env steps (EPyMARL's t_max)")
+    p.add_argument("--absolute-episodes", type=int, default=1000, help="replay of the best checkpoint (0: none)")
     p.add_argument("--storage", help="sacred's folder for this run (default: a new temporary folder)")
     p.add_argument("--from-sacred", help="read this sacred storage folder (or run folder) instead of running")
     p.add_argument("--out", help="also write the JSON here")
@@ -183,10 +296,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     if a.from_sacred:
         path = Path(a.from_sacred)
         result = parse_run(path if (path / "run.json").is_file() else find_run_dir(path))
+        if (path / "absolute").is_dir():
+            result.update(parse_absolute(find_run_dir(path / "absolute")))
     else:
         if not a.epymarl_src or not a.epymarl_python:
             raise MarlError("--epymarl-src and --epymarl-python are both needed to run EPyMARL (or pass --from-sacred).")
-        result = run_epymarl(a.epymarl_src, a.epymarl_python, a.algo, a.seed, a.t_max, a.storage)
+        result = run_epymarl(a.epymarl_src, a.epymarl_python, a.algo, a.seed, a.t_max, a.storage, a.absolute_episodes)
     text = json.dumps(result, indent=1)
     print(text)
     if a.out:
