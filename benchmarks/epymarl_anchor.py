@@ -3,7 +3,8 @@
 EPyMARL (Papoudakis et al., 2021, "Benchmarking Multi-Agent Deep Reinforcement Learning Algorithms
 in Cooperative Tasks", arXiv:2006.07869; https://github.com/uoe-agents/epymarl) is not a dependency
 of marl: it is a source tree (not a package) with its own Python environment, and runs here as a
-child process, ``PY SRC/src/main.py --config=ALGO --env-config=gymma with ...``. The environment is
+child process: its main script (github.com/uoe-agents/epymarl/blob/cbc38c0/src/main.py) with
+``--config=ALGO --env-config=gymma with ...``. The environment is
 made once with (``docs/benchmarks.md``, "EPyMARL side by side")::
 
     git clone https://github.com/uoe-agents/epymarl ~/epymarl
@@ -13,13 +14,13 @@ made once with (``docs/benchmarks.md``, "EPyMARL side by side")::
         einops cloudpickle "setuptools>=77.0.3,<81" scikit-learn pygame rtree \\
         git+https://github.com/uoe-agents/smaclite.git
 
-(sacred needs ``pkg_resources``, gone from setuptools 81; EPyMARL's ``src/envs/__init__.py``
+(sacred needs ``pkg_resources``, gone from setuptools 81; EPyMARL's github.com/uoe-agents/epymarl/blob/cbc38c0/src/envs/__init__.py
 imports smaclite whatever the env, and smaclite imports scikit-learn, pygame and rtree.)
 
-Each run uses EPyMARL's own algorithm config (``src/config/algs/ALGO.yaml``: parameter sharing,
+Each run uses EPyMARL's own algorithm config (github.com/uoe-agents/epymarl/blob/cbc38c0/src/config/algs/, one YAML per algorithm: parameter sharing,
 10 parallel envs) and its ``gymma`` env config (a test of 100 episodes every 50k env steps) with
 three changes: the task key, ``time_limit`` (the episode limit) and ``t_max``; plus ``seed`` and
-``use_cuda=False``. EPyMARL's ``main.py`` already sets one torch thread; the child also gets
+``use_cuda=False``. EPyMARL's main script (github.com/uoe-agents/epymarl/blob/cbc38c0/src/main.py) already sets one torch thread; the child also gets
 ``OMP_NUM_THREADS=1``. Sacred writes the run to ``--file_storage`` (``config.json``,
 ``metrics.json``, ``run.json``), which :func:`parse_run` reads:
 
@@ -61,7 +62,7 @@ def check_paths(src: str, python: str, algo: str) -> None:
     """Check EPyMARL's source tree, its interpreter and the algorithm before starting a child.
 
     Raises:
-        MarlError: ``src`` has no ``src/main.py``, ``python`` is no file, or ``algo`` is not one
+        MarlError: ``src`` has no main script (src, main, .py), ``python`` is no file, or ``algo`` is not one
             of :data:`ALGOS`.
     """
     if not (Path(src) / "src" / "main.py").is_file():
@@ -99,8 +100,8 @@ def train_updates(storage: str) -> List[str]:
     """Updates of a training run: a checkpoint at each test, so the best test's policy can be replayed.
 
     EPyMARL tests when ``test_interval`` env steps have passed since the last test and saves when
-    ``save_model_interval`` have passed since the last save (``src/run.py``); both start at the
-    first iteration, so equal intervals save the tested policy at each test. 50000 is ``gymma.yaml``'s
+    ``save_model_interval`` have passed since the last save (github.com/uoe-agents/epymarl/blob/cbc38c0/src/run.py); both start at the
+    first iteration, so equal intervals save the tested policy at each test. 50000 is the test interval of github.com/uoe-agents/epymarl/blob/cbc38c0/src/config/envs/gymma.yaml, that is
     ``test_interval``, restated so the two stay equal.
     """
     return [
@@ -269,7 +270,9 @@ def run_epymarl(
     """
     check_paths(src, python, algo)
     train = Path(storage or tempfile.mkdtemp(prefix=f"epymarl_{algo}_s{seed}_"))
-    _child(epymarl_command(src, python, algo, seed, t_max, str(train), train_updates(str(train))), src, train / "child.log")
+    _child(
+        epymarl_command(src, python, algo, seed, t_max, str(train), train_updates(str(train))), src, train / "child.log"
+    )
     result = parse_run(find_run_dir(train))
     if absolute_episodes:
         replay = train / "absolute"
@@ -300,7 +303,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             result.update(parse_absolute(find_run_dir(path / "absolute")))
     else:
         if not a.epymarl_src or not a.epymarl_python:
-            raise MarlError("--epymarl-src and --epymarl-python are both needed to run EPyMARL (or pass --from-sacred).")
+            raise MarlError(
+                "--epymarl-src and --epymarl-python are both needed to run EPyMARL (or pass --from-sacred)."
+            )
         result = run_epymarl(a.epymarl_src, a.epymarl_python, a.algo, a.seed, a.t_max, a.storage, a.absolute_episodes)
     text = json.dumps(result, indent=1)
     print(text)

@@ -18,7 +18,7 @@ from marl.benchmarks.epymarl_anchor import (
 )
 from marl.errors import MarlError
 
-# A hand-written sacred run as EPyMARL's main.py writes it (FileStorageObserver: config.json,
+# A hand-written sacred run as EPyMARL's main script writes it (FileStorageObserver: config.json,
 # run.json, metrics.json), trimmed to the keys the anchor reads plus one it ignores.
 CONFIG = {
     "name": "mappo",
@@ -120,7 +120,10 @@ def _two_runs(tmp_path):
         (lambda p: check_paths(str(_fake_src(p)), __file__, "qmixx"), "is not one of ia2c, maa2c, coma, ippo, mappo"),
         (lambda p: find_run_dir(_two_runs(p)), "expected one sacred run"),
         (lambda p: parse_run(p), "config.json"),
-        (lambda p: parse_run(_write_run(p / "1", metrics={"return_mean": METRICS["return_mean"]})), "no test_return_mean"),
+        (
+            lambda p: parse_run(_write_run(p / "1", metrics={"return_mean": METRICS["return_mean"]})),
+            "no test_return_mean",
+        ),
         (lambda p: main(["--algo", "ia2c"]), "--epymarl-src and --epymarl-python"),
         (lambda p: checkpoint_dir(p), "expected one EPyMARL model folder"),
     ],
