@@ -155,7 +155,15 @@ def _launch(suite_file, out):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=_foreground_sigint,
     )
+
+
+def _foreground_sigint():
+    """The child takes SIGINT as a terminal's foreground job does (Ctrl-C), also when pytest itself was
+    started in the background of a non-interactive shell, which starts background jobs with SIGINT
+    ignored and passes that on to every child (the runner then rightly ignores the signal)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.slow
