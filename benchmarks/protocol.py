@@ -11,8 +11,10 @@ return otherwise; both are kept when both exist.
 :class:`EvaluationProtocol` plugs into :func:`marl.fit` (``callbacks=[...]``). Its
 state (the series so far, the best evaluation and its weights, the elapsed time)
 travels in every checkpoint, so a run resumed from a checkpoint continues the same
-series. Evaluation episodes use their own env copies and fixed seeds, and greedy
-actions draw no random numbers, so they do not change the training run.
+series. Evaluation episodes use their own env copies and fixed seeds; greedy actions draw no
+random numbers, and sampled ones (``actions="sample"``, EPyMARL's test protocol for its
+policy-gradient methods) draw them from a generator seeded for the evaluation, so neither
+changes the training run.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 import torch
 
 from marl.callbacks import Callback
+from marl.errors import unknown_choice
 from marl.engine.runner import MappingFn
 from marl.mapping import PolicyMapping
 from marl.policy import run_episodes
@@ -35,7 +38,7 @@ _EVAL_SEED = 10_000  # evaluation episodes: seed + run seed; absolute metric: 2 
 
 
 class EvaluationProtocol(Callback):
-    """Greedy evaluations every ``interval`` env steps and the absolute metric at the end.
+    """Evaluations every ``interval`` env steps and the absolute metric at the end.
 
     Args:
         interval: env steps between evaluations (the first is at step 0, before training).
@@ -43,6 +46,12 @@ class EvaluationProtocol(Callback):
         absolute_factor: the absolute metric plays ``absolute_factor * episodes`` episodes.
         seed: the run's seed (evaluation env seeds derive from it).
         num_envs: env copies of the evaluation env (default ``min(episodes, 32)``).
+        actions: ``"greedy"`` (the policy's most likely action) or ``"sample"`` (drawn from the
+            policy; torch's generator is seeded with the evaluation's seed, so a resumed run
+            repeats the same draws).
+
+    Raises:
+        MarlError: ``actions`` is neither.
 
     Attributes:
         series: one dict per evaluation: ``step_count`` (env steps), ``elapsed_time`` (s of
@@ -53,8 +62,17 @@ class EvaluationProtocol(Callback):
     """
 
     def __init__(
-        self, interval: int, episodes: int, absolute_factor: int = 10, seed: int = 0, num_envs: Optional[int] = None
+        self,
+        interval: int,
+        episodes: int,
+        absolute_factor: int = 10,
+        seed: int = 0,
+        num_envs: Optional[int] = None,
+        actions: str = "greedy",
     ):
+        if actions not in ("greedy", "sample"):
+            raise unknown_choice("evaluation actions", actions, ("greedy", "sample"))
+        self.explore = actions == "sample"
         self.interval, self.episodes, self.absolute_factor, self.seed = interval, episodes, absolute_factor, seed
         self.num_envs = num_envs or min(episodes, 32)
         self.series: List[Dict[str, Any]] = []
@@ -82,12 +100,12 @@ class EvaluationProtocol(Callback):
         if self.series[-1]["step_count"] < steps:  # the budget is not a multiple of the interval
             self._evaluate(trainer, steps)
         with _rng_untouched():
-            policy = trainer.make_policy(self._policy_mapping(trainer))
+            policy = self._policy(trainer)
             for mid, module in policy.modules.items():
                 module.load_state_dict(self._best["weights"][mid])
-            stats = run_episodes(
-                self._eval_env(trainer), policy, self.episodes * self.absolute_factor, seed=2 * _EVAL_SEED + self.seed
-            )
+            seed = 2 * _EVAL_SEED + self.seed
+            torch.manual_seed(seed)  # the draws of sampled actions
+            stats = run_episodes(self._eval_env(trainer), policy, self.episodes * self.absolute_factor, seed=seed)
         self.absolute = {**_scores(stats), "best_step": self._best["step_count"]}
 
     def state_dict(self) -> Dict[str, Any]:
@@ -106,9 +124,10 @@ class EvaluationProtocol(Callback):
         return self._elapsed + time.perf_counter() - self._clock
 
     def _evaluate(self, trainer, steps: int) -> Dict[str, float]:
-        """One greedy evaluation at ``steps`` env steps; keeps the weights when it is the best so far."""
+        """One evaluation at ``steps`` env steps; keeps the weights when it is the best so far."""
         with _rng_untouched():
-            policy = trainer.make_policy(self._policy_mapping(trainer))
+            policy = self._policy(trainer)
+            torch.manual_seed(_EVAL_SEED + self.seed)  # the draws of sampled actions
             stats = run_episodes(self._eval_env(trainer), policy, self.episodes, seed=_EVAL_SEED + self.seed)
         point = {"step_count": steps, "elapsed_time": round(self._elapsed_now(), 3), **_scores(stats)}
         self.series.append(point)
@@ -122,6 +141,12 @@ class EvaluationProtocol(Callback):
         if "win_rate" in point:
             out["eval_win_rate"] = float(np.mean(point["win_rate"]))
         return out
+
+    def _policy(self, trainer):
+        """The learners' current policy, acting greedily or sampling (``actions``)."""
+        policy = trainer.make_policy(self._policy_mapping(trainer))
+        policy.explore = self.explore
+        return policy
 
     def _eval_env(self, trainer):
         if self._env is None:

@@ -33,7 +33,8 @@ from marl.benchmarks.suite import RunSpec, Suite
 
 MARKER = "benchmark.json"
 RECORD = "record.json"
-_PROTOCOL = ("env_steps", "eval_interval", "eval_episodes", "absolute_factor")
+_PROTOCOL = ("env_steps", "eval_interval", "eval_episodes", "absolute_factor", "eval_actions")
+_PROTOCOL_BEFORE = {"eval_actions": "greedy"}  # what folders made before a protocol key existed used
 
 
 # ------------------------------------------------------------------ one run (in a Ray task)
@@ -51,7 +52,9 @@ def run_one(spec: RunSpec, suite: Suite, slot: str) -> Dict[str, Any]:
     slot_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     record: Dict[str, Any] = {"key": spec.key, "spec": dataclasses.asdict(spec), "protocol": protocol_of(suite)}
-    protocol = EvaluationProtocol(suite.eval_interval, suite.eval_episodes, suite.absolute_factor, seed=spec.seed)
+    protocol = EvaluationProtocol(
+        suite.eval_interval, suite.eval_episodes, suite.absolute_factor, seed=spec.seed, actions=suite.eval_actions
+    )
     resume = latest_run_folder(slot_dir)
     write_json(
         slot_dir / RECORD,
@@ -148,6 +151,7 @@ def open_output(out: Path, suite: Suite) -> None:
     if marker.is_file():
         saved = json.loads(marker.read_text())
         want = {"suite": suite.name, **protocol_of(suite)}
+        saved = {**_PROTOCOL_BEFORE, **saved}
         if any(saved.get(k) != v for k, v in want.items()):
             raise MarlError(
                 f"{out} holds runs of another suite or protocol ({_differences(saved, want)}); "

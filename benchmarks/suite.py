@@ -5,7 +5,7 @@ A suite (bundled ones in ``configs/benchmarks/<name>.yaml``, or any YAML path)::
     name: mpe
     seeds: 5                      # or a list: [0, 1, 2]
     budget: {env_steps: 1000000}
-    evaluation: {interval: 50000, episodes: 32, absolute_factor: 10}
+    evaluation: {interval: 50000, episodes: 32, absolute_factor: 10, actions: greedy}   # or sample
     checkpoint_every: 20          # iterations between checkpoints (interrupted runs resume there)
     resources: {cpus_per_run: 1, gpus_per_run: 0}
     envs:
@@ -42,7 +42,7 @@ from typing import Any, Dict, List, Sequence
 
 import yaml
 
-from marl.errors import MarlError, closest
+from marl.errors import MarlError, closest, unknown_choice
 from marl.benchmarks.bounds import check_bounds
 
 SUITE_DIR = Path(__file__).resolve().parent.parent / "configs" / "benchmarks"
@@ -61,7 +61,8 @@ _TOP = {
     "bounds",
 }
 _ENV_KEYS = {"tasks", "kwargs", "overrides"}
-_EVAL_KEYS = {"interval", "episodes", "absolute_factor"}
+_EVAL_KEYS = {"interval", "episodes", "absolute_factor", "actions"}
+EVAL_ACTIONS = ("greedy", "sample")  # evaluation.actions: the policy's argmax, or a draw from it
 _BUDGET_KEYS = {"env_steps"}
 _RESOURCE_KEYS = {"cpus_per_run", "gpus_per_run"}
 _REFERENCE_KEYS = {"env", "task", "algo", "metric", "value", "ci", "source", "budget", "note"}
@@ -104,6 +105,9 @@ class Suite:
         eval_interval: env steps between greedy evaluations; eval_episodes: episodes per evaluation.
         absolute_factor: the absolute metric re-evaluates the best policy over this many
             times ``eval_episodes`` episodes (10 in the protocol).
+        eval_actions: ``"greedy"`` (the protocol's default) or ``"sample"``: evaluation episodes draw
+            actions from the policy, as EPyMARL tests its policy-gradient methods (its
+            ``soft_policies`` action selector samples in test mode too).
     """
 
     name: str
@@ -120,6 +124,7 @@ class Suite:
     references: List[Dict[str, Any]] = field(default_factory=list)
     targets: List[Dict[str, Any]] = field(default_factory=list)
     bounds: List[Dict[str, Any]] = field(default_factory=list)  # marl.benchmarks.bounds.check_bounds
+    eval_actions: str = "greedy"
     description: str = ""
     source: Dict[str, Any] = field(default_factory=dict)
     seeds_given: bool = False  # seeds came from with_seeds (--seeds), not from the file
@@ -204,6 +209,7 @@ def parse_suite(raw: Dict[str, Any], default_name: str = "suite") -> Suite:
         eval_interval=_positive("evaluation.interval", evaluation.get("interval"), int),
         eval_episodes=_positive("evaluation.episodes", evaluation.get("episodes", 32), int),
         absolute_factor=_positive("evaluation.absolute_factor", evaluation.get("absolute_factor", 10), int),
+        eval_actions=_eval_actions(evaluation.get("actions", "greedy")),
         checkpoint_every=_positive("checkpoint_every", raw.get("checkpoint_every", 20), int),
         cpus_per_run=_positive("resources.cpus_per_run", resources.get("cpus_per_run", 1), float),
         gpus_per_run=_non_negative("resources.gpus_per_run", resources.get("gpus_per_run", 0)),
@@ -259,6 +265,12 @@ def _known_keys(where: str, d: Any, valid: set) -> None:
     for k in d:
         if k not in valid:
             raise MarlError(f"Unknown key {k!r} in {where}; valid keys: {sorted(valid)}.{closest(k, sorted(valid))}")
+
+
+def _eval_actions(value: Any) -> str:
+    if value not in EVAL_ACTIONS:
+        raise unknown_choice("evaluation.actions", value, EVAL_ACTIONS)
+    return value
 
 
 def _section(raw: Dict[str, Any], name: str, valid: set) -> Dict[str, Any]:

@@ -99,6 +99,9 @@ def test_output_folders_are_checked_before_anything_runs(ray_session, tmp_path):
     other = {**TINY, "budget": {"env_steps": 2048}}
     with pytest.raises(MarlError, match="env_steps: 1024 there, 2048 now"):
         marl.benchmark(parse_suite(other), str(out), progress=False)
+    sampled = {**TINY, "evaluation": {**TINY["evaluation"], "actions": "sample"}}
+    with pytest.raises(MarlError, match="eval_actions: 'greedy' there, 'sample' now"):
+        marl.benchmark(parse_suite(sampled), str(out), progress=False)
     changed = {**TINY, "algos": {"mappo": {"rollout_length": 4}}}
     with pytest.raises(MarlError, match="matrix/two_step/mappo/seed_0.*other settings"):
         marl.benchmark(parse_suite(changed), str(out), progress=False)
@@ -228,28 +231,67 @@ def test_sigint_halfway_then_relaunch_gives_the_uninterrupted_results(tmp_path):
     assert got == want, (differ, _records(out))
 
 
+def _fit(tmp_path, env, iterations, callbacks, **overrides):
+    """MAPPO on ``env`` for ``iterations`` with ``callbacks``, quietly, into ``tmp_path``."""
+    return env.fit(
+        "mappo",
+        stop={"iterations": iterations},
+        log_dir=str(tmp_path),
+        progress=False,
+        eval_episodes=0,
+        callbacks=callbacks,
+        **overrides,
+    )
+
+
+def _weights(result):
+    return [p.detach().clone() for m in result.policy.modules.values() for p in m.parameters()]
+
+
 def test_evaluating_does_not_change_the_training_run(ray_session, tmp_path):
     """The protocol's evaluations (and building their policies) draw from no training random stream:
     the same seed trains to the same weights with and without them."""
     from marl.benchmarks.protocol import EvaluationProtocol
 
     def train(callbacks):
-        env = marl.make_env("mpe", "simple_spread", num_envs=8)
-        res = env.fit(
-            "mappo",
-            stop={"iterations": 4},
-            log_dir=str(tmp_path),
-            progress=False,
-            eval_episodes=0,
-            epochs=2,
-            callbacks=callbacks,
-        )
-        return [p.detach().clone() for m in res.policy.modules.values() for p in m.parameters()]
+        return _weights(_fit(tmp_path, marl.make_env("mpe", "simple_spread", num_envs=8), 4, callbacks, epochs=2))
 
     protocol = EvaluationProtocol(interval=100, episodes=4)
     plain, evaluated = train([]), train([protocol])
     assert len(protocol.series) >= 4 and protocol.absolute["return"]
     assert all((a == b).all() for a, b in zip(plain, evaluated))
+
+
+def test_a_folder_made_before_evaluation_actions_existed_continues_as_greedy(ray_session, tmp_path):
+    out = tmp_path / "b"
+    marl.benchmark(parse_suite({**TINY, "seeds": 1}), str(out), progress=False, report=False)
+    marker = out / runner.MARKER
+    old = json.loads(marker.read_text())
+    del old["eval_actions"]  # benchmark.json as marl wrote it before the key
+    marker.write_text(json.dumps(old))
+    marl.benchmark(parse_suite({**TINY, "seeds": 1}), str(out), progress=False, report=False)  # no error
+    sampled = {**TINY, "seeds": 1, "evaluation": {**TINY["evaluation"], "actions": "sample"}}
+    with pytest.raises(MarlError, match="eval_actions"):
+        marl.benchmark(parse_suite(sampled), str(out), progress=False)
+
+
+def test_sampled_evaluation_draws_actions_repeatably_and_leaves_training_alone(ray_session, tmp_path):
+    from marl.benchmarks.protocol import EvaluationProtocol
+
+    # an untrained policy on the penalty game: greedy play repeats one joint action in every episode,
+    # sampled play spreads over the payoffs; two sampled evaluations with the same seed agree
+    def train(actions):
+        protocol = EvaluationProtocol(interval=10**6, episodes=32, absolute_factor=1, actions=actions)
+        return protocol, _weights(_fit(tmp_path, marl.make_env("matrix", "penalty", num_envs=8), 1, [protocol]))
+
+    (greedy, w0), (sampled, w1), (again, _) = train("greedy"), train("sample"), train("sample")
+    assert all((a == b).all() for a, b in zip(w0, w1))
+    assert len(set(greedy.series[0]["return"])) == 1
+    assert len(set(sampled.series[0]["return"])) > 1
+    assert [p["return"] for p in sampled.series] == [p["return"] for p in again.series]
+    assert sampled.absolute["return"] == again.absolute["return"]
+    with pytest.raises(MarlError, match="'sampled'.*Did you mean 'sample'"):
+        EvaluationProtocol(interval=10, episodes=4, actions="sampled")
 
 
 @pytest.mark.slow

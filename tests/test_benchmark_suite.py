@@ -72,6 +72,7 @@ def test_runs_carry_seed_env_overrides_and_keys():
         ({"budget": {"env_steps": -5}}, ["budget.env_steps", "-5"]),
         ({"evaluation": {"interval": 0, "episodes": 4}}, ["evaluation.interval"]),
         ({"evaluation": {"interval": 10, "episods": 4}}, ["episods", "'episodes'"]),
+        ({"evaluation": {"interval": 10, "actions": "sampled"}}, ["sampled", "'sample'", "greedy"]),
         ({"name": "My,Suite"}, ["My,Suite", "commas"]),
         (
             {
