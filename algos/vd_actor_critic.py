@@ -45,7 +45,6 @@ from marl.config import config_view
 from marl.engine.on_policy import (
     critic_values,
     explained_variance,
-    loss_rows,
     next_values,
     normalize_advantages,
     rollout_to_sequences,
@@ -161,8 +160,9 @@ def vd_loss_terms(
     before the update), ``agent_index [M]`` and ``mix_state [M, S]``. ``L_pi``: PPO's clipped surrogate
     (``actor_loss="ppo"``) or ``-mean(log pi(a|o) A)`` (``"a2c"``, Mnih et al. 2016, arXiv 1602.01783). Rows with
     :func:`old_policy_columns` (``kl_coeff > 0``) add RLlib PPO's penalty ``module.kl_coeff * mean_active
-    KL(pi_old || pi)`` (:func:`~marl.algos.trpo.policy_kl`: categorical or diagonal Gaussian); without them the loss
-    is exactly the one without a penalty.
+    KL(pi_old || pi)`` (:func:`~marl.algos.trpo.policy_kl`: categorical or diagonal Gaussian) and return that KL,
+    detached, as the part ``kl_step`` (:meth:`VDLearner.record_parts`); without them the loss is exactly the one
+    without a penalty.
     """
     own = fwd_out["values"].unsqueeze(-1)
     v_tot = module.mix(rows["others"].scatter(-1, rows["agent_index"].unsqueeze(-1), own), rows["mix_state"])
@@ -173,7 +173,7 @@ def vd_loss_terms(
         loss, parts["policy_loss"] = loss - parts["policy_loss"] + a2c, a2c
     if "dist_old" in rows:
         kl = policy_kl(module, old_policy(rows), fwd_out["dist_in"], rows)
-        loss = loss + module.kl_coeff * kl
+        loss, parts["kl_step"] = loss + module.kl_coeff * kl, kl.detach()
     return loss, parts
 
 
@@ -261,15 +261,13 @@ class VDLearner(PPOLearner):
             self.metrics.log_value((mid, "kl"), kl, window=1)
             self.metrics.log_value((mid, "kl_coeff"), used, window=1)
 
-    def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
-        """The core's loss; with the KL penalty on, first records the minibatch's mean ``KL(pi_old || pi)`` at the
-        parameters before this step, for the weight's update in :meth:`run_epochs`."""
-        if "dist_old" in batch:
-            module: Any = self.module[module_id].unwrapped()
-            rows = loss_rows(module, batch)
-            with torch.no_grad():
-                self.kl_steps[module_id].append(policy_kl(module, old_policy(rows), fwd_out["dist_in"], rows))
-        return super().compute_loss_for_module(module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+    def record_parts(self, module_id: str, parts: Dict[str, torch.Tensor]) -> None:
+        """The core's logging of the loss parts; with the KL penalty on, first takes the minibatch's mean
+        ``KL(pi_old || pi)`` at the parameters before this step (``kl_step``, the penalty's own value) for the
+        weight's update in :meth:`run_epochs`."""
+        if "kl_step" in parts:
+            self.kl_steps[module_id].append(parts.pop("kl_step"))
+        super().record_parts(module_id, parts)
 
     def _log_team(self, mid: str, v_tot: torch.Tensor, returns: torch.Tensor, active: torch.Tensor) -> None:
         """``explained_variance`` and ``value_mean`` of ``V_tot [B, T]`` (raw units) on env steps with an agent alive."""

@@ -256,7 +256,8 @@ def test_kl_penalty_by_hand_on_two_rows_of_two_actions(active, mean_kl):
     plain, parts = vd_loss_terms(m, fwd, rows, *PPO_PARAMS)
     penalised, parts_kl = vd_loss_terms(m, fwd, {**rows, "dist_old": dist_old}, *PPO_PARAMS)
     assert penalised.item() - plain.item() == pytest.approx(0.4 * mean_kl, abs=1e-6)
-    assert parts_kl == parts  # the logged parts are the clipped loss's, unchanged
+    assert parts_kl.pop("kl_step").item() == pytest.approx(mean_kl, abs=1e-6)  # the value the weight adapts to
+    assert parts_kl == parts  # the other logged parts are the clipped loss's, unchanged
 
 
 def test_kl_penalty_of_a_gaussian_policy_by_hand():

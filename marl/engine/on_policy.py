@@ -403,9 +403,14 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         for name in self.finite_terms:
             if not torch.isfinite(parts[name]):
                 raise TrainingDiverged(f"{name} of module '{module_id}' is {parts[name].item()} (not finite)")
+        self.record_parts(module_id, parts)
+        return loss
+
+    def record_parts(self, module_id: str, parts: Dict[str, torch.Tensor]) -> None:
+        """Log the loss parts of one minibatch (scalars), each under ``(module_id, name)``. A learner that
+        keeps a part for its own use after the epochs takes it here (VDPPO's KL penalty)."""
         for k, v in parts.items():
             self.metrics.log_value((module_id, k), v.item(), window=1)
-        return loss
 
 
 # ============================================================ training step
