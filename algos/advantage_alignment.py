@@ -52,6 +52,7 @@ def align(
     beta: float,
     gamma: float,
     past: Optional[Dict[str, torch.Tensor]] = None,
+    mean: bool = False,
 ) -> Dict[str, torch.Tensor]:
     """The aligned advantages ``A*`` of every module (Duque et al. 2025, arXiv 2406.14662, the A* equation).
 
@@ -62,6 +63,8 @@ def align(
         beta, gamma: the alignment weight and discount (:func:`~marl.algos.opponent_shaping.aa_credit`).
         past: module id -> ``[B, N_m, T]`` the own advantages summed into ``w_t`` (default ``adv``;
             :class:`AALearner` passes one-step TD errors).
+        mean: ``w_t`` is the mean of the past own advantages, not their discounted sum
+            (:func:`~marl.algos.opponent_shaping.aa_weights`).
     Returns:
         module id -> ``[B, N_m, T]``; ``A2`` of an agent is the sum of the other agents' active advantages.
     """
@@ -72,7 +75,7 @@ def align(
     own = a1 if past is None else torch.cat([past[m] * active[m] for m in mids], 1)
     B, N, T = a1.shape
     a1, a2, mask, st, own = (x.reshape(B * N, T) for x in (a1, a2, mask, st, own))
-    out = aa_credit(a1, a2, mask, beta, gamma, starts=st, past=own)
+    out = aa_credit(a1, a2, mask, beta, gamma, starts=st, past=own, mean=mean)
     return dict(zip(mids, out.reshape(B, N, T).split([agents[m] for m in mids], 1)))
 
 
@@ -123,6 +126,7 @@ class AALearner(PPOLearner):
             self.cfg.beta,
             self.cfg.aa_gamma,
             {m: view(m, d.pop("td")) for m, d in data.items()},
+            mean=self.cfg.aa_weighting == "mean",
         )
         for mid, d in data.items():
             term = aligned[mid] - view(mid, d["advantages"])  # beta * w_t * A2_t

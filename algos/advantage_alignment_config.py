@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from marl.algos.ppo_config import PPOConfig
 from marl.config import key
 
+AA_WEIGHTINGS = ("discounted", "mean")  # how w_t combines the past own advantages (marl.algos.opponent_shaping)
+
 
 @dataclass(frozen=True, kw_only=True)
 class AAConfig(PPOConfig):
@@ -23,4 +25,9 @@ class AAConfig(PPOConfig):
     LAYER = "Advantage Alignment"
 
     beta: float = key("weight of the opponent-aware term beta * w_t * A2_t; 0 = independent PPO", ge=0)
-    aa_gamma: float = key("discount of the agent's own past advantages in w_t", gt=0, le=1)
+    aa_gamma: float = key("discount of the agent's own past advantages in w_t (aa_weighting discounted)", gt=0, le=1)
+    aa_weighting: str = key(
+        "w_t: discounted (the paper's A*: aa_gamma * sum_{k<t} aa_gamma^(t-k) A1_k) or mean (the official "
+        "Melting Pot code's integrated_aa: the mean of the episode's past A1_k)",
+        choices=AA_WEIGHTINGS,
+    )

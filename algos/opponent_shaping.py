@@ -22,13 +22,22 @@ import torch
 
 
 def aa_weights(
-    a1: torch.Tensor, mask: torch.Tensor, gamma: float, jit: bool = False, starts: Optional[torch.Tensor] = None
+    a1: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    jit: bool = False,
+    starts: Optional[torch.Tensor] = None,
+    mean: bool = False,
 ) -> torch.Tensor:
     """Advantage Alignment weight on the co-player's advantage.
 
     Published (``jit=False``; ``exclude_k_equals_t=True`` in the official code of Piche et al.):
     ``w_t = gamma * sum_{k<t} gamma^(t-k) A1_k`` (0 at t = 0).
     Jit (``jit=True``, k <= t, no extra gamma): ``w_t = sum_{k<=t} gamma^(t-k) A1_k``.
+    Mean (``mean=True``, ``gamma`` unused): ``w_t = (1/t) sum_{k<t} A1_k``, the mean of the episode's past
+    own advantages (0 at t = 0), as Duque et al.'s official Melting Pot code computes it
+    (``actor_loss_mode: integrated_aa``: a cumulative sum divided by the step index). Its size does not
+    grow with the episode's length as a sum's does.
     Duque et al. 2025 (arXiv 2406.14662, the A* equation) and Piche et al. 2025 (arXiv 2511.19405).
 
     Args:
@@ -41,9 +50,15 @@ def aa_weights(
     """
     a = a1 * mask
     out = torch.zeros_like(a)
-    acc = torch.zeros_like(a[:, 0])  # sum_{k<=t} gamma^(t-k) A1_k over the current episode
+    acc = torch.zeros_like(a[:, 0])  # sum_{k<=t} gamma^(t-k) A1_k over the current episode (mean: undiscounted)
+    steps = torch.zeros_like(acc)  # steps of the current episode so far (mean)
     for t in range(a.shape[1]):
-        prev = acc if starts is None else acc * (~starts[:, t]).to(acc.dtype)
+        keep = 1.0 if starts is None else (~starts[:, t]).to(acc.dtype)
+        prev, prev_steps = acc * keep, steps * keep
+        if mean:
+            out[:, t] = prev / prev_steps.clamp(min=1.0)
+            acc, steps = prev + a[:, t], prev_steps + 1.0
+            continue
         acc = gamma * prev + a[:, t]
         out[:, t] = acc if jit else gamma * (gamma * prev)
     return out * mask
@@ -58,6 +73,7 @@ def aa_credit(
     jit: bool = False,
     starts: Optional[torch.Tensor] = None,
     past: Optional[torch.Tensor] = None,
+    mean: bool = False,
 ) -> torch.Tensor:
     """Opponent-aware advantage ``A*_t = A1_t + beta * w_t * A2_t`` (:func:`aa_weights`).
 
@@ -72,10 +88,11 @@ def aa_credit(
             trainer passes one-step advantages (TD errors): a GAE advantage of a step ``k < t`` also
             sums the TD errors of steps ``t`` and later, so ``w_t`` would depend on the very action
             ``a_t`` it weighs (``algos/advantage_alignment.py``).
+        mean: ``w_t`` is the mean of the past own advantages (:func:`aa_weights`).
     Returns:
         ``[n, T]`` credits, 0 on padding.
     """
-    w = aa_weights(a1 if past is None else past, mask, gamma, jit, starts)
+    w = aa_weights(a1 if past is None else past, mask, gamma, jit, starts, mean)
     return (a1 + beta * w * a2) * mask
 
 

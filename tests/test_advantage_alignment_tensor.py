@@ -46,6 +46,23 @@ def test_the_sum_restarts_at_each_episode():
     )
 
 
+def test_mean_weighting_by_hand_restarting_at_each_episode():
+    """``aa_weighting: mean`` (the official Melting Pot code's integrated_aa): ``w_t = (1/t) sum_{k<t} A1_k``.
+    Agent 0, A0 = [1, -1, 2] twice: w = [0, 1, (1 - 1) / 2 = 0] in each episode; A2 = agent 1's [0.5, 1, -1],
+    beta 0.5: A* = [1, -1 + 0.5 * 1 * 1, 2 + 0] = [1, -0.5, 2]. Agent 1: w = [0, 0.5, 0.75], A* = [0.5, 1 - 0.5 *
+    0.5 * 1, -1 + 0.5 * 0.75 * 2] = [0.5, 0.75, -0.25]."""
+    a = torch.tensor([[[1.0, -1.0, 2.0, 1.0, -1.0, 2.0]], [[0.5, 1.0, -1.0, 0.5, 1.0, -1.0]]]).transpose(0, 1)
+    done = torch.tensor([False, False, True, False, False, True]).expand(1, 2, 6)
+    out = align({"m": a}, {"m": torch.ones_like(a)}, {"m": episode_starts(done)}, {"m": 2}, 0.5, 0.9, mean=True)["m"][0]
+    assert torch.allclose(out[0], torch.tensor([1.0, -0.5, 2.0] * 2))
+    assert torch.allclose(out[1], torch.tensor([0.5, 0.75, -0.25] * 2))
+    # a long episode of constant advantages: the mean stays at their size, the discounted sum grows towards 1/(1-gamma)
+    long = torch.ones(1, 200)
+    mask = torch.ones(1, 200, dtype=torch.bool)
+    assert torch.allclose(llm_est.aa_weights(long, mask, 0.99, mean=True)[0, 1:], torch.ones(199))
+    assert llm_est.aa_weights(long, mask, 0.99)[0, -1] > 80
+
+
 def test_dead_agents_give_no_co_player_advantage():
     a = torch.tensor([[A0, A1]])
     active = torch.tensor([[[1.0] * 3, [0.0] * 3]])
