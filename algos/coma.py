@@ -275,6 +275,7 @@ class COMA(PPO):
             "layer_norm": cfg.layer_norm,
             "recurrent": cfg.recurrent,
             "policy_gain": cfg.policy_gain,
+            "init": cfg.init,
             **agent_model_config(cfg, mapping, mid),
         }
 

@@ -75,6 +75,7 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         c = self.model_config
         self.discrete = bool(c["discrete"])
         hidden, act, ln = int(c["hidden"]), c.get("activation", "relu"), bool(c.get("layer_norm", True))
+        init = c.get("init", "orthogonal")
         self.actor = build_agent_net(c.get("agent", "mlp"), c, int(c["n_actions"]), "ppo")
         self.recurrent = self.actor.state_size > 0
         if not self.discrete:
@@ -83,10 +84,10 @@ class PPOModule(TorchRLModule, InferenceOnlyAPI):
         if not self.inference_only:
             space, heads = c.get("critic_space"), int(c.get("critic_heads", 1))
             if space is None:
-                self.critic = MLP(c["critic_dim"], heads, hidden, int(c["layers"]), act, ln)
+                self.critic = MLP(c["critic_dim"], heads, hidden, int(c["layers"]), act, ln, init=init)
             else:  # IPPO's critic on a structured observation
                 enc = ObsEncoder(space, c.get("encoder"))
-                self.critic = Encoded(enc, MLP(enc.out_dim, heads, hidden, int(c["layers"]), act, ln))
+                self.critic = Encoded(enc, MLP(enc.out_dim, heads, hidden, int(c["layers"]), act, ln, init=init))
             self.value_norm = ValueNorm()
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -266,6 +267,7 @@ class PPO(OnPolicyTrainer):
             "layer_norm": cfg.layer_norm,
             "recurrent": cfg.recurrent,
             "policy_gain": cfg.policy_gain,
+            "init": cfg.init,
             "log_std_init": cfg.log_std_init,
             **agent_model_config(cfg, mapping, mid),
             **structured_critic(cfg, mapping, mid),

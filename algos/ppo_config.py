@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from marl.algos.networks.config import ACTIVATIONS, AgentNetConfig
+from marl.algos.networks.config import ACTIVATIONS, INITS, AgentNetConfig
 from marl.config import EngineConfig, key
 from marl.config.checks import minibatches_beyond_rows
 from marl.config.critic import CRITICS, CriticChoice
@@ -33,6 +33,11 @@ class OnPolicyNetConfig(AgentNetConfig, EngineConfig):
     activation: str = key("activation of the hidden layers", choices=ACTIVATIONS)
     layer_norm: bool = key("LayerNorm on the network inputs")
     policy_gain: float = key("orthogonal-init gain of the policy output layer", gt=0)
+    init: str = key(
+        "weight init of the linear layers: orthogonal (MAPPO's; gains by activation, policy_gain on the head) "
+        "or torch (PyTorch's default, EPyMARL's networks)",
+        choices=INITS,
+    )
     recurrent: bool = key("GRU actor instead of an MLP (the critic stays an MLP)")
     chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
 

@@ -210,3 +210,24 @@ def test_a2c_resume_is_exact(ray_session, run_dir, algo, kw):
     """The actor (IA2C: a GRU, the default), the target critic and the reward statistics all continue exactly."""
     env = lambda: marl.make_env("mpe", "simple_spread", num_envs=3, max_cycles=7)  # noqa: E731
     _one_go_vs_resumed(env, algo, 4, run_dir, rollout_length=5, **kw)
+
+
+def test_init_torch_keeps_pytorchs_default_and_orthogonal_is_mappos():
+    """``init: torch`` (IA2C/MAA2C's default, EPyMARL's networks) leaves every linear layer as ``nn.Linear``
+    builds it; ``init: orthogonal`` gives MAPPO's zero biases and a head whose rows have norm ``policy_gain``."""
+    from torch import nn
+
+    from marl.algos.networks.mlp import MAPPOActor
+    from marl.config import load_config
+
+    torch.manual_seed(0)
+    actor = MAPPOActor(10, 4, hidden=128, layers=2, layer_norm=False, init="torch")
+    torch.manual_seed(0)
+    first = nn.Linear(10, 128)  # the trunk's first layer, drawn first from the same seed
+    assert torch.equal(actor.trunk.net[0].weight, first.weight) and torch.equal(actor.trunk.net[0].bias, first.bias)
+    mappo = MAPPOActor(10, 4, hidden=128, layers=2, layer_norm=False, out_gain=0.01, init="orthogonal")
+    head = mappo.head.net[0]
+    assert torch.count_nonzero(head.bias) == 0
+    assert torch.allclose(head.weight.norm(dim=1), torch.full((4,), 0.01), atol=1e-6)
+    assert {load_config(a, "mpe").init for a in ("ia2c", "maa2c")} == {"torch"}
+    assert load_config("mappo", "mpe").init == "orthogonal"

@@ -18,6 +18,7 @@ from marl.config.checks import ERROR, rule
 ENV_INPUTS = ("all", "non_target")  # ASN's environment-stream input (marl.algos.networks.asn)
 ENTITY_MODULES = ("shared", "unit_type", "separate")  # ASN's entity-stream modules (marl.algos.networks.asn)
 ACTIVATIONS = ("relu", "tanh", "elu")  # the keys of marl.algos.networks.mlp.ACTIVATIONS
+INITS = ("orthogonal", "torch")  # weight init of the linear layers (algos/networks/mlp.py: init_linear)
 # the networks marl.algos.networks.registry registers when it is imported (mlp for each family)
 BUILTIN_AGENTS = ("mlp", "hpn", "dpn", "asn")
 REGISTRY = "marl.algos.networks.registry"

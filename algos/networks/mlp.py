@@ -20,10 +20,13 @@ ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 GRU_PARAMS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")  # nn.GRUCell names; nn.GRU adds "_l0"
 
 
-def init_linear(layer: nn.Linear, gain: float) -> nn.Linear:
-    """Orthogonal weights with ``gain``, zero bias (MAPPO / PPO convention)."""
-    nn.init.orthogonal_(layer.weight, gain=gain)
-    nn.init.zeros_(layer.bias)
+def init_linear(layer: nn.Linear, gain: float, init: str = "orthogonal") -> nn.Linear:
+    """Orthogonal weights with ``gain``, zero bias (MAPPO / PPO convention); ``init="torch"`` keeps
+    PyTorch's default (``nn.Linear.reset_parameters``: uniform in ``+-1/sqrt(fan_in)``), as EPyMARL's
+    networks do, and ignores ``gain``."""
+    if init == "orthogonal":
+        nn.init.orthogonal_(layer.weight, gain=gain)
+        nn.init.zeros_(layer.bias)
     return layer
 
 
@@ -38,6 +41,7 @@ class MLP(nn.Module):
         activation: one of ``relu``, ``tanh``, ``elu``.
         layer_norm: normalise the input features (MAPPO ``use_feature_normalization``).
         out_gain: orthogonal gain of the output layer.
+        init: ``"orthogonal"`` (gains as above) or ``"torch"`` (PyTorch's default, :func:`init_linear`).
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class MLP(nn.Module):
         activation: str = "relu",
         layer_norm: bool = True,
         out_gain: float = 1.0,
+        init: str = "orthogonal",
     ):
         super().__init__()
         act = ACTIVATIONS[activation]
@@ -56,10 +61,10 @@ class MLP(nn.Module):
         mods: list = [nn.LayerNorm(in_dim)] if layer_norm else []
         d = in_dim
         for _ in range(layers):
-            mods += [init_linear(nn.Linear(d, hidden), gain), act()]
+            mods += [init_linear(nn.Linear(d, hidden), gain, init), act()]
             d = hidden
         if out_dim is not None:
-            mods.append(init_linear(nn.Linear(d, out_dim), out_gain))
+            mods.append(init_linear(nn.Linear(d, out_dim), out_gain, init))
         self.net = nn.Sequential(*mods)
         self.out_dim = out_dim if out_dim is not None else d
 
@@ -76,9 +81,11 @@ class GRUTrunk(nn.Module):
     load into it: the same tensors under ``gru.weight_ih_l0`` ...
     """
 
-    def __init__(self, in_dim: int, hidden: int = 64, activation: str = "relu", layer_norm: bool = True):
+    def __init__(
+        self, in_dim: int, hidden: int = 64, activation: str = "relu", layer_norm: bool = True, init: str = "orthogonal"
+    ):
         super().__init__()
-        self.encoder = MLP(in_dim, None, hidden, 1, activation, layer_norm)
+        self.encoder = MLP(in_dim, None, hidden, 1, activation, layer_norm, init=init)
         # same parameter shapes and init draws (uniform, in this order) as the nn.GRUCell it replaced
         self.gru = nn.GRU(hidden, hidden, batch_first=True)
         self.hidden = hidden
@@ -107,6 +114,7 @@ class MAPPOActor(AgentNetwork):
         activation, layer_norm: see :class:`MLP`.
         out_gain: orthogonal gain of the head (MAPPO ``gain`` 0.01).
         recurrent: GRU trunk, state ``[M, H]``.
+        init: weight init of the linear layers (:func:`init_linear`); the GRU keeps PyTorch's.
     """
 
     def __init__(
@@ -119,15 +127,16 @@ class MAPPOActor(AgentNetwork):
         layer_norm: bool = True,
         out_gain: float = 0.01,
         recurrent: bool = False,
+        init: str = "orthogonal",
     ):
         super().__init__()
         self.recurrent = recurrent
         self.state_size = hidden if recurrent else 0
         if recurrent:
-            self.trunk = GRUTrunk(in_dim, hidden, activation, layer_norm)
+            self.trunk = GRUTrunk(in_dim, hidden, activation, layer_norm, init)
         else:
-            self.trunk = MLP(in_dim, None, hidden, layers, activation, layer_norm)
-        self.head = MLP(hidden, n_actions, layers=0, layer_norm=False, out_gain=out_gain)
+            self.trunk = MLP(in_dim, None, hidden, layers, activation, layer_norm, init=init)
+        self.head = MLP(hidden, n_actions, layers=0, layer_norm=False, out_gain=out_gain, init=init)
 
     def forward(self, x, h0=None, starts=None):
         if not self.recurrent:  # rows as [M * L, D]: inductor compiled the [M, 1, D] form 2.6x slower than eager
@@ -138,7 +147,7 @@ class MAPPOActor(AgentNetwork):
 
 def build_mappo_actor(c: Dict[str, Any], n_actions: int) -> MAPPOActor:
     """The actor from :class:`~marl.algos.ppo.PPOModule`'s ``model_config`` (``obs_dim``, ``hidden``,
-    ``layers``, ``activation``, ``layer_norm``, ``policy_gain``, ``recurrent``)."""
+    ``layers``, ``activation``, ``layer_norm``, ``policy_gain``, ``recurrent``, ``init``)."""
     return MAPPOActor(
         int(c["obs_dim"]),
         n_actions,
@@ -148,4 +157,5 @@ def build_mappo_actor(c: Dict[str, Any], n_actions: int) -> MAPPOActor:
         bool(c.get("layer_norm", True)),
         float(c.get("policy_gain", 0.01)),
         bool(c.get("recurrent", False)),
+        c.get("init", "orthogonal"),
     )
