@@ -28,6 +28,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import numpy as np
 import torch
 
+from marl.benchmarks.suite import EVAL_ACTIONS
 from marl.callbacks import Callback
 from marl.errors import unknown_choice
 from marl.engine.runner import MappingFn
@@ -70,8 +71,8 @@ class EvaluationProtocol(Callback):
         num_envs: Optional[int] = None,
         actions: str = "greedy",
     ):
-        if actions not in ("greedy", "sample"):
-            raise unknown_choice("evaluation actions", actions, ("greedy", "sample"))
+        if actions not in EVAL_ACTIONS:
+            raise unknown_choice("evaluation actions", actions, EVAL_ACTIONS)
         self.explore = actions == "sample"
         self.interval, self.episodes, self.absolute_factor, self.seed = interval, episodes, absolute_factor, seed
         self.num_envs = num_envs or min(episodes, 32)
@@ -99,12 +100,11 @@ class EvaluationProtocol(Callback):
         steps = int(trainer.progress["env_steps"])
         if self.series[-1]["step_count"] < steps:  # the budget is not a multiple of the interval
             self._evaluate(trainer, steps)
+        seed = 2 * _EVAL_SEED + self.seed
         with _rng_untouched():
-            policy = self._policy(trainer)
+            policy = self._policy(trainer, seed)
             for mid, module in policy.modules.items():
                 module.load_state_dict(self._best["weights"][mid])
-            seed = 2 * _EVAL_SEED + self.seed
-            torch.manual_seed(seed)  # the draws of sampled actions
             stats = run_episodes(self._eval_env(trainer), policy, self.episodes * self.absolute_factor, seed=seed)
         self.absolute = {**_scores(stats), "best_step": self._best["step_count"]}
 
@@ -126,8 +126,7 @@ class EvaluationProtocol(Callback):
     def _evaluate(self, trainer, steps: int) -> Dict[str, float]:
         """One evaluation at ``steps`` env steps; keeps the weights when it is the best so far."""
         with _rng_untouched():
-            policy = self._policy(trainer)
-            torch.manual_seed(_EVAL_SEED + self.seed)  # the draws of sampled actions
+            policy = self._policy(trainer, _EVAL_SEED + self.seed)
             stats = run_episodes(self._eval_env(trainer), policy, self.episodes, seed=_EVAL_SEED + self.seed)
         point = {"step_count": steps, "elapsed_time": round(self._elapsed_now(), 3), **_scores(stats)}
         self.series.append(point)
@@ -142,10 +141,12 @@ class EvaluationProtocol(Callback):
             out["eval_win_rate"] = float(np.mean(point["win_rate"]))
         return out
 
-    def _policy(self, trainer):
-        """The learners' current policy, acting greedily or sampling (``actions``)."""
+    def _policy(self, trainer, seed: int):
+        """The learners' current policy, acting greedily or sampling (``actions``); torch's generator then
+        starts from ``seed``, for the draws of sampled actions (call inside :func:`_rng_untouched`)."""
         policy = trainer.make_policy(self._policy_mapping(trainer))
         policy.explore = self.explore
+        torch.manual_seed(seed)
         return policy
 
     def _eval_env(self, trainer):
