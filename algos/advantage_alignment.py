@@ -5,7 +5,7 @@ official code (https://github.com/jduquevan/advantage-alignment/blob/master/trai
 ``A1_t`` (GAE on its own critic) gets the term ``beta * w_t * A2_t``, where ``w_t = gamma *
 sum_{k<t} gamma^(t-k) A1(s_k, a_k, b_k)`` sums the agent's own past advantages in the episode and
 ``A2_t`` is the co-player's advantage at the same step (the sum over the other agents). ``w_t`` sums
-one-step advantages ``r_k + gamma * V(s_k+1) - V(s_k)`` (:meth:`AALearner.prepare`): GAE advantages
+one-step advantages ``r_k + gamma * V(s_k+1) - V(s_k)`` (:meth:`AALearner.extra_columns`): GAE advantages
 of past steps would already hold the reward of ``a_t``. An agent makes more likely
 the actions that help the co-player after the interaction has gone well for it, and less likely
 after it has gone badly (reciprocity). Proximal Advantage Alignment puts ``A*`` into PPO's clipped
@@ -84,16 +84,10 @@ class AALearner(PPOLearner):
     modules (:func:`align`) after GAE and its normalisation, before the epochs (as in the official
     code: normalised advantages, then the alignment term)."""
 
-    def advantages(
-        self, rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, dones: torch.Tensor
-    ) -> torch.Tensor:
-        """GAE (the PPO term ``A1_t``); keeps the one-step advantages ``r_t + gamma * V(s_t+1) - V(s_t)``
-        of the same rows for ``w_t`` (:meth:`prepare`)."""
-        self._td = rewards + self.cfg.gamma * next_values - values
-        return super().advantages(rewards, values, next_values, dones)
-
-    def prepare(self, mid: str, b: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        """IPPO's columns plus ``td``: the one-step advantages, normalised as the GAE ones are.
+    def extra_columns(
+        self, rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, active: torch.Tensor
+    ) -> Dict[str, torch.Tensor]:
+        """``td``: the one-step advantages ``r_t + gamma * V(s_t+1) - V(s_t)``, normalised as the GAE ones are.
 
         ``w_t`` sums them, not the GAE advantages: a GAE advantage of a past step ``k`` is
         ``sum_j (gamma*lambda)^j delta_{k+j}``, so it holds the TD errors of step ``t`` and later, i.e. the
@@ -102,9 +96,8 @@ class AALearner(PPOLearner):
         agents learned "cooperate after anything" (no retaliation). One-step advantages of steps
         ``k < t`` end at ``V(s_t)``, before ``a_t``, as the paper's ``A1(s_k, a_k, b_k)`` does.
         """
-        out = super().prepare(mid, b)
-        out["td"] = normalize_advantages(self._td, out["active"]) if self.cfg.advantage_norm else self._td
-        return out
+        td = rewards + self.cfg.gamma * next_values - values
+        return {"td": normalize_advantages(td, active) if self.cfg.advantage_norm else td}
 
     def prepare_modules(self, batches: Dict[str, Dict[str, torch.Tensor]]) -> Dict[str, Dict[str, torch.Tensor]]:
         data = super().prepare_modules(batches)

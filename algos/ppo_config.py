@@ -59,6 +59,11 @@ class ActorCriticConfig(CriticChoice, OnPolicyNetConfig):  # CriticChoice: cfg.c
     value_norm: bool = key("normalise value targets with running statistics (ValueNorm)")
     advantage_norm: bool = key("normalise advantages over the active agents of the batch")
     log_std_init: float = key("continuous actions: initial log standard deviation")
+    clip_per_network: bool = key(
+        "clip the actor's and the critic's gradients to max_grad_norm each by its own global norm (EPyMARL's and "
+        "the MAPPO code's two optimisers); false: one global norm over both",
+        before=False,  # runs saved before the key clipped with one norm
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -231,3 +231,60 @@ def test_init_torch_keeps_pytorchs_default_and_orthogonal_is_mappos():
     assert torch.allclose(head.weight.norm(dim=1), torch.full((4,), 0.01), atol=1e-6)
     assert {load_config(a, "mpe").init for a in ("ia2c", "maa2c")} == {"torch"}
     assert load_config("mappo", "mpe").init == "orthogonal"
+
+
+# ---------------------------------------------------------------- gradient clipping per network
+class ClipA2C(BareA2C):
+    module_for_optimizer = lambda self, mid: self.module[mid]  # noqa: E731  (no RLlib module dict here)
+
+
+def _grads_with_norms(module, actor_norm, critic_norm):
+    """Gradients (param -> tensor) whose actor part and critic part have the given global L2 norms."""
+    torch.manual_seed(0)
+    grads = {p: torch.randn_like(p) for p in module.parameters() if p.requires_grad}
+    for part, norm in ((True, critic_norm), (False, actor_norm)):
+        names = [p for n, p in module.named_parameters() if p.requires_grad and (n.split(".")[0] == "critic") == part]
+        scale = norm / torch.sqrt(sum((grads[p] ** 2).sum() for p in names))
+        for p in names:
+            grads[p] *= scale
+    return grads
+
+
+def _norm(grads, module, critic):
+    ps = [p for n, p in module.named_parameters() if p.requires_grad and (n.split(".")[0] == "critic") == critic]
+    return float(torch.sqrt(sum((grads[p] ** 2).sum() for p in ps)))
+
+
+def test_clip_per_network_clips_actor_and_critic_each_to_the_max_norm():
+    """max_grad_norm 10, actor gradient norm 30, critic 4. Per network (EPyMARL's two optimisers): the actor
+    is scaled to 10 and the critic keeps 4. One global norm over both (sqrt(30^2 + 4^2) = 30.27) would
+    scale the critic to 4 * 10 / 30.27 = 1.32 as well: that is the difference the key makes. IA2C and MAA2C
+    default to per network, MAPPO (and HAPPO) to one norm."""
+    from marl.config import load_config
+
+    module = small_a2c_module(target=True)  # the frozen target critic has no gradient and no group
+    learner = ClipA2C({"m": module}, **CFG, clip_per_network=True)
+    grads = _grads_with_norms(module, 30.0, 4.0)
+    out = learner.postprocess_gradients_for_module(
+        module_id="m", config=SimpleNamespace(grad_clip=10.0), module_gradients_dict=grads
+    )
+    assert _norm(out, module, critic=False) == pytest.approx(10.0, rel=1e-4)
+    assert _norm(out, module, critic=True) == pytest.approx(4.0, rel=1e-4)
+    assert set(learner.clip_groups("m")) == {"critic", "actor"}
+    frozen = set(module.target_critic.parameters())
+    assert all(not (group & frozen) for group in learner.clip_groups("m").values())
+    assert ClipA2C({"m": module}, **CFG, clip_per_network=False).clip_groups("m") is None  # RLlib's one norm
+    assert {load_config(a, "mpe").clip_per_network for a in ("ia2c", "maa2c")} == {True}
+    assert {load_config(a, "mpe").clip_per_network for a in ("mappo", "ippo", "happo")} == {False}
+
+
+def test_checkpoints_saved_before_clip_per_network_resume_with_one_norm():
+    """A run saved before the key existed clipped with one norm: it resumes that way (the key's ``before``),
+    while a new IA2C run gets the YAML default (per network) and a saved value is kept."""
+    from marl.config import algo_defaults
+    from marl.config.loader import restore_config
+
+    saved = {k: v for k, v in algo_defaults("ia2c").to_dict().items() if k != "clip_per_network"}
+    assert restore_config("ia2c", saved).clip_per_network is False
+    assert restore_config("ia2c", {**saved, "clip_per_network": True}).clip_per_network is True
+    assert algo_defaults("ia2c").clip_per_network is True

@@ -330,8 +330,9 @@ def restore_config(algo: str, saved: Mapping[str, Any]) -> EngineConfig:
     """The typed config of a run saved as a plain dict (a checkpoint's ``meta["config"]``).
 
     Saved values the current schema accepts are kept. Keys the schema gained since the
-    run, and values saved as text (a callable ``share`` or an object ``model`` is saved
-    as its repr), take ``algo``'s YAML values; keys the schema no longer has are
+    run take their ``before`` value (what such a run did, :func:`marl.config.key`) or else
+    ``algo``'s YAML value, as do values saved as text (a callable ``share`` or an object
+    ``model`` is saved as its repr); keys the schema no longer has are
     ignored, so checkpoints of older versions load. A section is read from its nested
     dict (``legem: {beta: ...}``) or, in checkpoints of versions that had no sections,
     from the flat keys ``<section>_<key>`` (``legem_beta``).
@@ -339,7 +340,9 @@ def restore_config(algo: str, saved: Mapping[str, Any]) -> EngineConfig:
     Raises:
         MarlError: unknown algorithm, or bad YAML values.
     """
-    cfg = algo_defaults(algo).replace(**_accepted(spec_map(config_class(algo)), saved))
+    specs = spec_map(config_class(algo))
+    older = {name: spec.before for name, spec in specs.items() if spec.before is not None and name not in saved}
+    cfg = algo_defaults(algo).replace(**older, **_accepted(specs, saved))
     given: Dict[str, List[Source]] = {}
     for name, entry in section_entries().items():
         if entry.active(cfg):

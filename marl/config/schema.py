@@ -52,6 +52,7 @@ def key(
     le: Optional[float] = None,
     off: Optional[float] = None,
     internal: bool = False,
+    before: Any = None,
 ) -> Any:
     """Declare a config key: ``name: type = key("one-line doc", ...)`` in a schema class.
 
@@ -63,6 +64,8 @@ def key(
         off: one more valid value outside the bounds that switches the feature off
             (``dual_clip``: 0, or > 1).
         internal: set by the loader, not by the user (``algo``); left out of the docs.
+        before: the value a checkpoint saved before the key existed resumes with, where the
+            YAML default changes what such a run was doing (``None``: the YAML value).
     Returns:
         A ``dataclasses.field`` without a default (the YAML files give the values).
     """
@@ -71,6 +74,7 @@ def key(
     if choices is not None and not callable(choices):
         choices = tuple(choices)
     meta = {"doc": doc, "choices": choices, "bounds": (gt, ge, lt, le), "off": off, "internal": internal}
+    meta["before"] = before
     return dataclasses.field(metadata=meta)
 
 
@@ -85,6 +89,7 @@ class FieldSpec(NamedTuple):
     off: Optional[float]
     internal: bool
     layer: str  # LAYER of the schema class that declares the key
+    before: Any = None  # the value of checkpoints saved before the key existed (None: the YAML value)
 
     @property
     def choices(self) -> Optional[Tuple[Any, ...]]:
@@ -136,6 +141,7 @@ def field_specs(cls: type) -> Tuple[FieldSpec, ...]:
                 m["off"],
                 m["internal"],
                 layer_of(cls, f.name),
+                m.get("before"),
             )
         )
     return tuple(out)

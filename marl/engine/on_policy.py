@@ -32,7 +32,7 @@ whose output the algorithm's loss reads.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import torch
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
@@ -278,6 +278,18 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         opt = torch.optim.Adam(params, eps=self.cfg.adam_eps, fused=True)
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
 
+    def clip_groups(self, module_id: str) -> Optional[Dict[str, Set[Any]]]:
+        """With ``clip_per_network``: the critic's parameters (names under ``critic``) as one clip group, the
+        actor's (every other parameter) as the other, as EPyMARL's and the MAPPO code's two optimisers clip
+        them; otherwise one norm over both."""
+        if not getattr(self.cfg, "clip_per_network", False):
+            return None
+        groups: Dict[str, Set[Any]] = {"critic": set(), "actor": set()}
+        for name, p in self.module_for_optimizer(module_id).named_parameters():
+            if p.requires_grad:  # not the frozen target critic or ValueNorm's statistics
+                groups["critic" if name.split(".")[0] == "critic" else "actor"].add(p)
+        return groups
+
     def value_normalizer(self, module: Any) -> Optional[Any]:
         """The module's value normaliser if the config normalises values (``value_norm``), else ``None``."""
         return module.value_norm if self.cfg.value_norm else None
@@ -304,7 +316,8 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         denorm = vn.denormalize if vn is not None else (lambda x: x)
         v, vf = denorm(v_norm), denorm(v_final)
         term, trunc, active = b["terminated"], b["truncated"], b["alive"]
-        adv = self.advantages(b["rewards"], v[..., :-1], next_values(v, vf, term, trunc), term | trunc)
+        nv = next_values(v, vf, term, trunc)
+        adv = self.advantages(b["rewards"], v[..., :-1], nv, term | trunc)
         returns = adv + v[..., :-1]
         if self.cfg.advantage_norm:
             adv = normalize_advantages(adv, active)
@@ -326,7 +339,16 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         for k in ("avail", "h", "starts"):
             if k in b:
                 out[k] = b[k]
+        out.update(self.extra_columns(b["rewards"], v[..., :-1], nv, active))
         return out
+
+    def extra_columns(
+        self, rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, active: torch.Tensor
+    ) -> Dict[str, torch.Tensor]:
+        """Columns an estimator adds to :meth:`prepare`'s output, from the same ``[..., T]`` tensors the
+        advantages come from (raw units; ``active`` bool); none by default. Advantage Alignment adds the
+        one-step advantages its co-player weight sums (``algos/advantage_alignment.py``)."""
+        return {}
 
     def prepare_modules(self, batches: Dict[str, Dict[str, torch.Tensor]]) -> Dict[str, Dict[str, torch.Tensor]]:
         """:meth:`prepare` of every module; an estimator that reads other modules' advantages (Advantage

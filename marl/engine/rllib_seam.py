@@ -65,7 +65,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
@@ -80,6 +80,32 @@ class SeamLearner(TorchLearner):
         module = self._module
         assert module is not None, "the learner's module is built in Learner.build()"
         return module[module_id]
+
+    def clip_groups(self, module_id: str) -> Optional[Dict[str, Set[Any]]]:
+        """Parameter groups whose gradients are clipped each by its own global norm (name -> parameters);
+        parameters in no group form the group ``rest``. ``None`` (default): RLlib's clipping, one global
+        norm per optimizer."""
+        return None
+
+    def postprocess_gradients_for_module(
+        self, *, module_id: Any, config: Any = None, module_gradients_dict: Any
+    ) -> Any:
+        """RLlib's gradient clipping, or with :meth:`clip_groups` one global-norm clip per group to
+        ``config.grad_clip`` (each group's norm logged as ``gradients_<group>_global_norm``)."""
+        groups = self.clip_groups(module_id)
+        if groups is None or not config.grad_clip:
+            return super().postprocess_gradients_for_module(
+                module_id=module_id, config=config, module_gradients_dict=module_gradients_dict
+            )
+        named = set().union(*groups.values())
+        groups = {**groups, "rest": {k for k in module_gradients_dict if k not in named}}
+        clip = self._get_clip_function()
+        for name, members in groups.items():
+            part = {k: g for k, g in module_gradients_dict.items() if k in members}
+            if part:  # the clip scales the tensors in place
+                norm = clip(part, grad_clip=config.grad_clip, grad_clip_by="global_norm")
+                self.metrics.log_value((module_id, f"gradients_{name}_global_norm"), norm, window=1)
+        return dict(module_gradients_dict)
 
     def begin_update(self, batch: Any, training_data: Any, timesteps: Any) -> Dict[str, Dict[str, Any]]:
         """The opening of an ``update`` override: resolve ``training_data``, run RLlib's
