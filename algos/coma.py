@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from ray.rllib.policy.sample_batch import MultiAgentBatch
 
 from marl.algos.coma_config import COMAConfig
+from marl.algos.ppo_config import network_model_config
 from marl.algos.networks.registry import agent_model_config, check_agent
 from marl.algos.policy_gradient import masked_mean
 from marl.algos.ppo import PPO, PPOModule, masked_log_softmax
@@ -269,13 +270,7 @@ class COMA(PPO):
             "critic_heads": g.n_actions,
             "n_actions": g.n_actions,
             "discrete": True,
-            "hidden": cfg.hidden,
-            "layers": cfg.layers,
-            "activation": cfg.activation,
-            "layer_norm": cfg.layer_norm,
-            "recurrent": cfg.recurrent,
-            "policy_gain": cfg.policy_gain,
-            "init": cfg.init,
+            **network_model_config(cfg),
             **agent_model_config(cfg, mapping, mid),
         }
 

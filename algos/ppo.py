@@ -31,7 +31,7 @@ from marl.algos.networks.encoders import Encoded, ObsEncoder, leading, rows_of
 from marl.algos.networks.mlp import MLP
 from marl.algos.networks.registry import agent_model_config, build_agent_net, check_agent
 from marl.algos.policy_gradient import ValueNorm, ppo_losses
-from marl.algos.ppo_config import CRITICS, PPOConfig  # noqa: F401  (importable from here too)
+from marl.algos.ppo_config import CRITICS, PPOConfig, network_model_config  # noqa: F401  (CRITICS importable from here too)
 from marl.config import config_view
 from marl.engine.on_policy import OnPolicyLearner, OnPolicyTrainer, critic_model_config
 from marl.env import MarlError, map_obs
@@ -261,13 +261,7 @@ class PPO(OnPolicyTrainer):
             **critic_model_config(cfg.critic_kind, mapping, mid),
             "n_actions": g.n_actions,
             "discrete": g.discrete,
-            "hidden": cfg.hidden,
-            "layers": cfg.layers,
-            "activation": cfg.activation,
-            "layer_norm": cfg.layer_norm,
-            "recurrent": cfg.recurrent,
-            "policy_gain": cfg.policy_gain,
-            "init": cfg.init,
+            **network_model_config(cfg),
             "log_std_init": cfg.log_std_init,
             **agent_model_config(cfg, mapping, mid),
             **structured_critic(cfg, mapping, mid),

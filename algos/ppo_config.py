@@ -10,6 +10,7 @@ value loss, value clipping); de Witt et al. 2020 (IPPO, arXiv 2011.09533).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Dict
 
 from marl.algos.networks.config import ACTIVATIONS, INITS, AgentNetConfig
 from marl.config import EngineConfig, key
@@ -40,6 +41,15 @@ class OnPolicyNetConfig(AgentNetConfig, EngineConfig):
     )
     recurrent: bool = key("GRU actor instead of an MLP (the critic stays an MLP)")
     chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
+
+
+NETWORK_KEYS = ("hidden", "layers", "activation", "layer_norm", "recurrent", "policy_gain", "init")
+
+
+def network_model_config(cfg: OnPolicyNetConfig) -> Dict[str, Any]:
+    """The network keys of :class:`OnPolicyNetConfig` as an RLModule ``model_config`` entry (key -> value),
+    what PPO's actor and critic and COMA's read (``algos/ppo.py``, ``algos/coma.py``)."""
+    return {k: getattr(cfg, k) for k in NETWORK_KEYS}
 
 
 @dataclass(frozen=True, kw_only=True)
