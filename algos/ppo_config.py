@@ -40,7 +40,12 @@ class OnPolicyNetConfig(AgentNetConfig, EngineConfig):
         choices=INITS,
     )
     recurrent: bool = key("GRU actor instead of an MLP (the critic stays an MLP)")
-    chunk_length: int = key("recurrent training: sequence chunk length in steps", ge=1)
+    chunk_length: int = key(
+        "recurrent training: sequence chunk length in steps; 0 = the whole rollout (also when it does not divide "
+        "rollout_length)",
+        ge=1,
+        off=0,
+    )
 
 
 NETWORK_KEYS = ("hidden", "layers", "activation", "layer_norm", "recurrent", "policy_gain", "init")

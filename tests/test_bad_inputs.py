@@ -182,7 +182,7 @@ CONFIG = [
         LOADER,
         "Unknown critic 'both'. Valid choices: auto, obs, state, team.",
     ),
-    ("chunk_length=0", fit(match, "mappo", chunk_length=0), LOADER, "'chunk_length' must be >= 1, got 0."),
+    ("chunk_length<0", fit(match, "mappo", chunk_length=-1), LOADER, "'chunk_length' must be 0 (off) or >= 1, got -1."),
     ("entropy_coef<0", fit(match, "mappo", entropy_coef=-0.1), LOADER, "'entropy_coef' must be >= 0, got -0.1."),
     ("adam_eps=0", fit(match, "mappo", adam_eps=0), LOADER, "'adam_eps' must be > 0, got 0."),
     ("value_clip<0", fit(match, "mappo", value_clip=-1), LOADER, "'value_clip' must be >= 0, got -1."),

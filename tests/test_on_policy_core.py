@@ -335,14 +335,17 @@ def test_team_critic_rows_and_advantages_by_hand():
 
 
 # ---------------------------------------------------------------- training rows and minibatches
-@pytest.mark.parametrize("T,L", [(6, 3), (5, 5)], ids=["chunks", "whole_rollout"])
-def test_gru_rows_are_chunks_from_the_stored_state(T, L):
-    """chunk_length 3: T=6 gives two chunks per sequence; T=5 (3 does not divide it) one chunk of the whole rollout."""
+@pytest.mark.parametrize(
+    "T,chunk,L", [(6, 3, 3), (5, 3, 5), (6, 0, 6)], ids=["chunks", "whole_rollout", "chunk_length_0"]
+)
+def test_gru_rows_are_chunks_from_the_stored_state(T, chunk, L):
+    """chunk_length 3: T=6 gives two chunks per sequence; T=5 (3 does not divide it) one chunk of the whole
+    rollout; chunk_length 0 always one chunk of the whole rollout (EPyMARL's whole-episode backpropagation)."""
     B, N = 2, 3
     cols = sequences(random_rollout(T, B, N, recurrent=True), "state")
     module = layout(recurrent=True)
     data = {"actions": cols["actions"], "h": cols["h"], "starts": torch.ones(B * N, T, dtype=torch.bool)}
-    rows = Bare({"m": module}, **CFG).training_rows("m", dict(data))
+    rows = Bare({"m": module}, **{**CFG, "chunk_length": chunk}).training_rows("m", dict(data))
     n = B * N * (T // L)
     assert rows["actions"].shape == (n, L) and rows["h0"].shape == (n, 5) and "h" not in rows
     assert torch.equal(rows["h0"], cols["h"][:, ::L].reshape(n, 5))  # the stored state at each chunk's first step

@@ -154,20 +154,28 @@ def learners_beyond_cores(c: Any, run: RunFacts) -> Optional[str]:
     )
 
 
+def chunk_steps(chunk_length: int, rollout_length: int) -> int:
+    """Steps of one recurrent training chunk: ``chunk_length``, or the whole rollout when it is 0 or
+    does not divide ``rollout_length`` (whole-sequence backpropagation, as EPyMARL trains its GRU agents
+    on whole episodes)."""
+    if chunk_length == 0 or rollout_length % chunk_length:
+        return rollout_length
+    return chunk_length
+
+
 def on_policy_rows(c: Any, mapping: Any, env_copies: int) -> Tuple[int, str]:
     """The rows one learner splits into minibatches per update, and how they are counted.
 
     Mirrors ``OnPolicyLearner.training_rows`` (marl/engine/on_policy.py): a row is one step of
     one agent (``rollout_length`` per env copy and agent of a module); with a GRU
-    (``recurrent``) one chunk of ``chunk_length`` steps (the whole rollout when
-    ``chunk_length`` does not divide ``rollout_length``); with the team critic
+    (``recurrent``) one chunk of :func:`chunk_steps` steps; with the team critic
     (``critic_kind == "team"``) one env step (not one per agent). The smallest module
     counts; ``num_learners > 1`` learners split the rows between them.
     """
     T = c.rollout_length
     per_copy = f"rollout_length={T} steps"
     if getattr(c, "recurrent", False):
-        L = c.chunk_length if T % c.chunk_length == 0 else T
+        L = chunk_steps(c.chunk_length, T)
         T, per_copy = T // L, f"{T // L} chunk(s) of {L} steps (rollout_length={T}, chunk_length={c.chunk_length})"
     team = getattr(c, "critic_kind", None) == "team"
     mid = min(mapping.modules, key=lambda m: 1 if team else mapping.n_agents(m))

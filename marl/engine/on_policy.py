@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 import torch
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from marl.config.checks import minibatches_beyond_rows
+from marl.config.checks import chunk_steps, minibatches_beyond_rows
 from marl.config.critic import CRITICS, CriticChoice, resolve_critic  # noqa: F401  (the core's critic kinds)
 from marl.engine.context import RunAccess
 from marl.engine.rllib_seam import SeamLearner
@@ -359,7 +359,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         """Training rows of one module, made contiguous once per update (every epoch then only indexes them).
 
         MLP actors: rows are single steps (``R*T`` of them). GRU actors: rows are chunks of
-        ``chunk_length`` steps (the whole rollout if it does not divide ``T``) starting from the
+        ``chunk_length`` steps (the whole rollout if it is 0 or does not divide ``T``) starting from the
         stored hidden state ``h0``. Team critic: rows are env steps ``[B*T, N, ...]``, ``critic_in [B*T, S]``.
         """
         module: Any = self.module[mid].unwrapped()
@@ -370,7 +370,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
             return rows
         if module.recurrent:
             R, T = data["actions"].shape[:2]
-            L = self.cfg.chunk_length if T % self.cfg.chunk_length == 0 else T
+            L = chunk_steps(self.cfg.chunk_length, T)
             flat = {k: map_obs(lambda v: v.reshape(R * (T // L), L, *v.shape[2:]), v) for k, v in data.items()}
             flat["h0"] = flat.pop("h")[:, 0]
             flat["starts"] = flat["starts"].clone()
