@@ -264,6 +264,12 @@ def target_action(mod: DDPGModule, b: Dict[str, torch.Tensor], cfg: Any) -> torc
 
 
 # ============================================================ learner
+def actor_step_due(timesteps: Optional[Dict[str, Any]]) -> bool:
+    """Whether a gradient step also steps the actors: exactly when the trainer's schedule updates the targets
+    after it (``target_interval = policy_delay`` gradient steps; TD3's ``t mod d = 0``)."""
+    return float((timesteps or {}).get(TARGET_TAU, 0.0)) > 0
+
+
 class DDPGLearner(OffPolicyLearner):
     """One gradient step of :func:`ddpg_losses` on a joint batch of transitions; the actor loss only on the
     steps the trainer's schedule updates targets on (every ``policy_delay``-th: TD3's delayed policy
@@ -286,8 +292,7 @@ class DDPGLearner(OffPolicyLearner):
         return groups
 
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]
-        # the actor steps exactly when the targets update (target_interval = policy_delay gradient steps)
-        self.actor_due = float((timesteps or {}).get(TARGET_TAU, 0.0)) > 0
+        self.actor_due = actor_step_due(timesteps)
         return super().update(batch, training_data, timesteps, **kwargs)
 
     def learner_batch(self, columns):
