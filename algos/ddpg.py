@@ -241,14 +241,13 @@ def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, ac
         critic_loss = sum(masked_mean((q - y[m]) ** 2, alive) for q in qs)
         metrics[m] = {"critic_loss": critic_loss.item() if torch.is_tensor(critic_loss) else 0.0, "q_mean": float(masked_mean(qs[0].detach(), alive))}
         metrics[m]["target_mean"] = float(masked_mean(y[m], alive))
-        total = total + critic_loss
-        if actor_due:
+        with torch.set_grad_enabled(actor_due):  # off a delayed step the actor loss is a metric only
             own = mod.mu(mod.actor, obs[m], batch[m].get("avail"))
             own = gumbel_softmax_st(own) if mod.discrete else own
             x = critic_inputs(cfg.critic, obs, j["state"], acts, m, own)
             actor_loss = -masked_mean(frozen(mod.critics[0], x).squeeze(-1), alive)
-            metrics[m]["actor_loss"] = actor_loss.item()
-            total = total + actor_loss
+        metrics[m]["actor_loss"] = actor_loss.item()
+        total = total + critic_loss + (actor_loss if actor_due else 0.0)
     return total, metrics
 
 
