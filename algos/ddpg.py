@@ -1,19 +1,14 @@
 """IDDPG, MADDPG and MATD3: deterministic actors with Q critics on the off-policy core.
 
-Sources: Lillicrap et al. 2016, "Continuous control with deep reinforcement learning" (DDPG, arXiv
-1509.02971, Algorithm 1; run per agent it is IDDPG, the decentralised baseline of MADDPG); Lowe et al.
-2017, "Multi-Agent Actor-Critic for Mixed Cooperative-Competitive Environments" (MADDPG, arXiv
-1706.02275, Sec. 4.1, Eq. 5-6: a centralised critic ``Q_i(x, a_1..a_N)`` per agent; Sec. 4 / App.:
-discrete actions through the Gumbel-softmax, Jang et al. 2017, arXiv 1611.01144); Fujimoto et al. 2018,
-"Addressing Function Approximation Error in Actor-Critic Methods" (TD3, arXiv 1802.09477, Algorithm 1:
-clipped double-Q, target policy smoothing, delayed policy and target updates), applied per agent on a
-centralised critic as MATD3 (Ackermann et al. 2019, arXiv 1910.01465). Equations, keys and what is not
-supported: ``docs/algorithms/ddpg.md``.
+Sources: Lillicrap et al. 2016 (DDPG, arXiv 1509.02971, Algorithm 1; per agent: IDDPG); Lowe et al. 2017
+(MADDPG, arXiv 1706.02275, Sec. 4.1, Eq. 5-6: a centralised critic ``Q_i(x, a_1..a_N)`` per agent; discrete
+actions through the Gumbel-softmax, Jang et al. 2017, arXiv 1611.01144); Fujimoto et al. 2018 (TD3, arXiv
+1802.09477, Algorithm 1: clipped double-Q, target policy smoothing, delayed updates), on MADDPG's critics as
+MATD3 (Ackermann et al. 2019, arXiv 1910.01465). Equations, keys, limits: ``docs/algorithms/ddpg.md``.
 
-One family, three configs: ``critic: obs`` (IDDPG), ``critic: joint_obs`` or ``state`` (MADDPG) and,
-with ``twin_critics`` and ``policy_delay: 2``, MATD3. Rollouts of the batched env runners go into a
-:class:`~marl.engine.replay.TransitionBuffer` (one row per env step, every agent side by side); each
-gradient step is one joint batch under one module id (:func:`~marl.engine.off_policy.batch_module_id`).
+``critic: obs`` is IDDPG, ``joint_obs`` / ``state`` MADDPG, and with ``twin_critics`` and ``policy_delay: 2``
+MATD3. Rollouts go into a :class:`~marl.engine.replay.TransitionBuffer` (one row per env step, all agents side
+by side); a gradient step is one joint batch under one module id (:func:`~marl.engine.off_policy.batch_module_id`).
 """
 
 from __future__ import annotations
@@ -35,14 +30,8 @@ from marl.algos.networks.mlp import MLP
 from marl.algos.policy_gradient import masked_mean
 from marl.algos.q_learning import epsilon_at
 from marl.config import config_view
-from marl.engine.off_policy import (
-    TARGET_TAU,
-    OffPolicyLearner,
-    OffPolicyTrainer,
-    UpdateSchedule,
-    batch_module_id,
-    make_target,
-)
+from marl.engine.off_policy import TARGET_TAU, OffPolicyLearner, OffPolicyTrainer, UpdateSchedule
+from marl.engine.off_policy import batch_module_id, make_target
 from marl.engine.replay import TransitionBuffer
 from marl.errors import MarlError, TrainingDiverged
 
@@ -92,8 +81,7 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
     """
 
     def setup(self):
-        c = self.model_config
-        space = self.action_space
+        c, space = self.model_config, self.action_space
         self.discrete = isinstance(space, gym.spaces.Discrete)
         self.action_dim = int(space.n) if self.discrete else int(np.prod(space.shape))
         if not self.discrete:
@@ -133,10 +121,8 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
         x = self.mu(self.actor, obs, avail)
         if self.discrete:
             a = gumbel_softmax_st(x).argmax(-1) if explore else x.argmax(-1)
-        elif explore and noise > 0:
-            a = smoothed(x, self.low, self.high, noise, float("inf"))
-        else:
-            a = x
+        else:  # Gaussian exploration noise, unclipped, then the action clipped to the bounds
+            a = smoothed(x, self.low, self.high, noise, float("inf")) if explore and noise > 0 else x
         return a, torch.zeros(a.shape[:2]), None
 
     def _forward(self, batch, **kwargs):  # RLlib's generic inference path (not used by our runner)
@@ -150,13 +136,8 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
 # ============================================================ losses
 @dataclass(frozen=True)
 class DDPGLayout:
-    """What the learners and the buffer need of the env and the mapping (``run.family``).
-
-    Attributes:
-        modules: module ids in mapping order (the order of the joint critic inputs).
-        shapes: module id -> the :class:`TransitionBuffer`'s ``{"n", "obs_dim", "obs", "n_actions" | "action_dim"}``.
-        state_dim: global state size ``S``.
-    """
+    """``run.family``: ``modules`` (ids in mapping order: the order of the joint critic inputs), ``shapes`` (module
+    -> the :class:`TransitionBuffer`'s ``{"n", "obs_dim", "obs", "n_actions" | "action_dim"}``), ``state_dim``."""
 
     modules: List[str]
     shapes: Dict[str, Dict[str, Any]]
@@ -239,8 +220,8 @@ def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, ac
         mod, alive = mods[m], batch[m]["alive"].bool()
         qs = q_values(mod.critics, critic_inputs(cfg.critic, obs, j["state"], acts, m))
         critic_loss = sum(masked_mean((q - y[m]) ** 2, alive) for q in qs)
-        metrics[m] = {"critic_loss": critic_loss.item() if torch.is_tensor(critic_loss) else 0.0, "q_mean": float(masked_mean(qs[0].detach(), alive))}
-        metrics[m]["target_mean"] = float(masked_mean(y[m], alive))
+        q_mean, y_mean = float(masked_mean(qs[0].detach(), alive)), float(masked_mean(y[m], alive))
+        metrics[m] = {"critic_loss": float(critic_loss.detach()), "q_mean": q_mean, "target_mean": y_mean}
         with torch.set_grad_enabled(actor_due):  # off a delayed step the actor loss is a metric only
             own = mod.mu(mod.actor, obs[m], batch[m].get("avail"))
             own = gumbel_softmax_st(own) if mod.discrete else own
@@ -332,15 +313,14 @@ class DDPG(OffPolicyTrainer):
 
     @classmethod
     def module_config(cls, cfg, mapping, mid: str) -> Dict[str, Any]:
-        c = config_view(cfg)
-        g = mapping.group_info(mid)
-        actions = sum(mapping.n_agents(m) * mapping.group_info(m).n_actions for m in mapping.modules)
+        c, n = config_view(cfg), mapping.n_agents
+        actions = sum(n(m) * mapping.group_info(m).n_actions for m in mapping.modules)
         if c.critic == "obs":
-            critic_dim = mapping.obs_dim(mid) + g.n_actions
+            critic_dim = mapping.obs_dim(mid) + mapping.group_info(mid).n_actions
         else:
-            ctx = sum(mapping.n_agents(m) * mapping.obs_dim(m) for m in mapping.modules)
+            ctx = sum(n(m) * mapping.obs_dim(m) for m in mapping.modules)
             ctx = ctx if c.critic == "joint_obs" else mapping.info.state_dim
-            critic_dim = ctx + actions + (mapping.n_agents(mid) if mapping.n_agents(mid) > 1 else 0)
+            critic_dim = ctx + actions + (n(mid) if n(mid) > 1 else 0)
         nets = {"hidden": c.hidden, "layers": c.layers, "activation": c.activation}
         return {"obs_dim": mapping.obs_dim(mid), "critic_dim": critic_dim, "twin": c.twin_critics, **nets}
 
@@ -365,15 +345,16 @@ class DDPG(OffPolicyTrainer):
                         f"finite low/high."
                     )
             elif not isinstance(space, gym.spaces.Discrete):
-                raise MarlError(f"{c.algo}: {where} has actions {space}; supported: a 1-D Box (finite bounds) or Discrete.")
+                raise MarlError(f"{c.algo}: {where} has actions {space}; supported: a 1-D Box or Discrete.")
             if g.structured:
                 raise MarlError(
                     f"{c.algo}: {where} has a structured observation {g.obs_space}; the DDPG family reads 1-D Box "
                     f"observations only (not yet images or Dict spaces)."
                 )
         if c.critic == "state" and info.state_dim <= 0:
-            raise MarlError(f"{c.algo}: critic='state' needs a global state, {info.family}:{info.scenario} has "
-                            f"state_dim=0; use critic: joint_obs or obs.")
+            raise MarlError(
+                f"{c.algo}: critic='state' needs a global state; {info.family}:{info.scenario} has state_dim=0: use joint_obs."
+            )
 
     @classmethod
     def check_mapping(cls, cfg, mapping) -> None:
@@ -413,9 +394,6 @@ class DDPG(OffPolicyTrainer):
 
     def act_kwargs(self) -> Dict[str, float]:
         """The exploration ``noise`` (std, half action ranges) at the current env step (linear decay)."""
-        c = self.cfg
-        return {
-            "noise": epsilon_at(
-                self.progress["env_steps"], c.exploration_noise_start, c.exploration_noise_end, c.exploration_anneal_steps
-            )
-        }
+        c, steps = self.cfg, self.progress["env_steps"]
+        start, end = c.exploration_noise_start, c.exploration_noise_end
+        return {"noise": epsilon_at(steps, start, end, c.exploration_anneal_steps)}

@@ -66,7 +66,9 @@ class DDPGConfig(EngineConfig):
     target_noise: float = key("std of the target policy smoothing noise, in half action ranges (TD3: 0.2)", ge=0)
     target_noise_clip: float = key("the smoothing noise is clipped to +- this, in half action ranges", ge=0)
     gamma: float = key("discount factor", gt=0, le=1)
-    tau: float = key("Polyak averaging of the targets after each actor step: theta' <- tau theta + (1-tau) theta'", gt=0, le=1)
+    tau: float = key(
+        "Polyak averaging of the targets after each actor step: theta' <- tau theta + (1-tau) theta'", gt=0, le=1
+    )
     adam_eps: float = key("Adam epsilon", gt=0)
     batch_size: int = key("transitions per gradient step", ge=1)
     buffer_size: int = key("transitions in the replay buffer", ge=1)

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-import marl
 from marl.algos.ddpg import (
     JOINT,
     DDPG,
@@ -88,8 +87,14 @@ def test_iddpg_target_on_known_networks(terminated, expected):
     m = module(1, 2, BOX)
     m.actor_target = constant_actor(math.atanh(0.5))
     m.critic_targets = torch.nn.ModuleList([linear([1.0, 2.0], 0.5)])
-    b = one_step(1, torch.zeros(1, 1, 1), torch.full((1, 1, 1), 3.0), torch.ones(1, 1), torch.tensor([terminated]),
-                 torch.zeros(1, 1, 1))
+    b = one_step(
+        1,
+        torch.zeros(1, 1, 1),
+        torch.full((1, 1, 1), 3.0),
+        torch.ones(1, 1),
+        torch.tensor([terminated]),
+        torch.zeros(1, 1, 1),
+    )
     _, metrics = ddpg_losses({"shared": m}, b, cfg(), actor_due=False)
     assert metrics["shared"]["target_mean"] == pytest.approx(expected, rel=1e-6)
 
@@ -100,8 +105,14 @@ def test_maddpg_target_reads_every_agents_observation_action_and_index():
     m = module(1, 6, BOX)
     m.actor_target = constant_actor(math.atanh(0.5))
     m.critic_targets = torch.nn.ModuleList([linear([1.0, 10.0, 100.0, 1000.0, 0.5, 0.25], 0.0)])
-    b = one_step(2, torch.zeros(1, 2, 1), torch.tensor([[[1.0], [2.0]]]), torch.tensor([[1.0, 0.0]]),
-                 torch.tensor([False]), torch.zeros(1, 2, 1))
+    b = one_step(
+        2,
+        torch.zeros(1, 2, 1),
+        torch.tensor([[[1.0], [2.0]]]),
+        torch.tensor([[1.0, 0.0]]),
+        torch.tensor([False]),
+        torch.zeros(1, 2, 1),
+    )
     _, metrics = ddpg_losses({"shared": m}, b, cfg(critic="joint_obs"), actor_due=False)
     y = [1 + 0.9 * 1121.5, 0.9 * 1121.25]
     assert metrics["shared"]["target_mean"] == pytest.approx(sum(y) / 2, rel=1e-6)
@@ -122,8 +133,9 @@ def test_td3_smoothing_clips_the_noise_then_the_action_and_the_target_takes_the_
     a = torch.tensor([1.9, 0.0, -1.0])
     out = smoothed(a, torch.tensor(-2.0), torch.tensor(2.0), 0.2, 0.5, eps=torch.tensor([1.0, 10.0, -0.5]))
     assert out.tolist() == pytest.approx([2.0, 1.0, -1.2])
-    y = critic_target(torch.tensor([[1.0, 1.0]]), torch.tensor([False]), [torch.tensor([[3.0, 5.0]]),
-                      torch.tensor([[4.0, 2.0]])], 0.5)
+    y = critic_target(
+        torch.tensor([[1.0, 1.0]]), torch.tensor([False]), [torch.tensor([[3.0, 5.0]]), torch.tensor([[4.0, 2.0]])], 0.5
+    )
     assert y.tolist() == [[2.5, 2.0]]  # 1 + 0.5 min(3, 4), 1 + 0.5 min(5, 2)
 
 
@@ -228,8 +240,17 @@ def test_maddpg_learns_to_hit_continuous_targets(tmp_path):
 def test_discrete_maddpg_runs_with_every_share_mode(tmp_path, share):
     """Gumbel-softmax actors on MatchEnv: finite losses, one module per agent (individual) or one (group)."""
     res = MatchEnv(num_envs=4).fit(
-        "maddpg", share=share, stop={"iterations": 3}, rollout_length=5, batch_size=8, gradient_steps=2,
-        per_env_steps=20, log_dir=str(tmp_path), progress=False, checkpoint_every=0, eval_episodes=4,
+        "maddpg",
+        share=share,
+        stop={"iterations": 3},
+        rollout_length=5,
+        batch_size=8,
+        gradient_steps=2,
+        per_env_steps=20,
+        log_dir=str(tmp_path),
+        progress=False,
+        checkpoint_every=0,
+        eval_episodes=4,
     )
     losses = [k for k in res.metrics if k.endswith("/critic_loss")]
     assert len(losses) == (2 if share == "individual" else 1) and all(np.isfinite(res.metrics[k]) for k in losses)
@@ -239,5 +260,6 @@ def test_discrete_maddpg_runs_with_every_share_mode(tmp_path, share):
 def test_matd3_resume_is_exact_with_the_replay_buffer(ray_session, run_dir):
     """Twin critics, smoothing noise, delayed actor steps, the buffer and its sampler all continue exactly."""
     env = lambda: TargetEnv(num_envs=4)  # noqa: E731
-    _one_go_vs_resumed(env, "matd3", 4, run_dir, rollout_length=5, batch_size=8, gradient_steps=3, per_env_steps=20,
-                       hidden=16)
+    _one_go_vs_resumed(
+        env, "matd3", 4, run_dir, rollout_length=5, batch_size=8, gradient_steps=3, per_env_steps=20, hidden=16
+    )
