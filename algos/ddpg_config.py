@@ -53,7 +53,7 @@ class DDPGConfig(EngineConfig):
     """IDDPG / MADDPG / MATD3 keys (``docs/algorithms/ddpg.md``); values in ``configs/algos/maddpg.yaml``,
     which ``iddpg.yaml`` and ``matd3.yaml`` start from (``base: maddpg``)."""
 
-    LAYER = "ddpg"
+    LAYER = "off-policy actor-critic"
     RULES = (batch_beyond_buffer, starts_beyond_buffer, recurrent_not_supported)
 
     critic: str = key(
