@@ -108,6 +108,24 @@ register_algo(
     "fit('advantage_alignment') on a tensor env runs it",
 )
 
+_DDPG = dict(trainer="marl.algos.ddpg:DDPG", schema="marl.algos.ddpg_config:DDPGConfig")
+register_algo(
+    "maddpg",
+    **_DDPG,
+    description="MADDPG: deterministic actors, a centralised critic per agent on all observations and actions "
+    "(Lowe et al. 2017)",
+)
+register_algo(
+    "iddpg",
+    **_DDPG,
+    description="IDDPG: DDPG per agent, the critic on the agent's own observation and action (Lillicrap et al. 2016)",
+)
+register_algo(
+    "matd3",
+    **_DDPG,
+    description="MATD3: MADDPG with TD3's twin critics, target smoothing and delayed actor updates (Fujimoto et al. 2018)",
+)
+
 register_transform(
     "causal_shift",
     "marl.algos.redistribution:CausalShift",

@@ -147,15 +147,15 @@ def members(*algos: str) -> str:
             "reinforce",
             "ipd",
             "hidden",
-            rf"'hidden' is an on-policy key {members('coma', 'ia2c', 'mappo')} and a value "
-            rf"decomposition key {members('iql', 'qmix')}",
+            rf"'hidden' is an on-policy key {members('coma', 'ia2c', 'mappo')} and an off-policy actor-critic "
+            rf"key {members('iddpg', 'maddpg', 'matd3')} and a value decomposition key {members('iql', 'qmix')}",
         ),
         (
             "iql",
             "mpe",
             "critic",
-            rf"'critic' is an actor-critic key {members('happo', 'ippo', 'mappo')} and a VD "
-            rf"actor-critic key {members('vda2c', 'vdppo')}; iql does not use it",
+            rf"'critic' is an actor-critic key {members('happo', 'ippo', 'mappo')} and an off-policy actor-critic "
+            rf"key {members('iddpg', 'maddpg')} and a VD actor-critic key {members('vda2c', 'vdppo')}; iql does not use it",
         ),
     ],
 )

@@ -43,6 +43,9 @@ ALGOS = {
     "vda2c": ("mpe", {"mixer": "vdn"}),
     "vdppo": ("smax", {"actor_loss": "a2c", "critic": "state"}),
     "coma": ("matrix", {"td_lambda": 0.5}),
+    "maddpg": ("mpe", {"critic": "state", "tau": 0.01}),
+    "iddpg": ("vmas", {"exploration_noise_end": 0.05}),
+    "matd3": ("mpe", {"policy_delay": 3, "target_noise": 0.1}),
 }
 # (an override outside its range, the key named by the error) per algorithm family
 BAD = {
@@ -50,6 +53,7 @@ BAD = {
     "qmix": ("hypernet_layers", 3),
     "reinforce": ("dtype", "float8"),
     "coma": ("td_lambda", 1.5),
+    "maddpg": ("policy_delay", 0),
 }
 
 

@@ -107,3 +107,68 @@ class MultiDiscreteEnv(MatchEnv):
     def __init__(self, **kw):
         super().__init__(**kw)
         self.info.groups["agent"].action_space = gym.spaces.MultiDiscrete([2, 2])
+
+
+class TargetEnv(MultiAgentEnv):
+    """Continuous actions: each agent sees a target ``c`` in ``[-1, 1]^K`` and is rewarded ``-mean_k (a_k - c_k)^2``
+    for its action ``a`` in ``Box(-2, 2, (K,))`` (bounds wider than the targets: the actor's scaling is tested).
+
+    ``N`` agents, episodes of ``T`` steps (truncation), fresh uniform targets every step. A uniform
+    random action earns ``-(4/3 + 1/3) = -5/3`` per step, the constant ``a = 0`` (the best blind action)
+    ``-1/3``, the optimal policy ``0``.
+    """
+
+    def __init__(self, num_envs=8, N=2, K=2, T=5, seed=0):
+        box = gym.spaces.Box(-1.0, 1.0, (K,), np.float32)
+        agents = [f"agent_{i}" for i in range(N)]
+        act = gym.spaces.Box(-2.0, 2.0, (K,), np.float32)
+        self.info = EnvInfo(
+            "toy",
+            "target",
+            agents,
+            {"agent": GroupInfo("agent", agents, box, act)},
+            state_dim=N * K,
+            episode_limit=T,
+            kind="cooperative",
+            shared_reward=False,
+            num_envs=num_envs,
+        )
+        self.N, self.K, self.T = N, K, T
+        self.g = torch.Generator().manual_seed(seed)
+
+    def _targets(self):
+        return torch.rand(self.num_envs, self.N, self.K, generator=self.g) * 2 - 1
+
+    def _step(self, reward, trunc):
+        B = self.num_envs  # an ended episode's last observation is the next target (nothing carries over)
+        return Step(
+            {"agent": self.c},
+            self.c.reshape(B, -1),
+            {"agent": None},
+            {"agent": torch.ones(B, self.N, dtype=torch.bool)},
+            {"agent": reward},
+            torch.zeros(B, dtype=torch.bool),
+            trunc,
+        )
+
+    def reset(self, seed=None):
+        if seed is not None:
+            self.g.manual_seed(seed)
+        self.c, self.t = self._targets(), torch.zeros(self.num_envs, dtype=torch.long)
+        return self._step(torch.zeros(self.num_envs, self.N), torch.zeros(self.num_envs, dtype=torch.bool))
+
+    def step(self, actions):
+        reward = -((actions["agent"] - self.c) ** 2).mean(-1)
+        self.t += 1
+        trunc = self.t >= self.T
+        self.c = self._targets()
+        self.t[trunc] = 0
+        return self._step(reward, trunc)
+
+    def get_state(self):
+        """Targets, clocks and the generator state (exact resume)."""
+        return {"c": self.c.clone(), "t": self.t.clone(), "g": self.g.get_state()}
+
+    def set_state(self, state):
+        self.c, self.t = state["c"].clone(), state["t"].clone()
+        self.g.set_state(state["g"])

@@ -1,0 +1,399 @@
+"""IDDPG, MADDPG and MATD3: deterministic actors with Q critics on the off-policy core.
+
+Sources: Lillicrap et al. 2016 (DDPG, arXiv 1509.02971, Algorithm 1; per agent: IDDPG); Lowe et al. 2017
+(MADDPG, arXiv 1706.02275, Sec. 4.1, Eq. 5-6: a centralised critic ``Q_i(x, a_1..a_N)`` per agent; discrete
+actions through the Gumbel-softmax, Jang et al. 2017, arXiv 1611.01144); Fujimoto et al. 2018 (TD3, arXiv
+1802.09477, Algorithm 1: clipped double-Q, target policy smoothing, delayed updates), on MADDPG's critics as
+MATD3 (Ackermann et al. 2019, arXiv 1910.01465). Equations, keys, limits: ``docs/algorithms/ddpg.md``.
+
+``critic: obs`` is IDDPG, ``joint_obs`` / ``state`` MADDPG, and with ``twin_critics`` and ``policy_delay: 2``
+MATD3. Rollouts go into a :class:`~marl.engine.replay.TransitionBuffer` (one row per env step, all agents side
+by side); a gradient step is one joint batch under one module id (:func:`~marl.engine.off_policy.batch_module_id`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch.func import functional_call
+from torch.nn import functional as F
+
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
+from ray.rllib.core.rl_module.torch import TorchRLModule
+
+from marl.algos.ddpg_config import CRITICS, DDPGConfig  # noqa: F401
+from marl.algos.networks.mlp import MLP
+from marl.algos.policy_gradient import masked_mean
+from marl.algos.q_learning import epsilon_at
+from marl.config import config_view
+from marl.engine.off_policy import TARGET_TAU, OffPolicyLearner, OffPolicyTrainer, UpdateSchedule
+from marl.engine.off_policy import batch_module_id, make_target
+from marl.engine.replay import TransitionBuffer
+from marl.errors import MarlError, TrainingDiverged
+
+JOINT = "__joint__"  # batch key of the step-level columns (state, next_state, terminated): not a module id
+MASKED = -1e10  # logit of an unavailable discrete action (finite: no NaN in the soft sample's gradient)
+
+
+# ============================================================ action maps
+def gumbel_softmax_st(logits: torch.Tensor, gumbel: Optional[torch.Tensor] = None, temperature: float = 1.0):
+    """Straight-through Gumbel-softmax sample of ``logits [..., A]`` (Jang et al. 2017, arXiv 1611.01144,
+    Sec. 2-3; MADDPG's discrete actions, Lowe et al. 2017, arXiv 1706.02275): forward the one-hot of
+    ``argmax(logits + g)``, backward the gradient of the soft sample ``softmax((logits + g) / temperature)``.
+    ``gumbel``: the noise ``g`` (default: fresh ``-log(-log U)``). Returns ``[..., A]`` float."""
+    if gumbel is None:
+        gumbel = -torch.log(-torch.log(torch.rand_like(logits).clamp(1e-20, 1.0 - 1e-7)))
+    soft = torch.softmax((logits + gumbel) / temperature, -1)
+    hard = F.one_hot(soft.argmax(-1), logits.shape[-1]).to(soft.dtype)
+    return hard - soft.detach() + soft
+
+
+def smoothed(action: torch.Tensor, low, high, std: float, clip: float, eps: Optional[torch.Tensor] = None):
+    """TD3's target policy smoothing (Fujimoto et al. 2018, arXiv 1802.09477, Eq. 14): ``clip(a + clip(std *
+    h * eps, -clip * h, clip * h), low, high)`` with ``h = (high - low) / 2`` (TD3's noise is in units of
+    its ``[-1, 1]`` actions). ``action [..., K]``; ``eps``: standard normal noise (default: fresh)."""
+    half = (high - low) / 2
+    eps = torch.randn_like(action) if eps is None else eps
+    noise = torch.maximum(torch.minimum(std * half * eps, clip * half), -clip * half)
+    return torch.maximum(torch.minimum(action + noise, high), low)
+
+
+def critic_target(rewards, terminated, q_next: List[torch.Tensor], gamma: float) -> torch.Tensor:
+    """``y = r + gamma (1 - terminated) min_k Q'_k(x', mu'(o'))`` (DDPG, Lillicrap et al. 2016, arXiv 1509.02971,
+    Algorithm 1; with two critics TD3's clipped double-Q, Fujimoto et al. 2018, arXiv 1802.09477, Eq. 10).
+    ``rewards [B, N]``, ``terminated [B]`` bool (a truncation bootstraps), each ``q_next [B, N]``."""
+    q = torch.stack(q_next).min(0).values
+    return rewards + gamma * (~terminated).to(q.dtype).unsqueeze(-1) * q
+
+
+# ============================================================ networks
+class DDPGModule(TorchRLModule, InferenceOnlyAPI):
+    """The deterministic actor ``mu(o)`` of one policy-mapping module and, on the learners, its critic(s)
+    ``Q(x, a)`` and the targets of both.
+
+    ``model_config``: ``obs_dim``, ``hidden``, ``layers``, ``activation``, ``critic_dim`` (the critic's input size),
+    ``twin`` (two critics). The action space is ``Box(low, high, (K,))`` (the actor's ``tanh`` is scaled
+    to the bounds) or ``Discrete(A)`` (the actor's outputs are logits).
+    """
+
+    def setup(self):
+        c, space = self.model_config, self.action_space
+        self.discrete = isinstance(space, gym.spaces.Discrete)
+        self.action_dim = int(space.n) if self.discrete else int(np.prod(space.shape))
+        if not self.discrete:
+            self.register_buffer("low", torch.as_tensor(space.low, dtype=torch.float32), persistent=False)
+            self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32), persistent=False)
+        net = dict(hidden=int(c["hidden"]), layers=int(c["layers"]), activation=c["activation"], layer_norm=False)
+        self.actor = MLP(int(c["obs_dim"]), self.action_dim, init="torch", **net)
+        if not self.inference_only:
+            n = 2 if c.get("twin") else 1
+            self.critics = torch.nn.ModuleList([MLP(int(c["critic_dim"]), 1, init="torch", **net) for _ in range(n)])
+            self.actor_target, self.critic_targets = make_target(self.actor), make_target(self.critics)
+
+    def get_non_inference_attributes(self):
+        return ["critics", "actor_target", "critic_targets"]
+
+    def target_pairs(self):
+        """``[(actor, actor_target), (critics, critic_targets)]`` (learner copies only)."""
+        return [] if self.inference_only else [(self.actor, self.actor_target), (self.critics, self.critic_targets)]
+
+    def initial_state(self, batch_shape) -> None:
+        return None  # MLP actors: no recurrent state
+
+    def mu(self, net: torch.nn.Module, obs: torch.Tensor, avail: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``obs [..., D]`` -> continuous actions ``[..., K]`` in ``[low, high]`` (``low + (tanh + 1) h``),
+        or discrete logits ``[..., A]`` with unavailable actions at ``MASKED``."""
+        out = net(obs)
+        if self.discrete:
+            return out if avail is None else out.masked_fill(~avail.bool(), MASKED)
+        return self.low + (torch.tanh(out) + 1.0) * (self.high - self.low) / 2
+
+    @torch.no_grad()
+    def act(self, obs, avail, h, explore: bool = True, noise: float = 0.0, **unused):
+        """Actions for ``obs [B, N, D]``: continuous ``[B, N, K]`` float, ``mu(o)`` plus (``explore``) Gaussian
+        noise of std ``noise`` half action ranges, clipped to the bounds; discrete ``[B, N]`` int64, a Gumbel-max
+        sample of the masked logits (``explore``) or their argmax. Also ``logp [B, N]`` zeros (deterministic
+        policies) and ``None`` (no recurrent state)."""
+        x = self.mu(self.actor, obs, avail)
+        if self.discrete:
+            a = gumbel_softmax_st(x).argmax(-1) if explore else x.argmax(-1)
+        else:  # Gaussian exploration noise, unclipped, then the action clipped to the bounds
+            a = smoothed(x, self.low, self.high, noise, float("inf")) if explore and noise > 0 else x
+        return a, torch.zeros(a.shape[:2]), None
+
+    def _forward(self, batch, **kwargs):  # RLlib's generic inference path (not used by our runner)
+        a, _, _ = self.act(batch["obs"].unsqueeze(1), None, None, explore=False)
+        return {"actions": a.squeeze(1)}
+
+    def _forward_train(self, batch, **kwargs):
+        return {}  # the losses call the networks (ddpg_losses): the critic input spans modules
+
+
+# ============================================================ losses
+@dataclass(frozen=True)
+class DDPGLayout:
+    """``run.family``: ``modules`` (ids in mapping order: the order of the joint critic inputs), ``shapes`` (module
+    -> the :class:`TransitionBuffer`'s ``{"n", "obs_dim", "obs", "n_actions" | "action_dim"}``), ``state_dim``."""
+
+    modules: List[str]
+    shapes: Dict[str, Dict[str, Any]]
+    state_dim: int
+
+
+def action_input(module: DDPGModule, actions: torch.Tensor) -> torch.Tensor:
+    """Stored actions -> critic input ``[B, N, K]``: discrete ``[B, N]`` indices as one-hots."""
+    return F.one_hot(actions.long(), module.action_dim).float() if module.discrete else actions
+
+
+def joint_actions(acts: Dict[str, torch.Tensor], mid: str, own: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """All agents' actions as seen by the critics of module ``mid``'s ``N`` agents: ``[B, N, sum_m N_m K_m]``
+    (modules in ``acts`` order). With ``own [B, N, K]``, agent ``i``'s row has its own action replaced by
+    ``own[:, i]`` and every other agent's as stored (MADDPG's policy gradient, Lowe et al. 2017, arXiv
+    1706.02275, Eq. 5: ``a_i = mu_i(o_i)``, ``a_j`` from the buffer)."""
+    n = acts[mid].shape[1]
+    blocks = []
+    for m, a in acts.items():
+        if m == mid and own is not None:
+            eye = torch.eye(n, dtype=torch.bool, device=a.device).unsqueeze(-1)  # [N(i), N(j), 1]
+            blocks.append(torch.where(eye, own.unsqueeze(1), a.unsqueeze(1)).flatten(2))
+        else:
+            blocks.append(a.flatten(1).unsqueeze(1).expand(-1, n, -1))
+    return torch.cat(blocks, -1)
+
+
+def critic_inputs(critic: str, obs, state, acts, mid: str, own: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The critic input ``[B, N_mid, X]`` of module ``mid``'s agents. ``critic``: ``obs`` (own observation and
+    action), ``joint_obs`` (every agent's observation and action, MADDPG; Lowe et al. 2017, arXiv 1706.02275,
+    Sec. 4.1) or ``state`` (the state ``[B, S]`` and every action); a shared centralised critic also reads the
+    agent's one-hot index. ``obs``/``acts``: module -> ``[B, N_m, D_m]`` / ``[B, N_m, K_m]``; ``own``: see
+    :func:`joint_actions`."""
+    if critic == "obs":
+        return torch.cat([obs[mid], acts[mid] if own is None else own], -1)
+    n = obs[mid].shape[1]
+    ctx = torch.cat([o.flatten(1) for o in obs.values()], -1) if critic == "joint_obs" else state
+    parts = [ctx.unsqueeze(1).expand(-1, n, -1), joint_actions(acts, mid, own)]
+    if n > 1:
+        parts.append(torch.eye(n, device=ctx.device).expand(ctx.shape[0], n, n))
+    return torch.cat(parts, -1)
+
+
+def q_values(critics: torch.nn.ModuleList, x: torch.Tensor) -> List[torch.Tensor]:
+    """Each critic's ``Q [B, N]`` of the inputs ``x [B, N, X]``."""
+    return [c(x).squeeze(-1) for c in critics]
+
+
+def frozen(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``net(x)`` with detached parameters: gradients reach ``x`` only (an actor loss that never moves the
+    critic; DDPG's actor and critic have their own optimisers, Lillicrap et al. 2016, arXiv 1509.02971)."""
+    return functional_call(net, {k: v.detach() for k, v in net.named_parameters()}, (x,))
+
+
+def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, actor_due: bool):
+    """The critic loss ``mean (Q_k(x, a) - y)^2`` of every critic ``k`` and, when ``actor_due``, the actor
+    loss ``-mean Q_1(x, a_1..mu_i(o_i)..a_N)``, masked by the agents alive at ``t``, summed over modules.
+
+    ``batch``: module -> ``{obs [B, N, D], actions, rewards [B, N], alive [B, N], next_obs, avail,
+    next_avail}`` and ``JOINT -> {state, next_state [B, S], terminated [B]}``. Returns the total loss and
+    per-module metrics ``{mid: {critic_loss, actor_loss, q_mean, target_mean}}``.
+    """
+    j, mids = batch[JOINT], list(mods)
+    obs = {m: batch[m]["obs"] for m in mids}
+    acts = {m: action_input(mods[m], batch[m]["actions"]) for m in mids}
+    with torch.no_grad():  # target actions mu'(o') (smoothed in TD3), then y per module
+        next_obs = {m: batch[m]["next_obs"] for m in mids}
+        nxt = {m: target_action(mods[m], batch[m], cfg) for m in mids}
+        y = {
+            m: critic_target(
+                batch[m]["rewards"],
+                j["terminated"].bool(),
+                q_values(mods[m].critic_targets, critic_inputs(cfg.critic, next_obs, j["next_state"], nxt, m)),
+                cfg.gamma,
+            )
+            for m in mids
+        }
+    total, metrics = 0.0, {}
+    for m in mids:
+        mod, alive = mods[m], batch[m]["alive"].bool()
+        qs = q_values(mod.critics, critic_inputs(cfg.critic, obs, j["state"], acts, m))
+        critic_loss = sum(masked_mean((q - y[m]) ** 2, alive) for q in qs)
+        q_mean, y_mean = float(masked_mean(qs[0].detach(), alive)), float(masked_mean(y[m], alive))
+        metrics[m] = {"critic_loss": float(critic_loss.detach()), "q_mean": q_mean, "target_mean": y_mean}
+        with torch.set_grad_enabled(actor_due):  # off a delayed step the actor loss is a metric only
+            own = mod.mu(mod.actor, obs[m], batch[m].get("avail"))
+            own = gumbel_softmax_st(own) if mod.discrete else own
+            x = critic_inputs(cfg.critic, obs, j["state"], acts, m, own)
+            actor_loss = -masked_mean(frozen(mod.critics[0], x).squeeze(-1), alive)
+        metrics[m]["actor_loss"] = actor_loss.item()
+        total = total + critic_loss + (actor_loss if actor_due else 0.0)
+    return total, metrics
+
+
+def target_action(mod: DDPGModule, b: Dict[str, torch.Tensor], cfg: Any) -> torch.Tensor:
+    """``mu'(o')`` of the target actor: continuous ``[B, N, K]``, with TD3's smoothing noise when
+    ``target_noise > 0``; discrete: the one-hot of the masked argmax (a deterministic target policy)."""
+    a = mod.mu(mod.actor_target, b["next_obs"], b.get("next_avail"))
+    if mod.discrete:
+        return F.one_hot(a.argmax(-1), mod.action_dim).float()
+    if cfg.target_noise > 0:
+        a = smoothed(a, mod.low, mod.high, cfg.target_noise, cfg.target_noise_clip)
+    return a
+
+
+# ============================================================ learner
+def actor_step_due(timesteps: Optional[Dict[str, Any]]) -> bool:
+    """Whether a gradient step also steps the actors: exactly when the trainer's schedule updates the targets
+    after it (``target_interval = policy_delay`` gradient steps; TD3's ``t mod d = 0``)."""
+    return float((timesteps or {}).get(TARGET_TAU, 0.0)) > 0
+
+
+class DDPGLearner(OffPolicyLearner):
+    """One gradient step of :func:`ddpg_losses` on a joint batch of transitions; the actor loss only on the
+    steps the trainer's schedule updates targets on (every ``policy_delay``-th: TD3's delayed policy
+    updates, Fujimoto et al. 2018, arXiv 1802.09477, Algorithm 1). One Adam per module; the actor's and the
+    critics' gradients are clipped to ``max_grad_norm`` each (BenchMARL's per-loss optimisers, Bettini et al.
+    2024, arXiv 2312.01472)."""
+
+    actor_due = True
+
+    def configure_optimizers_for_module(self, module_id, config=None):
+        params = self.get_parameters(self.module_for_optimizer(module_id))
+        opt = torch.optim.Adam(params, eps=self.cfg.adam_eps)
+        self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
+
+    def clip_groups(self, module_id: str):
+        groups: Dict[str, set] = {"actor": set(), "critic": set()}
+        for name, p in self.module_for_optimizer(module_id).named_parameters():
+            if p.requires_grad:  # not the frozen targets
+                groups["actor" if name.startswith("actor.") else "critic"].add(p)
+        return groups
+
+    def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]
+        self.actor_due = actor_step_due(timesteps)
+        return super().update(batch, training_data, timesteps, **kwargs)
+
+    def learner_batch(self, columns):
+        """The one policy batch ``"<m>/<col>"`` -> ``{m: {col: ...}, JOINT: {state, next_state, terminated}}``."""
+        out: Dict[str, Dict[str, Any]] = {m: {} for m in self.run.family.modules}
+        out[JOINT] = {}
+        for k, v in next(iter(columns.values())).items():
+            m, _, col = k.rpartition("/")
+            out[m or JOINT][col] = v
+        return out
+
+    def compute_losses(self, *, fwd_out, batch):
+        mods = {m: self.module[m].unwrapped() for m in self.run.family.modules}
+        total, metrics = ddpg_losses(mods, batch, self.cfg, self.actor_due)
+        if not torch.isfinite(total):
+            raise TrainingDiverged(f"{self.cfg.algo} loss is {float(total)} (not finite)")
+        for m, values in metrics.items():
+            for name, v in values.items():
+                self.metrics.log_value((m, name), v, window=1)
+        return {batch_module_id(self.run): total}
+
+    def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+        raise NotImplementedError("the loss is joint over modules: see compute_losses")
+
+
+# ============================================================ algorithm
+class DDPG(OffPolicyTrainer):
+    """IDDPG / MADDPG / MATD3 on the off-policy core: each iteration samples ``T x B`` noisy actions per env
+    runner, stores the transitions, and takes ``gradient_steps`` gradient steps per ``per_env_steps`` new env
+    steps once the buffer holds ``max(batch_size, learning_starts)``; targets take ``tau`` of the online
+    weights after every ``policy_delay``-th step. The buffer is saved in checkpoints."""
+
+    learner_class = DDPGLearner
+    module_class = DDPGModule
+    config_class = DDPGConfig
+    learner_metrics = ("critic_loss", "actor_loss", "q_mean", "target_mean")
+    transform_hooks = ("on_rollout", "on_batch")  # the buffer commits single steps, not episodes
+
+    @classmethod
+    def module_config(cls, cfg, mapping, mid: str) -> Dict[str, Any]:
+        c, n = config_view(cfg), mapping.n_agents
+        actions = sum(n(m) * mapping.group_info(m).n_actions for m in mapping.modules)
+        if c.critic == "obs":
+            critic_dim = mapping.obs_dim(mid) + mapping.group_info(mid).n_actions
+        else:
+            ctx = sum(n(m) * mapping.obs_dim(m) for m in mapping.modules)
+            ctx = ctx if c.critic == "joint_obs" else mapping.info.state_dim
+            critic_dim = ctx + actions + (n(mid) if n(mid) > 1 else 0)
+        nets = {"hidden": c.hidden, "layers": c.layers, "activation": c.activation}
+        return {"obs_dim": mapping.obs_dim(mid), "critic_dim": critic_dim, "twin": c.twin_critics, **nets}
+
+    @classmethod
+    def check_env(cls, cfg, info) -> None:
+        """Continuous actions in a 1-D ``Box`` with finite bounds, or ``Discrete``; 1-D observations; a
+        state for ``critic: state``.
+
+        Raises:
+            MarlError: naming the group and its space or bounds, and what is supported.
+        """
+        c = config_view(cfg)
+        for g in info.groups.values():
+            space, where = g.action_space, f"group '{g.name}' of {info.family}:{info.scenario}"
+            if isinstance(space, gym.spaces.Box):
+                if len(space.shape) != 1:
+                    raise MarlError(f"{c.algo}: {where} has actions {space}; supported: a 1-D Box or Discrete.")
+                if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+                    raise MarlError(
+                        f"{c.algo}: {where} has an action Box with infinite bounds (low={space.low.tolist()}, "
+                        f"high={space.high.tolist()}); the actor's tanh is scaled to finite bounds: give the env "
+                        f"finite low/high."
+                    )
+            elif not isinstance(space, gym.spaces.Discrete):
+                raise MarlError(f"{c.algo}: {where} has actions {space}; supported: a 1-D Box or Discrete.")
+            if g.structured:
+                raise MarlError(
+                    f"{c.algo}: {where} has a structured observation {g.obs_space}; the DDPG family reads 1-D Box "
+                    f"observations only (not yet images or Dict spaces)."
+                )
+        if c.critic == "state" and info.state_dim <= 0:
+            raise MarlError(
+                f"{c.algo}: critic='state' needs a global state; {info.family}:{info.scenario} has state_dim=0: use joint_obs."
+            )
+
+    @classmethod
+    def check_mapping(cls, cfg, mapping) -> None:
+        """The checks across keys of scope ``run``; one learner only.
+
+        Raises:
+            MarlError: ``num_learners > 1`` (the losses call the networks outside RLlib's DDP wrapper).
+        """
+        super().check_mapping(cfg, mapping)
+        c = config_view(cfg)
+        if c.num_learners > 1:
+            raise MarlError(f"{c.algo}: num_learners={c.num_learners} is not supported yet; use num_learners: 0 or 1.")
+
+    @classmethod
+    def family_context(cls, cfg, env, mapping) -> DDPGLayout:
+        shapes = mapping.buffer_shapes()
+        for m, s in shapes.items():
+            if not mapping.group_info(m).discrete:  # the TransitionBuffer's name of a continuous dimension
+                s["action_dim"] = s.pop("n_actions")
+        return DDPGLayout(list(mapping.modules), shapes, int(env.info.state_dim))
+
+    def make_buffer(self) -> TransitionBuffer:
+        layout = self.run.family
+        return TransitionBuffer(self.cfg.buffer_size, layout.shapes, layout.state_dim)
+
+    def update_schedule(self) -> UpdateSchedule:
+        c = self.cfg
+        return UpdateSchedule(
+            updates=c.gradient_steps,
+            per=c.per_env_steps,
+            unit="env_step",
+            learning_starts=max(c.batch_size, c.learning_starts),
+            target_interval=c.policy_delay,
+            target_unit="gradient_step",
+            tau=c.tau,
+        )
+
+    def act_kwargs(self) -> Dict[str, float]:
+        """The exploration ``noise`` (std, half action ranges) at the current env step (linear decay)."""
+        c, steps = self.cfg, self.progress["env_steps"]
+        start, end = c.exploration_noise_start, c.exploration_noise_end
+        return {"noise": epsilon_at(steps, start, end, c.exploration_anneal_steps)}

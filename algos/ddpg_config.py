@@ -1,0 +1,85 @@
+"""The config schema of IDDPG, MADDPG and MATD3 (:class:`DDPGConfig`), apart from the trainer so that a
+config is loaded and checked without importing torch or Ray (the algorithms are in :mod:`marl.algos.ddpg`).
+
+Sources of the keys: Lillicrap et al. 2016 (DDPG, arXiv 1509.02971); Lowe et al. 2017 (MADDPG,
+arXiv 1706.02275); Fujimoto et al. 2018 (TD3, arXiv 1802.09477: twin critics, target policy smoothing,
+delayed policy updates); BenchMARL (Bettini et al. 2024, arXiv 2312.01472) for the default values
+(``configs/algos/maddpg.yaml``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from marl.config import EngineConfig, key
+from marl.config.checks import ERROR, rule
+
+ACTIVATIONS = ("relu", "tanh", "elu")  # marl.algos.networks.mlp.ACTIVATIONS (that module imports torch)
+CRITICS = ("obs", "joint_obs", "state")  # what a critic reads beside the actions (docs/algorithms/ddpg.md)
+
+
+def _never_in_buffer(name: str, need: int, capacity: int) -> Optional[str]:
+    if need <= capacity:
+        return None
+    return (
+        f"{name}={need} transitions can never be in a buffer of buffer_size={capacity} transitions, "
+        f"so training would never start; use {name} <= buffer_size."
+    )
+
+
+@rule(("batch_size", "buffer_size"), ERROR, "training waits for batch_size transitions: it would never start")
+def batch_beyond_buffer(c: Any) -> Optional[str]:
+    return _never_in_buffer("batch_size", c.batch_size, c.buffer_size)
+
+
+@rule(("learning_starts", "buffer_size"), ERROR, "training waits for learning_starts transitions: never")
+def starts_beyond_buffer(c: Any) -> Optional[str]:
+    return _never_in_buffer("learning_starts", c.learning_starts, c.buffer_size)
+
+
+@rule(("recurrent",), ERROR, "the DDPG family has MLP actors and critics only (recurrent agents: not yet)")
+def recurrent_not_supported(c: Any) -> Optional[str]:
+    if not c.recurrent:
+        return None
+    return (
+        f"recurrent=True: {getattr(c, 'algo', 'the DDPG family')} has no recurrent actors or critics yet (MLP only); use recurrent: false, "
+        f"or a family with recurrent agents (qmix, mappo)."
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DDPGConfig(EngineConfig):
+    """IDDPG / MADDPG / MATD3 keys (``docs/algorithms/ddpg.md``); values in ``configs/algos/maddpg.yaml``,
+    which ``iddpg.yaml`` and ``matd3.yaml`` start from (``base: maddpg``)."""
+
+    LAYER = "off-policy actor-critic"
+    RULES = (batch_beyond_buffer, starts_beyond_buffer, recurrent_not_supported)
+
+    critic: str = key(
+        "what each agent's critic reads beside actions: obs (its own obs and action: IDDPG), joint_obs (all "
+        "agents' observations and actions: MADDPG) or state (the global state and all actions)",
+        choices=CRITICS,
+    )
+    twin_critics: bool = key("two critics, target = min of their targets (TD3's clipped double-Q)")
+    policy_delay: int = key("gradient steps per actor step and target update (TD3: 2)", ge=1)
+    target_noise: float = key("std of the target policy smoothing noise, in half action ranges (TD3: 0.2)", ge=0)
+    target_noise_clip: float = key("the smoothing noise is clipped to +- this, in half action ranges", ge=0)
+    gamma: float = key("discount factor", gt=0, le=1)
+    tau: float = key(
+        "Polyak averaging of the targets after each actor step: theta' <- tau theta + (1-tau) theta'", gt=0, le=1
+    )
+    adam_eps: float = key("Adam epsilon", gt=0)
+    batch_size: int = key("transitions per gradient step", ge=1)
+    buffer_size: int = key("transitions in the replay buffer", ge=1)
+    learning_starts: int = key("transitions in the buffer before training (at least batch_size)", ge=0)
+    gradient_steps: int = key("gradient steps per per_env_steps new env steps (all env copies)", ge=1)
+    per_env_steps: int = key("env steps that pay for gradient_steps gradient steps", ge=1)
+    exploration_noise_start: float = key("std of the Gaussian action noise at env step 0, in half action ranges", ge=0)
+    exploration_noise_end: float = key("std of the action noise after exploration_anneal_steps", ge=0)
+    exploration_anneal_steps: int = key("env steps of the linear noise decay", ge=0)
+    hidden: int = key("width of the actor's and the critic's hidden layers", ge=1)
+    layers: int = key("hidden layers of the actor and the critic", ge=1)
+    activation: str = key("activation of the hidden layers", choices=ACTIVATIONS)
+    recurrent: bool = key("recurrent actors and critics: not supported yet (must be false)")
+    checkpoint_buffer: bool = key("save the replay buffer in checkpoints (a resumed run keeps learning off-policy)")

@@ -1,0 +1,64 @@
+"""Bad inputs to IDDPG / MADDPG / MATD3, each a clear MarlError naming the bad value and the valid ones, before
+Ray starts."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import marl
+from marl.env import MarlError
+from test_bad_inputs import no_ray  # noqa: F401  (autouse: Ray must not start)
+from toy_envs import MultiDiscreteEnv, TargetEnv
+
+
+def target():
+    return TargetEnv(num_envs=2)
+
+
+def with_actions(space):
+    """A TargetEnv whose agents declare ``space`` as their action space."""
+
+    def make():
+        env = TargetEnv(num_envs=2)
+        env.info.groups["agent"].action_space = space
+        return env
+
+    return make
+
+
+def stateless():
+    env = TargetEnv(num_envs=2)
+    env.info.state_dim = 0
+    return env
+
+
+INF = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+CASES = [
+    ("maddpg", "infinite bounds", with_actions(INF), {}, ["group 'agent'", "infinite bounds", "low=[-inf, -inf]"]),
+    ("iddpg", "MultiDiscrete", MultiDiscreteEnv, {}, ["MultiDiscrete", "supported: a 1-D Box", "Discrete"]),
+    ("maddpg", "2-D Box", with_actions(gym.spaces.Box(-1, 1, (2, 2), np.float32)), {}, ["supported: a 1-D Box"]),
+    ("maddpg", "recurrent", target, {"recurrent": True}, ["recurrent=True", "no recurrent actors", "recurrent: false"]),
+    ("maddpg", "critic typo", target, {"critic": "joint"}, ["critic", "joint", "joint_obs"]),
+    ("maddpg", "state critic without a state", stateless, {"critic": "state"}, ["state_dim=0", "joint_obs"]),
+    ("matd3", "batch beyond buffer", target, {"buffer_size": 64, "batch_size": 128}, ["batch_size=128", "never"]),
+    (
+        "maddpg",
+        "learning_starts beyond buffer",
+        target,
+        {"buffer_size": 10, "batch_size": 4, "learning_starts": 11},
+        ["learning_starts=11"],
+    ),
+    ("matd3", "policy_delay 0", target, {"policy_delay": 0}, ["policy_delay", "0"]),
+    ("maddpg", "tau above 1", target, {"tau": 1.5}, ["tau", "1.5"]),
+    ("maddpg", "negative noise", target, {"exploration_noise_start": -0.1}, ["exploration_noise_start", "-0.1"]),
+    ("maddpg", "activation typo", target, {"activation": "rleu"}, ["activation", "rleu", "relu"]),
+    ("maddpg", "several learners", target, {"num_learners": 2}, ["num_learners=2", "not supported"]),
+]
+
+
+@pytest.mark.parametrize("algo, make, kw, excerpts", [(c[0], *c[2:]) for c in CASES], ids=[c[1] for c in CASES])
+def test_bad_ddpg_input_is_a_clear_error_before_ray(algo, make, kw, excerpts):
+    with pytest.raises(MarlError) as e:
+        marl.fit(make(), algo, stop={"iterations": 1}, **kw)
+    for part in excerpts:
+        assert part in str(e.value), str(e.value)
