@@ -2,6 +2,7 @@
 
 marl benchmark run smoke                          # a bundled suite (configs/benchmarks/)
 marl benchmark run my_suite.yaml --seeds 0 1 2 --out results/mine
+marl benchmark run epymarl_lbf --tasks lbforaging:foraging-10x10-3p-3f-v3   # one task of a suite
 marl benchmark run mpe --address auto             # on a running Ray cluster
 marl benchmark report results/mine                # report.md, tables and figures
 marl benchmark random matrix --episodes 10000      # random play's score per task (a suite's bounds)
@@ -27,6 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a suite (finished runs of an earlier launch are skipped)")
     run.add_argument("suite", help="a bundled suite name or a YAML file")
     run.add_argument("--seeds", nargs="+", type=int, default=None, help="run these seeds instead of the suite's")
+    run.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        help="run only these of the suite's tasks (<task> or <env>/<task>); keep them beside earlier results "
+        "with 'marl benchmark tables --import <out> --merge'",
+    )
     run.add_argument("--out", default=None, help="output folder (default marl_benchmarks/<suite name>)")
     run.add_argument("--address", default=None, help="Ray cluster address ('auto', 'host:6379'); default: local Ray")
     run.add_argument("--no-retry-failed", action="store_true", help="leave runs that failed earlier as they are")
@@ -100,6 +108,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             ns.suite,
             ns.out,
             seeds=ns.seeds,
+            tasks=ns.tasks,
             address=ns.address,
             retry_failed=not ns.no_retry_failed,
             progress=not ns.quiet,

@@ -50,6 +50,7 @@ def benchmark(
     out: Optional[str] = None,
     *,
     seeds: Optional[Sequence[int]] = None,
+    tasks: Optional[Sequence[str]] = None,
     address: Optional[str] = None,
     retry_failed: bool = True,
     progress: bool = True,
@@ -62,6 +63,7 @@ def benchmark(
         out: output folder (default ``marl_benchmarks/<suite name>``); a folder of an earlier launch
             of the same suite continues it: finished runs are skipped, interrupted ones resume.
         seeds: run these seeds instead of the suite's.
+        tasks: run only these of the suite's tasks (:meth:`~marl.benchmarks.suite.Suite.with_tasks`).
         address: a Ray cluster to run on (``"auto"``, ``"<host>:6379"``); default: a local Ray.
         retry_failed: run the runs that failed in an earlier launch again.
         progress: show the live progress bar (runs done / running / failed, ETA).
@@ -75,6 +77,8 @@ def benchmark(
     suite = load_suite(suite) if isinstance(suite, str) else suite
     if seeds:
         suite = suite.with_seeds(seeds)
+    if tasks:
+        suite = suite.with_tasks(tasks)
     out_dir = Path(out or Path("marl_benchmarks") / suite.name).resolve()
     runs = suite.runs()
     check_runs(suite)
@@ -141,7 +145,8 @@ def _run_locked(
         raise RunInterrupted(
             f"Benchmark interrupted: {summary['done']} of {len(runs)} runs finished; results of those written to "
             f"{out_dir / 'results.json'}. Continue with: marl benchmark run {suite.origin or '<suite>'} --out {out_dir}"
-            + (f" --seeds {' '.join(map(str, suite.seeds))}" if suite.seeds_given else ""),
+            + (f" --seeds {' '.join(map(str, suite.seeds))}" if suite.seeds_given else "")
+            + (f" --tasks {' '.join(suite.tasks_given)}" if suite.tasks_given else ""),
             checkpoint=None,
             run_dir=str(out_dir),
             signal="SIGINT",

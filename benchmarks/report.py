@@ -99,6 +99,8 @@ def _provenance_lines(prov: Mapping[str, Any]) -> List[str]:
     for key, value in prov.items():
         if key == "runs" and isinstance(value, dict):
             lines.append(f"runs: {len(value)} (status and full config of each in provenance.json)")
+        elif key == "earlier_launches" and isinstance(value, list):
+            lines.append(f"earlier launches merged in: {len(value)} (command and commit of each in provenance.json)")
         elif key not in shown and isinstance(value, (str, int, float)):
             lines.append(f"{key}: {value}")
     return lines

@@ -128,6 +128,7 @@ class Suite:
     description: str = ""
     source: Dict[str, Any] = field(default_factory=dict)
     seeds_given: bool = False  # seeds came from with_seeds (--seeds), not from the file
+    tasks_given: List[str] = field(default_factory=list)  # with_tasks (--tasks): run only these tasks
     origin: str = ""  # what load_suite was given (a bundled name or a file path), for the relaunch hint
 
     def runs(self) -> List[RunSpec]:
@@ -156,6 +157,33 @@ class Suite:
         out = copy.deepcopy(self)
         out.seeds = _seeds(list(seeds))
         out.seeds_given = True
+        return out
+
+    def with_tasks(self, tasks: Sequence[str]) -> "Suite":
+        """A copy running only ``tasks`` of the suite's tasks (``marl benchmark run --tasks``), e.g. to
+        add one task to results kept earlier (``marl benchmark tables --import --merge``).
+
+        A task is named by itself (``3m``) or, where two env families share a task name, as
+        ``<env>/<task>``; an env family left with no task is dropped.
+
+        Raises:
+            MarlError: a name that is no task of the suite (naming the suite's tasks).
+        """
+        valid = {f"{env}/{t}": (env, t) for env, e in self.envs.items() for t in e["tasks"]}
+        keep = set()
+        for name in tasks:
+            hits = [v for k, v in valid.items() if name in (k, v[1])]
+            if len(hits) != 1:
+                why = "names tasks of two env families (give <env>/<task>)" if hits else "is no task of this suite"
+                raise MarlError(f"--tasks {name!r} {why}; suite {self.name!r} has tasks: {', '.join(sorted(valid))}.")
+            keep.add(hits[0])
+        out = copy.deepcopy(self)
+        out.envs = {
+            env: {**e, "tasks": [t for t in e["tasks"] if (env, t) in keep]}
+            for env, e in self.envs.items()
+            if any((env, t) in keep for t in e["tasks"])
+        }
+        out.tasks_given = list(tasks)
         return out
 
 

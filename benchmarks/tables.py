@@ -45,6 +45,7 @@ from marl.benchmarks.report import _ci, _flag, build_report, write_report
 from marl.benchmarks.stats import fmt
 from marl.benchmarks.targets import target_lines
 from marl.errors import MarlError
+from marl.rundir import write_json
 
 __all__ = [
     "SuiteResults",
@@ -219,7 +220,9 @@ def _provenance(res: SuiteResults, arg: str) -> str:
             f"{', '.join(hw.get('gpus') or []) or 'no GPU'}"
         )
     if prov.get("wall_clock_s") is not None:
-        lines.append(f"- wall-clock of the launch: {_wall_clock(res, '')} ({len(prov.get('runs', {}))} runs)")
+        launches = 1 + len(prov.get("earlier_launches", []))
+        what = "the launch" if launches == 1 else f"the {launches} launches (`--import --merge`), summed"
+        lines.append(f"- wall-clock of {what}: {_wall_clock(res, '')} ({len(prov.get('runs', {}))} runs)")
     runs = _run_times(res)
     if runs:
         lines.append("- wall-clock of a run (min-max over seeds): " + "; ".join(runs))
@@ -382,12 +385,18 @@ def check_reports(root: Path) -> List[str]:
     return problems
 
 
-def import_run(run_dir: Any, root: Path) -> Path:
+def import_run(run_dir: Any, root: Path, merge: bool = False) -> Path:
     """Copy a ``marl benchmark run`` folder's JSON (results, provenance, suite, report) into
     ``<root>/docs/results/<suite>/``; writes the report first if the folder has none.
 
+    With ``merge`` the folder's runs are added to the kept ones instead (:func:`merge_results`): a run of
+    the same env, task, algorithm and seed replaces the kept one, the others stay, and the report is
+    rebuilt from the merged results. That keeps a task run later (``marl benchmark run --tasks``) beside
+    the tasks kept earlier.
+
     Raises:
-        MarlError: the folder has no results.json or suite.yaml (not a finished run folder).
+        MarlError: the folder has no results.json or suite.yaml (not a finished run folder); with
+            ``merge``, kept results of the suite that were made with another budget or protocol.
     """
     import yaml
 
@@ -399,11 +408,64 @@ def import_run(run_dir: Any, root: Path) -> Path:
         write_report(run)
     suite = str(yaml.safe_load((run / "suite.yaml").read_text())["name"])
     dest = Path(root) / RESULTS_DIR / suite
+    if merge and (dest / "results.json").is_file():
+        merge_results(run, dest)
+        return dest
     dest.mkdir(parents=True, exist_ok=True)
     for name in KEPT_FILES:
         if (run / name).is_file():
             shutil.copyfile(run / name, dest / name)
     return dest
+
+
+_PROTOCOL_KEYS = ("budget", "evaluation")  # suite.yaml keys that must agree for two launches to share a table
+
+
+def merge_results(run: Path, dest: Path) -> None:
+    """Add the runs of the run folder ``run`` to the kept results in ``dest`` (``--import --merge``).
+
+    results.json: the union of both, by env/task/algorithm/seed (``run``'s win). provenance.json: the
+    newer launch's, with ``runs`` merged, ``wall_clock_s`` the sum of both launches and the earlier
+    launches' command, commit, time and wall-clock under ``earlier_launches``. suite.yaml: the newer
+    one. report.json: rebuilt with the kept report's bootstrap resamples and seed.
+
+    Raises:
+        MarlError: the two suite.yaml differ in budget or evaluation protocol (naming the key).
+    """
+    import yaml
+
+    new_suite = yaml.safe_load((run / "suite.yaml").read_text()) or {}
+    old_suite = (yaml.safe_load((dest / "suite.yaml").read_text()) or {}) if (dest / "suite.yaml").is_file() else {}
+    for k in _PROTOCOL_KEYS:
+        if k in old_suite and old_suite.get(k) != new_suite.get(k):
+            raise MarlError(
+                f"Cannot merge {run} into {dest}: suite key {k!r} is {new_suite.get(k)!r} there and "
+                f"{old_suite.get(k)!r} in the kept results; their numbers could not share one table. "
+                f"Import without --merge to replace the kept results."
+            )
+    data = _read_json(dest / "results.json")
+    for env, tasks in _read_json(run / "results.json").items():
+        for task, algos in tasks.items():
+            for algo, seeds in algos.items():
+                data.setdefault(env, {}).setdefault(task, {}).setdefault(algo, {}).update(seeds)
+    old_prov = _read_json(dest / "provenance.json") if (dest / "provenance.json").is_file() else {}
+    new_prov = _read_json(run / "provenance.json") if (run / "provenance.json").is_file() else {}
+    launch = ("command", "git_commit", "time", "wall_clock_s")
+    prov = {
+        **new_prov,
+        "runs": {**old_prov.get("runs", {}), **new_prov.get("runs", {})},
+        "earlier_launches": list(old_prov.get("earlier_launches", []))
+        + [{k: old_prov[k] for k in launch if k in old_prov}],
+    }
+    walls = [p.get("wall_clock_s") for p in (old_prov, new_prov)]
+    if all(w is not None for w in walls):
+        prov["wall_clock_s"] = round(sum(float(w) for w in walls), 1)
+    kept = _read_json(dest / "report.json") if (dest / "report.json").is_file() else {"reps": 2000, "seed": 0}
+    report = build_report(data, new_suite, prov, None, kept["reps"], kept["seed"])
+    write_json(dest / "results.json", data)
+    write_json(dest / "provenance.json", prov)
+    write_json(dest / "report.json", report)
+    shutil.copyfile(run / "suite.yaml", dest / "suite.yaml")
 
 
 # ------------------------------------------------------------------ command line
@@ -430,13 +492,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="RUN_DIR",
         help="first keep this `marl benchmark run` folder's JSON in docs/results/<suite>/",
     )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --import: add the folder's runs to the kept ones (a run of the same task, algorithm and "
+        "seed is replaced) instead of replacing them all; for a task run later with 'marl benchmark run --tasks'",
+    )
 
 
 def run(ns: argparse.Namespace) -> int:
     """Exit code 0: blocks written (or, with --check, all agree); 1: --check found differences."""
     root = Path(ns.root)
     if ns.run_dir:
-        print(f"kept {import_run(ns.run_dir, root)}")
+        print(f"{'merged into' if ns.merge else 'kept'} {import_run(ns.run_dir, root, merge=ns.merge)}")
+    elif ns.merge:
+        raise MarlError("--merge goes with --import <run folder> (it adds that folder's runs to the kept ones).")
     if not ns.check:
         changed = rewrite_docs(root)
         print(f"rewrote {', '.join(str(p.relative_to(root)) for p in changed)}" if changed else "all blocks up to date")

@@ -54,6 +54,22 @@ def test_runs_carry_seed_env_overrides_and_keys():
     assert parse_suite(raw).with_seeds([5, 7]).seeds == [5, 7]
 
 
+def test_with_tasks_runs_only_the_named_tasks():
+    """``marl benchmark run --tasks``: a task by name or as <env>/<task>; an env left without tasks goes."""
+    raw = _with(
+        envs={"matrix": {"tasks": ["two_step", "penalty"]}, "mpe": {"tasks": ["simple_spread"]}},
+        algos={"qmix": {}},
+    )
+    suite = parse_suite(raw)
+    one = suite.with_tasks(["penalty"])
+    assert [r.key for r in one.runs()] == ["matrix/penalty/qmix/seed_0", "matrix/penalty/qmix/seed_1"]
+    assert list(one.envs) == ["matrix"] and one.tasks_given == ["penalty"]
+    assert len(suite.runs()) == 6  # the suite itself is unchanged
+    assert {r.task for r in suite.with_tasks(["mpe/simple_spread", "two_step"]).runs()} == {"simple_spread", "two_step"}
+    with pytest.raises(MarlError, match=r"--tasks 'penalti' is no task of this suite.*matrix/penalty"):
+        suite.with_tasks(["penalti"])
+
+
 @pytest.mark.parametrize(
     "changes, words",
     [

@@ -216,17 +216,18 @@ def test_unknown_suite_names_the_kept_ones(tmp_path):
 
 
 # ------------------------------------------------------------------ a run folder, end to end
-def _run_folder(path: Path) -> Path:
-    """A finished 'tiny' suite: qmix, 3 seeds, absolute returns 1, 2 and 3 (IQM = mean = median = 2 below 4 runs)."""
+def _run_folder(path: Path, task: str = "two_step", offset: float = 0.0, wall: float = 30.0) -> Path:
+    """A finished 'tiny' suite: qmix, 3 seeds, absolute returns 1, 2 and 3 (IQM = mean = median = 2 below 4
+    runs), each plus ``offset``, on ``task``."""
     path.mkdir()
     data = {
         "matrix": {
-            "two_step": {
+            task: {
                 "qmix": {
                     f"seed_{k}": {
                         "step_0": {"step_count": 0, "elapsed_time": 0.0, "return": [0.0, 0.0]},
                         "step_1": {"step_count": 100, "elapsed_time": 1.0, "return": [float(k + 1)] * 2},
-                        "absolute_metrics": {"return": [float(k + 1)] * 4},
+                        "absolute_metrics": {"return": [float(k + 1) + offset] * 4},
                     }
                     for k in range(3)
                 }
@@ -234,8 +235,11 @@ def _run_folder(path: Path) -> Path:
         }
     }
     (path / "results.json").write_text(json.dumps(data))
-    (path / "suite.yaml").write_text(yaml.safe_dump({"name": "tiny"}))
-    (path / "provenance.json").write_text(json.dumps({"wall_clock_s": 30.0, "runs": {}}))
+    (path / "suite.yaml").write_text(yaml.safe_dump({"name": "tiny", "budget": {"env_steps": 100}}))
+    runs = {f"matrix/{task}/qmix/seed_{k}": {"status": "done", "wall_clock_s": wall / 3} for k in range(3)}
+    (path / "provenance.json").write_text(
+        json.dumps({"wall_clock_s": wall, "runs": runs, "command": f"marl benchmark run tiny --tasks {task}"})
+    )
     write_report(path, reps=50)
     return path
 
@@ -267,3 +271,51 @@ def test_import_a_run_folder_then_write_and_check(tmp_path):
 def test_import_refuses_a_folder_without_results(tmp_path):
     with pytest.raises(MarlError, match="results.json not found: --import takes the output folder"):
         tables.import_run(tmp_path, tmp_path)
+
+
+def test_import_merge_keeps_the_other_tasks_and_replaces_the_same_runs(tmp_path):
+    """``--import --merge``: a task run later joins the kept one; re-importing a task replaces its runs."""
+    root = tmp_path / "repo"
+    (root / "docs" / "results").mkdir(parents=True)
+    tables.import_run(_run_folder(tmp_path / "a"), root)
+    (root / "README.md").write_text(
+        "<!-- results:tiny:value:matrix/two_step/qmix/iqm -->?<!-- /results --> "
+        "<!-- results:tiny:value:matrix/climbing/qmix/iqm -->?<!-- /results --> "
+        "<!-- results:tiny:wall_clock -->?<!-- /results -->\n"
+    )
+    later = _run_folder(tmp_path / "b", task="climbing", offset=10.0, wall=60.0)
+    assert benchmark_main(["tables", "--import", str(later), "--merge", "--root", str(root)]) == 0
+    kept = root / "docs" / "results" / "tiny"
+    assert sorted(json.loads((kept / "results.json").read_text())["matrix"]) == ["climbing", "two_step"]
+    # IQM of 1, 2, 3 is 2; of 11, 12, 13 is 12; the wall-clock is both launches' 30 s + 60 s
+    assert (
+        (root / "README.md")
+        .read_text()
+        .startswith(
+            "<!-- results:tiny:value:matrix/two_step/qmix/iqm -->2.000<!-- /results --> "
+            "<!-- results:tiny:value:matrix/climbing/qmix/iqm -->12.000<!-- /results --> "
+            "<!-- results:tiny:wall_clock -->1 min 30 s<!-- /results -->"
+        )
+    )
+    prov = json.loads((kept / "provenance.json").read_text())
+    assert len(prov["runs"]) == 6 and prov["earlier_launches"][0]["command"].endswith("--tasks two_step")
+    assert tables.check_docs(root) == [] and tables.check_reports(root) == []
+
+    again = _run_folder(tmp_path / "c", task="climbing", offset=20.0, wall=60.0)
+    assert benchmark_main(["tables", "--import", str(again), "--merge", "--root", str(root)]) == 0
+    report = json.loads((kept / "report.json").read_text())["envs"]["matrix"]["tasks"]
+    assert report["climbing"]["algos"]["qmix"]["iqm"] == pytest.approx(22.0)
+    assert report["two_step"]["algos"]["qmix"]["iqm"] == pytest.approx(2.0)
+    assert tables.check_reports(root) == []
+
+
+def test_import_merge_refuses_another_budget(tmp_path):
+    root = tmp_path / "repo"
+    (root / "docs" / "results").mkdir(parents=True)
+    tables.import_run(_run_folder(tmp_path / "a"), root)
+    other = _run_folder(tmp_path / "b", task="climbing")
+    (other / "suite.yaml").write_text(yaml.safe_dump({"name": "tiny", "budget": {"env_steps": 999}}))
+    with pytest.raises(MarlError, match=r"suite key 'budget' is \{'env_steps': 999\} there and \{'env_steps': 100\}"):
+        tables.import_run(other, root, merge=True)
+    with pytest.raises(MarlError, match="--merge goes with --import"):
+        benchmark_main(["tables", "--merge", "--root", str(root)])
