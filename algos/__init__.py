@@ -125,6 +125,13 @@ register_algo(
     **_DDPG,
     description="MATD3: MADDPG with TD3's twin critics, target smoothing and delayed actor updates (Fujimoto et al. 2018)",
 )
+register_algo(
+    "facmac",
+    trainer="marl.algos.facmac:FACMAC",
+    schema="marl.algos.facmac_config:FACMACConfig",
+    description="FACMAC: deterministic actors, per-agent critics mixed into Q_tot, the policy gradient over the "
+    "joint action (Peng et al. 2021)",
+)
 
 register_transform(
     "causal_shift",

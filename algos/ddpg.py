@@ -186,10 +186,10 @@ def q_values(critics: torch.nn.ModuleList, x: torch.Tensor) -> List[torch.Tensor
     return [c(x).squeeze(-1) for c in critics]
 
 
-def frozen(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``net(x)`` with detached parameters: gradients reach ``x`` only (an actor loss that never moves the
-    critic; DDPG's actor and critic have their own optimisers, Lillicrap et al. 2016, arXiv 1509.02971)."""
-    return functional_call(net, {k: v.detach() for k, v in net.named_parameters()}, (x,))
+def frozen(net: torch.nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
+    """``net(*inputs)`` with detached parameters: gradients reach the inputs only (an actor loss that never moves
+    the critic; DDPG's actor and critic have their own optimisers, Lillicrap et al. 2016, arXiv 1509.02971)."""
+    return functional_call(net, {k: v.detach() for k, v in net.named_parameters()}, inputs)
 
 
 def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, actor_due: bool):

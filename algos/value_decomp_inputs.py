@@ -211,7 +211,8 @@ class MixerModule(TorchRLModule):
     """Learner-only RLModule holding one team's :class:`QMixer` and its target copy.
 
     ``model_config``: ``n_agents``, ``state_dim``, ``mixing_embed``,
-    ``hypernet_layers``, ``hypernet_embed``.
+    ``hypernet_layers``, ``hypernet_embed`` and optionally ``monotonic`` (default true; FACMAC's
+    non-monotonic mixer when false).
     """
 
     def setup(self):
@@ -222,6 +223,7 @@ class MixerModule(TorchRLModule):
             int(c["mixing_embed"]),
             int(c["hypernet_layers"]),
             int(c["hypernet_embed"]),
+            monotonic=bool(c.get("monotonic", True)),
         )
         self.target = make_target(self.net)
 

@@ -1,4 +1,4 @@
-"""Bad inputs to IDDPG / MADDPG / MATD3, each a clear MarlError naming the bad value and the valid ones, before
+"""Bad inputs to IDDPG / MADDPG / MATD3 and FACMAC, each a clear MarlError naming the bad value and the valid ones, before
 Ray starts."""
 
 import gymnasium as gym
@@ -53,6 +53,18 @@ CASES = [
     ("maddpg", "negative noise", target, {"exploration_noise_start": -0.1}, ["exploration_noise_start", "-0.1"]),
     ("maddpg", "activation typo", target, {"activation": "rleu"}, ["activation", "rleu", "relu"]),
     ("maddpg", "several learners", target, {"num_learners": 2}, ["num_learners=2", "not supported"]),
+    (
+        "facmac",
+        "centralised critic",
+        target,
+        {"critic": "joint_obs"},
+        ["critic='joint_obs'", "per-agent", "critic: obs"],
+    ),
+    ("facmac", "twin critics", target, {"twin_critics": True}, ["twin_critics=True", "one critic per agent"]),
+    ("facmac", "mixer typo", target, {"mixer": "qmx"}, ["mixer", "qmx", "qmix_nonmonotonic", "vdn"]),
+    ("facmac", "qmix mixer without a state", stateless, {}, ["mixer=qmix", "state_dim=0", "mixer: vdn"]),
+    ("facmac", "hypernet layers 3", target, {"hypernet_layers": 3}, ["hypernet_layers", "3", "1", "2"]),
+    ("facmac", "negative actor_reg", target, {"actor_reg": -1.0}, ["actor_reg", "-1.0"]),
 ]
 
 

@@ -34,14 +34,22 @@ class QMixer(nn.Module):
     ``W1 = |hyper_w1(s)|`` ``[n, E]``, ``b1 = hyper_b1(s)``, ``h = ELU(q W1 + b1)``,
     ``W2 = |hyper_w2(s)|`` ``[E]``, ``b2 = V(s)``; ``Q_tot = h . W2 + b2``.
     Hypernetworks have ``hypernet_layers`` (1 or 2, hidden ``hypernet_embed``).
-    Only weights pass through ``abs`` so ``dQ_tot/dQ_a >= 0`` for any parameters.
+    Only weights pass through ``abs`` so ``dQ_tot/dQ_a >= 0`` for any parameters. ``monotonic=False``
+    drops the ``abs``: the non-monotonic mixer FACMAC also allows (Peng et al. 2021, arXiv 2003.06709,
+    Sec. 4.1), same networks otherwise.
     """
 
     def __init__(
-        self, n_agents: int, state_dim: int, embed: int = 32, hypernet_layers: int = 2, hypernet_embed: int = 64
+        self,
+        n_agents: int,
+        state_dim: int,
+        embed: int = 32,
+        hypernet_layers: int = 2,
+        hypernet_embed: int = 64,
+        monotonic: bool = True,
     ):
         super().__init__()
-        self.n, self.embed = n_agents, embed
+        self.n, self.embed, self.monotonic = n_agents, embed, monotonic
 
         def hyper(out: int) -> nn.Module:
             if hypernet_layers == 1:
@@ -57,9 +65,12 @@ class QMixer(nn.Module):
 
     def forward(self, qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """``qs [..., n]``, ``state [..., S]`` -> ``Q_tot [...]``."""
-        w1 = self.hyper_w1(state).abs().view(*state.shape[:-1], self.n, self.embed)
+        w1 = self._weights(self.hyper_w1(state)).view(*state.shape[:-1], self.n, self.embed)
         # q W1 as a broadcast product summed over the few agents: an einsum / bmm of [1, n] x [n, E]
         # matrices per row is ~3x slower on CPU for the same values
         h = F.elu((qs.unsqueeze(-1) * w1).sum(-2) + self.hyper_b1(state))
-        w2 = self.hyper_w2(state).abs()
+        w2 = self._weights(self.hyper_w2(state))
         return (h * w2).sum(-1) + self.value(state).squeeze(-1)
+
+    def _weights(self, w: torch.Tensor) -> torch.Tensor:
+        return w.abs() if self.monotonic else w
