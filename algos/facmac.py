@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-import gymnasium as gym
-import numpy as np
 import torch
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
@@ -38,7 +36,7 @@ from marl.algos.ddpg import (
 from marl.algos.facmac_config import FACMACConfig  # noqa: F401
 from marl.algos.networks.mixers import team_reward_rule, team_rewards
 from marl.algos.value_decomp import ValueDecomp
-from marl.algos.value_decomp_inputs import MixerModule
+from marl.algos.value_decomp_inputs import mixer_specs
 from marl.config import config_view
 from marl.engine.off_policy import batch_module_id
 from marl.errors import MarlError, TrainingDiverged
@@ -184,24 +182,7 @@ class FACMAC(DDPG):
         c = config_view(cfg)
         if c.mixer == "vdn":
             return {}
-        dummy = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-        return {
-            f"mixer_{team}": RLModuleSpec(
-                module_class=MixerModule,
-                observation_space=dummy,
-                action_space=dummy,
-                learner_only=True,
-                model_config={
-                    "n_agents": len(members),
-                    "state_dim": mapping.info.state_dim,
-                    "mixing_embed": c.mixing_embed,
-                    "hypernet_layers": c.hypernet_layers,
-                    "hypernet_embed": c.hypernet_embed,
-                    "monotonic": c.mixer == "qmix",
-                },
-            )
-            for team, members in ValueDecomp.team_layout(mapping).items()
-        }
+        return mixer_specs(ValueDecomp.team_layout(mapping), mapping.info.state_dim, c, monotonic=c.mixer == "qmix")
 
     @classmethod
     def family_context(cls, cfg, env, mapping) -> FACMACLayout:

@@ -28,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -38,7 +37,7 @@ from marl.algos.networks.mixers import team_reward_rule, team_rewards
 from marl.algos.networks.registry import agent_model_config, check_agent
 from marl.algos.q_learning import check_q_bound, double_q_next, epsilon_at, masked_td_loss, merge_moments, on_mask
 from marl.algos.value_decomp_config import MIXERS, OPTIMIZERS, ValueDecompConfig  # noqa: F401
-from marl.algos.value_decomp_inputs import JOINT, MixerModule, QAgentModule, split_joint
+from marl.algos.value_decomp_inputs import JOINT, MixerModule, QAgentModule, mixer_specs, split_joint
 from marl.config import config_view
 from marl.engine.off_policy import OffPolicyLearner, OffPolicyTrainer, UpdateSchedule, batch_module_id
 from marl.engine.replay import JointEpisodeBuffer
@@ -257,23 +256,7 @@ class ValueDecomp(OffPolicyTrainer):
         """QMIX: one learner-only mixer module per team, ``mixer_<team>``."""
         if cfg.mixer != "qmix":
             return {}
-        dummy = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-        return {
-            f"mixer_{team}": RLModuleSpec(
-                module_class=MixerModule,
-                observation_space=dummy,
-                action_space=dummy,
-                learner_only=True,
-                model_config={
-                    "n_agents": len(members),
-                    "state_dim": mapping.info.state_dim,
-                    "mixing_embed": cfg.mixing_embed,
-                    "hypernet_layers": cfg.hypernet_layers,
-                    "hypernet_embed": cfg.hypernet_embed,
-                },
-            )
-            for team, members in cls.team_layout(mapping).items()
-        }
+        return mixer_specs(cls.team_layout(mapping), mapping.info.state_dim, cfg)
 
     @classmethod
     def family_context(cls, cfg, env, mapping) -> ValueDecompLayout:

@@ -19,12 +19,15 @@ padded ``[E, T+1, N, A]`` layout with zeros after each episode.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
+import gymnasium as gym
+import numpy as np
 import torch
 from torch.nn import functional as F
 
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
 from marl.algos.networks.base import AgentNetwork
@@ -237,6 +240,28 @@ class MixerModule(TorchRLModule):
     def target_pairs(self):
         """``[(net, target)]`` for the off-policy core's target updates."""
         return [(self.net, self.target)]
+
+
+def mixer_specs(
+    teams: Dict[str, List[Tuple[str, int]]], state_dim: int, cfg: Any, monotonic: bool = True
+) -> Dict[str, RLModuleSpec]:
+    """One learner-only :class:`MixerModule` per team, ``mixer_<team>`` (QMIX's and FACMAC's mixers).
+
+    ``teams``: team -> its agents as ``(module id, index in module)``; ``cfg``: a config with
+    ``mixing_embed``, ``hypernet_layers`` and ``hypernet_embed``; ``monotonic``: see :class:`QMixer`.
+    """
+    dummy = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    sizes = {k: getattr(cfg, k) for k in ("mixing_embed", "hypernet_layers", "hypernet_embed")}
+    return {
+        f"mixer_{team}": RLModuleSpec(
+            module_class=MixerModule,
+            observation_space=dummy,
+            action_space=dummy,
+            learner_only=True,
+            model_config={"n_agents": len(members), "state_dim": state_dim, "monotonic": monotonic, **sizes},
+        )
+        for team, members in teams.items()
+    }
 
 
 def split_joint(cols: Dict[str, torch.Tensor], modules: List[str]) -> Dict[str, Dict[str, torch.Tensor]]:

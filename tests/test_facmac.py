@@ -1,7 +1,7 @@
 """FACMAC (algos/facmac.py): hand-computed team targets through the VDN sum and through monotonic and
 non-monotonic QMIX mixers, the centralised policy gradient (every agent's action from its current policy),
-the actor's action regulariser, learning a continuous and a discrete task random play cannot solve, every
-share mode, and exact resume with the replay buffer."""
+the actor's action regulariser, learning a continuous and a discrete task random play cannot solve, and exact
+resume with the replay buffer."""
 
 import math
 from types import SimpleNamespace
@@ -14,28 +14,13 @@ import torch
 from marl.algos.ddpg import JOINT, DDPGModule
 from marl.algos.facmac import FACMACLayout, action_penalty, facmac_losses, mix
 from marl.algos.networks.mixers import QMixer
+from test_ddpg import LEARN as DDPG_LEARN
+from test_ddpg import constant_actor, linear
 from test_exact_resume import _one_go_vs_resumed
 from toy_envs import MatchEnv, TargetEnv
 
 BOX = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
 LAYOUT = FACMACLayout(["shared"], {}, 1, {"team": [("shared", 0), ("shared", 1)]}, "sum")
-
-
-def linear(weights, bias):
-    lin = torch.nn.Linear(len(weights), 1)
-    with torch.no_grad():
-        lin.weight.copy_(torch.tensor([weights]))
-        lin.bias.fill_(bias)
-    return lin
-
-
-def constant(pre_tanh):
-    """An actor whose pre-tanh output is ``pre_tanh`` for any 1-D observation."""
-    lin = torch.nn.Linear(1, 1)
-    with torch.no_grad():
-        lin.weight.zero_()
-        lin.bias.fill_(pre_tanh)
-    return lin
 
 
 ACT_ONE = math.atanh(0.5)  # pre-tanh output of an action of 1 in Box(-2, 2)
@@ -49,7 +34,7 @@ def two_agents(actor_pre_tanh=ACT_ONE):
         action_space=BOX,
         model_config=dict(obs_dim=1, critic_dim=2, hidden=4, layers=1, activation="tanh", twin=False),
     )
-    m.actor, m.actor_target = constant(actor_pre_tanh), constant(actor_pre_tanh)
+    m.actor, m.actor_target = constant_actor(actor_pre_tanh), constant_actor(actor_pre_tanh)
     m.critics = torch.nn.ModuleList([linear([1.0, 2.0], 0.5)])
     m.critic_targets = torch.nn.ModuleList([linear([1.0, 2.0], 0.5)])
     return m
@@ -148,25 +133,8 @@ def test_action_penalty_is_the_squared_action_in_half_ranges():
 
 
 # ---------------------------------------------------------------- runs
-LEARN = dict(
-    rollout_length=5,
-    batch_size=64,
-    gradient_steps=20,
-    per_env_steps=40,
-    lr=1e-3,
-    adam_eps=1e-8,
-    max_grad_norm=5.0,
-    learning_starts=0,
-    gamma=0.5,
-    hidden=64,
-    tau=0.01,
-    exploration_noise_start=1.0,
-    exploration_noise_end=0.1,
-    exploration_anneal_steps=2400,
-    progress=False,
-    checkpoint_every=0,
-    eval_episodes=16,
-)
+# the DDPG family's short-run keys, with the DDPG family's optimiser settings instead of FACMAC's MaMuJoCo ones
+LEARN = {**DDPG_LEARN, "adam_eps": 1e-8, "max_grad_norm": 5.0, "learning_starts": 0}
 
 
 @pytest.mark.parametrize("mixer", ["qmix", "vdn"])
@@ -184,27 +152,6 @@ def test_discrete_facmac_learns_the_cued_actions(tmp_path):
         "facmac", mixer="qmix_nonmonotonic", stop={"iterations": 80}, log_dir=str(tmp_path), **LEARN
     )
     assert res.eval["episode_return_mean"] > 8.0, res.eval
-
-
-@pytest.mark.parametrize("share", ["individual", "group"])
-def test_facmac_runs_with_every_share_mode(tmp_path, share):
-    """One module per agent (individual) or one (group); one mixer for the team either way."""
-    res = MatchEnv(num_envs=4).fit(
-        "facmac",
-        share=share,
-        stop={"iterations": 3},
-        rollout_length=5,
-        batch_size=8,
-        gradient_steps=2,
-        per_env_steps=20,
-        learning_starts=0,
-        log_dir=str(tmp_path),
-        progress=False,
-        checkpoint_every=0,
-        eval_episodes=4,
-    )
-    assert len(res.policy.modules) == (2 if share == "individual" else 1)
-    assert np.isfinite(res.metrics["team/critic_loss"]) and np.isfinite(res.metrics["team/actor_loss"])
 
 
 def test_facmac_resume_is_exact_with_the_replay_buffer(ray_session, run_dir):
