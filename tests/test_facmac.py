@@ -112,7 +112,7 @@ def test_actor_loss_moves_only_the_actors():
     (total_with - total_without).backward()  # the critic loss's gradients cancel: the same computation twice
     critic_grads = [p.grad for p in list(mods["shared"].critics.parameters()) + list(net.parameters())]
     assert all(g is None or torch.count_nonzero(g) == 0 for g in critic_grads)
-    assert mods["shared"].actor.bias.grad is not None and mods["shared"].actor.bias.grad.abs() > 0
+    assert mods["shared"].actor.lin.bias.grad is not None and mods["shared"].actor.lin.bias.grad.abs() > 0
 
 
 def test_monotonic_mixer_has_nonnegative_slopes_and_the_nonmonotonic_one_not_always():
