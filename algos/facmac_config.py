@@ -41,7 +41,7 @@ class FACMACConfig(DDPGConfig):
     """FACMAC keys (``docs/algorithms/facmac.md``): the DDPG family's keys plus the mixer and the actor's
     action regulariser; values in ``configs/algos/facmac.yaml``."""
 
-    LAYER = "FACMAC"
+    LAYER = "factored critic"
     RULES = (per_agent_critic, one_critic)
 
     mixer: str = key(

@@ -157,7 +157,7 @@ CONFIG = [
         "mixer on mappo",
         fit(match, "mappo", mixer="vdn"),
         LOADER,
-        "'mixer' is a value decomposition key (iql, qmix, vdn)",
+        "and a value decomposition key (iql, qmix, vdn)",
     ),
     ("algo='qmixx'", fit(match, "qmixx"), "marl.config.registry", "Unknown algorithm 'qmixx'. Did you mean 'qmix'?"),
     # PPO keys

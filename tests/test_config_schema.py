@@ -133,8 +133,8 @@ def members(*algos: str) -> str:
             "mappo",
             "mpe",
             "mixer",
-            rf"'mixer' is a value decomposition key {members('iql', 'qmix', 'vdn')} and a VD "
-            rf"actor-critic key {members('vda2c', 'vdppo')}; mappo does not use it",
+            rf"'mixer' is a factored critic key {members('facmac')} and a value decomposition key "
+            rf"{members('iql', 'qmix', 'vdn')} and a VD actor-critic key {members('vda2c', 'vdppo')}; mappo does not use it",
         ),
         ("reinforce", "ipd", "hpn_heads", rf"'hpn_heads' is an agent network key {members('ippo', 'mappo', 'qmix')}"),
         (

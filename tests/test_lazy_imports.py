@@ -46,6 +46,7 @@ ALGOS = {
     "maddpg": ("mpe", {"critic": "state", "tau": 0.01}),
     "iddpg": ("vmas", {"exploration_noise_end": 0.05}),
     "matd3": ("mpe", {"policy_delay": 3, "target_noise": 0.1}),
+    "facmac": ("vmas", {"mixer": "qmix_nonmonotonic", "actor_reg": 0.0}),
 }
 # (an override outside its range, the key named by the error) per algorithm family
 BAD = {
@@ -117,7 +118,7 @@ def test_train_help_checks_the_config(capsys):
     from marl.cli import main
 
     assert main(["train", "algo=mappo", "mixer=qmix", "--help"]) == 2
-    assert "'mixer' is a value decomposition key" in capsys.readouterr().err
+    assert "'mixer' is a factored critic key (facmac) and a value decomposition key" in capsys.readouterr().err
     assert main(["train", "algo=mappo", "env=mep", "--help"]) == 2
     assert "Did you mean 'mpe'" in capsys.readouterr().err
 

@@ -58,8 +58,8 @@ in an algorithm or env file (merged key by key, later wins). Its keys are checke
 others; a section is an error while its plug-in is not selected. Read it as `cfg.legem.beta`.
 
 An algorithm has the keys of its layers only. A key it does not have is an error that
-names the family owning it (`'mixer' is a value decomposition key (iql, qmix, vdn); mappo
-does not use it`) or the closest valid key. Values are checked when the configuration is
+names the families owning it (`'mixer' is a factored critic key (facmac) and a value
+decomposition key (iql, qmix, vdn) and ...; mappo does not use it`) or the closest valid key. Values are checked when the configuration is
 loaded: first the type (an integer key takes `3` or `3.0` but not `3.5`; numbers are never
 read from strings; switches take only `true`/`false`; `null` only where the type says so),
 then the range or the choices. In Python, `share` may also be a callable.
