@@ -265,11 +265,7 @@ class DDPGLearner(OffPolicyLearner):
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
 
     def clip_groups(self, module_id: str):
-        groups: Dict[str, set] = {"actor": set(), "critic": set()}
-        for name, p in self.module_for_optimizer(module_id).named_parameters():
-            if p.requires_grad:  # not the frozen targets
-                groups["actor" if name.startswith("actor.") else "critic"].add(p)
-        return groups
+        return self.split_by_prefix(module_id, "actor", "actor", "critic")  # a mixer module: all "critic"
 
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]
         self.actor_due = actor_step_due(timesteps)

@@ -284,11 +284,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         them; otherwise one norm over both."""
         if not getattr(self.cfg, "clip_per_network", False):
             return None
-        groups: Dict[str, Set[Any]] = {"critic": set(), "actor": set()}
-        for name, p in self.module_for_optimizer(module_id).named_parameters():
-            if p.requires_grad:  # not the frozen target critic or ValueNorm's statistics
-                groups["critic" if name.split(".")[0] == "critic" else "actor"].add(p)
-        return groups
+        return self.split_by_prefix(module_id, "critic", "critic", "actor")
 
     def value_normalizer(self, module: Any) -> Optional[Any]:
         """The module's value normaliser if the config normalises values (``value_norm``), else ``None``."""
