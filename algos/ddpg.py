@@ -265,7 +265,8 @@ class DDPGLearner(OffPolicyLearner):
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
 
     def clip_groups(self, module_id: str):
-        return self.split_by_prefix(module_id, "actor", "actor", "critic")  # a mixer module: all "critic"
+        # actor, critics, and any other trainable part on its own (a mixer module's net, SAC's log_alpha)
+        return self.groups_by_head(module_id, {"actor": "actor", "critics": "critic"})
 
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]
         self.actor_due = actor_step_due(timesteps)

@@ -284,7 +284,7 @@ class OnPolicyLearner(RunAccess, SeamLearner):
         them; otherwise one norm over both."""
         if not getattr(self.cfg, "clip_per_network", False):
             return None
-        return self.split_by_prefix(module_id, "critic", "critic", "actor")
+        return self.groups_by_head(module_id, {"critic": "critic"}, default="actor")
 
     def value_normalizer(self, module: Any) -> Optional[Any]:
         """The module's value normaliser if the config normalises values (``value_norm``), else ``None``."""

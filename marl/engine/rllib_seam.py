@@ -87,19 +87,25 @@ class SeamLearner(TorchLearner):
         norm per optimizer."""
         return None
 
-    def split_by_prefix(self, module_id: str, prefix: str, inside: str, outside: str) -> Dict[str, Set[Any]]:
-        """Two clip groups of module ``module_id``'s trainable parameters (frozen targets and statistics are
-        left out): ``inside`` holds those whose name starts with ``prefix.``, ``outside`` the others (an
-        actor and a critic trained by one optimiser, each clipped as its own optimiser would). Made once per
-        module: a built module keeps its parameter tensors (a restore copies into them)."""
-        cache: Dict[Tuple[str, str], Dict[str, Set[Any]]] = self.__dict__.setdefault("_split_cache", {})
-        if (module_id, prefix) not in cache:
-            groups: Dict[str, Set[Any]] = {inside: set(), outside: set()}
+    def groups_by_head(
+        self, module_id: str, heads: Dict[str, str], default: Optional[str] = None
+    ) -> Dict[str, Set[Any]]:
+        """Clip groups of module ``module_id``'s trainable parameters (frozen targets and statistics left out)
+        by the first part of their names: ``heads`` maps a name's head (``critic`` of ``critic.0.weight``) to
+        its group; a parameter under another head goes to ``default``, or with ``default=None`` to a group
+        named after its head (e.g. an actor and a critic trained by one optimiser, each clipped as its own
+        optimiser would, and a temperature on its own). Made once per module: a built module keeps its
+        parameter tensors (a restore copies into them)."""
+        key = (module_id, tuple(sorted(heads.items())), default)
+        cache: Dict[Any, Dict[str, Set[Any]]] = self.__dict__.setdefault("_head_groups", {})
+        if key not in cache:
+            groups: Dict[str, Set[Any]] = {g: set() for g in heads.values()}
             for name, p in self.module_for_optimizer(module_id).named_parameters():
                 if p.requires_grad:
-                    groups[inside if name.split(".")[0] == prefix else outside].add(p)
-            cache[(module_id, prefix)] = groups
-        return cache[(module_id, prefix)]
+                    head = name.split(".")[0]
+                    groups.setdefault(heads.get(head, default or head), set()).add(p)
+            cache[key] = groups
+        return cache[key]
 
     def postprocess_gradients_for_module(
         self, *, module_id: Any, config: Any = None, module_gradients_dict: Any
