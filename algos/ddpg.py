@@ -219,11 +219,12 @@ def batch_views(mods: Dict[str, DDPGModule], batch: Dict[str, Any]):
     return batch[JOINT], obs, acts, {m: batch[m]["next_obs"] for m in mods}
 
 
-def critic_regression(mod: DDPGModule, x: torch.Tensor, y: torch.Tensor, alive: torch.Tensor):
-    """The critic loss ``sum_k mean_alive (Q_k(x) - y)^2`` of module ``mod``'s critics on inputs ``x [B, N, X]``
-    and targets ``y [B, N]`` (agents alive at ``t``: ``alive [B, N]`` bool), and its metrics ``critic_loss``,
-    ``q_mean`` (the first critic's) and ``target_mean``."""
-    qs = q_values(mod.critics, x)
+def critic_regression(mod: DDPGModule, cfg: Any, obs, state, acts, mid: str, y: torch.Tensor, alive: torch.Tensor):
+    """The critic loss ``sum_k mean_alive (Q_k(x, a) - y)^2`` of module ``mid``'s critics on the stored actions
+    (inputs :func:`critic_inputs` of ``cfg.critic``, ``obs``, ``state``, ``acts``), targets ``y [B, N]`` and the
+    agents alive at ``t`` (``alive [B, N]`` bool), and its metrics ``critic_loss``, ``q_mean`` (the first
+    critic's) and ``target_mean``."""
+    qs = q_values(mod.critics, critic_inputs(cfg.critic, obs, state, acts, mid))
     loss = sum(masked_mean((q - y) ** 2, alive) for q in qs)
     q_mean, y_mean = float(masked_mean(qs[0].detach(), alive)), float(masked_mean(y, alive))
     return loss, {"critic_loss": float(loss.detach()), "q_mean": q_mean, "target_mean": y_mean}
@@ -253,9 +254,7 @@ def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, ac
     total, metrics = 0.0, {}
     for m in mids:
         mod, alive = mods[m], batch[m]["alive"].bool()
-        critic_loss, metrics[m] = critic_regression(
-            mod, critic_inputs(cfg.critic, obs, j["state"], acts, m), y[m], alive
-        )
+        critic_loss, metrics[m] = critic_regression(mod, cfg, obs, j["state"], acts, m, y[m], alive)
         with torch.set_grad_enabled(actor_due):  # off a delayed step the actor loss is a metric only
             own = mod.mu(mod.actor, obs[m], batch[m].get("avail"))
             own = gumbel_softmax_st(own) if mod.discrete else own
