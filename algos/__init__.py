@@ -125,6 +125,19 @@ register_algo(
     **_DDPG,
     description="MATD3: MADDPG with TD3's twin critics, target smoothing and delayed actor updates (Fujimoto et al. 2018)",
 )
+_SAC = dict(trainer="marl.algos.sac:SAC", schema="marl.algos.sac_config:SACConfig")
+register_algo(
+    "masac",
+    **_SAC,
+    description="MASAC: soft actor-critic with a centralised twin-Q critic per agent, continuous or discrete "
+    "actions, automatic entropy tuning (Haarnoja et al. 2018)",
+)
+register_algo(
+    "isac",
+    **_SAC,
+    description="ISAC: soft actor-critic per agent, the critic on the agent's own observation and action "
+    "(Haarnoja et al. 2018; discrete: Christodoulou 2019)",
+)
 
 register_transform(
     "causal_shift",

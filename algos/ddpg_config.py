@@ -52,7 +52,7 @@ def recurrent_not_supported(c: Any) -> Optional[str]:
 @dataclass(frozen=True, kw_only=True)
 class OffPolicyACConfig(EngineConfig):
     """Keys of the off-policy actor-critics on the transition buffer (the DDPG family, ``docs/algorithms/ddpg.md``,
-    and the SAC family): critics, targets, replay, schedule and networks."""
+    and the SAC family, ``docs/algorithms/sac.md``): critics, targets, replay, schedule and networks."""
 
     LAYER = "off-policy actor-critic"
     RULES = (batch_beyond_buffer, starts_beyond_buffer, recurrent_not_supported)
