@@ -209,14 +209,14 @@ SAC_LEARN = {k: v for k, v in LEARN.items() if not k.startswith("exploration")}
 def test_learns_to_hit_continuous_targets(tmp_path, algo):
     """TargetEnv (2 agents x 5 steps, reward -mean (a - c)^2): random play about -16.7 per episode, the best blind
     action -3.3; the greedy policy must beat -1."""
-    res = TargetEnv(num_envs=8).fit(algo, stop={"iterations": 60}, log_dir=str(tmp_path), **SAC_LEARN)
+    res = TargetEnv(num_envs=8).fit(algo, stop={"iterations": 40}, log_dir=str(tmp_path), **SAC_LEARN)
     assert res.eval["episode_return_mean"] > -1.0, res.eval
 
 
 @pytest.mark.parametrize("algo", ["masac", "isac"])
 def test_discrete_sac_learns_the_cued_actions(tmp_path, algo):
     """MatchEnv: random play returns 5 * 2 / 3 = 3.3 per episode, the optimum 10; the greedy policy must beat 8."""
-    res = MatchEnv(num_envs=8).fit(algo, stop={"iterations": 40}, log_dir=str(tmp_path), **SAC_LEARN)
+    res = MatchEnv(num_envs=8).fit(algo, stop={"iterations": 25}, log_dir=str(tmp_path), **SAC_LEARN)
     assert res.eval["episode_return_mean"] > 8.0, res.eval
 
 
