@@ -132,6 +132,19 @@ register_algo(
     description="FACMAC: deterministic actors, per-agent critics mixed into Q_tot, the policy gradient over the "
     "joint action (Peng et al. 2021)",
 )
+_SAC = dict(trainer="marl.algos.sac:SAC", schema="marl.algos.sac_config:SACConfig")
+register_algo(
+    "masac",
+    **_SAC,
+    description="MASAC: soft actor-critic with a centralised twin-Q critic per agent, continuous or discrete "
+    "actions, automatic entropy tuning (Haarnoja et al. 2018)",
+)
+register_algo(
+    "isac",
+    **_SAC,
+    description="ISAC: soft actor-critic per agent, the critic on the agent's own observation and action "
+    "(Haarnoja et al. 2018; discrete: Christodoulou 2019)",
+)
 
 register_transform(
     "causal_shift",

@@ -88,18 +88,37 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
             self.register_buffer("low", torch.as_tensor(space.low, dtype=torch.float32), persistent=False)
             self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32), persistent=False)
         net = dict(hidden=int(c["hidden"]), layers=int(c["layers"]), activation=c["activation"], layer_norm=False)
-        self.actor = MLP(int(c["obs_dim"]), self.action_dim, init="torch", **net)
+        self.actor = MLP(int(c["obs_dim"]), self.actor_outputs(), init="torch", **net)
         if not self.inference_only:
             n = 2 if c.get("twin") else 1
             self.critics = torch.nn.ModuleList([MLP(int(c["critic_dim"]), 1, init="torch", **net) for _ in range(n)])
-            self.actor_target, self.critic_targets = make_target(self.actor), make_target(self.critics)
+            if self.actor_target_kept:
+                self.actor_target = make_target(self.actor)
+            self.critic_targets = make_target(self.critics)
+
+    # a target actor mu' (DDPG's target actions); a stochastic actor (SAC) samples its next actions itself
+    actor_target_kept = True
+
+    def actor_outputs(self) -> int:
+        """Outputs of the actor MLP: ``K`` pre-tanh actions or ``A`` logits."""
+        return self.action_dim
 
     def get_non_inference_attributes(self):
-        return ["critics", "actor_target", "critic_targets"]
+        return (
+            ["critics", "actor_target", "critic_targets"] if self.actor_target_kept else ["critics", "critic_targets"]
+        )
 
     def target_pairs(self):
-        """``[(actor, actor_target), (critics, critic_targets)]`` (learner copies only)."""
-        return [] if self.inference_only else [(self.actor, self.actor_target), (self.critics, self.critic_targets)]
+        """``[(actor, actor_target), (critics, critic_targets)]`` (learner copies only; no actor pair when
+        ``actor_target_kept`` is false)."""
+        if self.inference_only:
+            return []
+        actor = [(self.actor, self.actor_target)] if self.actor_target_kept else []
+        return actor + [(self.critics, self.critic_targets)]
+
+    def to_bounds(self, u: torch.Tensor) -> torch.Tensor:
+        """``u [..., K]`` in ``[-1, 1]`` -> ``low + (u + 1) h`` in ``[low, high]``, ``h = (high - low) / 2``."""
+        return self.low + (u + 1.0) * (self.high - self.low) / 2
 
     def initial_state(self, batch_shape) -> None:
         return None  # MLP actors: no recurrent state
@@ -110,7 +129,7 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
         out = net(obs)
         if self.discrete:
             return out if avail is None else out.masked_fill(~avail.bool(), MASKED)
-        return self.low + (torch.tanh(out) + 1.0) * (self.high - self.low) / 2
+        return self.to_bounds(torch.tanh(out))
 
     @torch.no_grad()
     def act(self, obs, avail, h, explore: bool = True, noise: float = 0.0, **unused):
@@ -192,6 +211,25 @@ def frozen(net: torch.nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
     return functional_call(net, {k: v.detach() for k, v in net.named_parameters()}, inputs)
 
 
+def batch_views(mods: Dict[str, DDPGModule], batch: Dict[str, Any]):
+    """``(joint, obs, acts, next_obs)`` of a learner batch: the ``JOINT`` columns, and module -> observations
+    ``[B, N, D]``, stored actions as critic inputs (:func:`action_input`) and next observations."""
+    obs = {m: batch[m]["obs"] for m in mods}
+    acts = {m: action_input(mods[m], batch[m]["actions"]) for m in mods}
+    return batch[JOINT], obs, acts, {m: batch[m]["next_obs"] for m in mods}
+
+
+def critic_regression(mod: DDPGModule, cfg: Any, obs, state, acts, mid: str, y: torch.Tensor, alive: torch.Tensor):
+    """The critic loss ``sum_k mean_alive (Q_k(x, a) - y)^2`` of module ``mid``'s critics on the stored actions
+    (inputs :func:`critic_inputs` of ``cfg.critic``, ``obs``, ``state``, ``acts``), targets ``y [B, N]`` and the
+    agents alive at ``t`` (``alive [B, N]`` bool), and its metrics ``critic_loss``, ``q_mean`` (the first
+    critic's) and ``target_mean``."""
+    qs = q_values(mod.critics, critic_inputs(cfg.critic, obs, state, acts, mid))
+    loss = sum(masked_mean((q - y) ** 2, alive) for q in qs)
+    q_mean, y_mean = float(masked_mean(qs[0].detach(), alive)), float(masked_mean(y, alive))
+    return loss, {"critic_loss": float(loss.detach()), "q_mean": q_mean, "target_mean": y_mean}
+
+
 def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, actor_due: bool):
     """The critic loss ``mean (Q_k(x, a) - y)^2`` of every critic ``k`` and, when ``actor_due``, the actor
     loss ``-mean Q_1(x, a_1..mu_i(o_i)..a_N)``, masked by the agents alive at ``t``, summed over modules.
@@ -200,11 +238,9 @@ def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, ac
     next_avail}`` and ``JOINT -> {state, next_state [B, S], terminated [B]}``. Returns the total loss and
     per-module metrics ``{mid: {critic_loss, actor_loss, q_mean, target_mean}}``.
     """
-    j, mids = batch[JOINT], list(mods)
-    obs = {m: batch[m]["obs"] for m in mids}
-    acts = {m: action_input(mods[m], batch[m]["actions"]) for m in mids}
+    mids = list(mods)
+    j, obs, acts, next_obs = batch_views(mods, batch)
     with torch.no_grad():  # target actions mu'(o') (smoothed in TD3), then y per module
-        next_obs = {m: batch[m]["next_obs"] for m in mids}
         nxt = {m: target_action(mods[m], batch[m], cfg) for m in mids}
         y = {
             m: critic_target(
@@ -218,10 +254,7 @@ def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, ac
     total, metrics = 0.0, {}
     for m in mids:
         mod, alive = mods[m], batch[m]["alive"].bool()
-        qs = q_values(mod.critics, critic_inputs(cfg.critic, obs, j["state"], acts, m))
-        critic_loss = sum(masked_mean((q - y[m]) ** 2, alive) for q in qs)
-        q_mean, y_mean = float(masked_mean(qs[0].detach(), alive)), float(masked_mean(y[m], alive))
-        metrics[m] = {"critic_loss": float(critic_loss.detach()), "q_mean": q_mean, "target_mean": y_mean}
+        critic_loss, metrics[m] = critic_regression(mod, cfg, obs, j["state"], acts, m, y[m], alive)
         with torch.set_grad_enabled(actor_due):  # off a delayed step the actor loss is a metric only
             own = mod.mu(mod.actor, obs[m], batch[m].get("avail"))
             own = gumbel_softmax_st(own) if mod.discrete else own
@@ -258,6 +291,7 @@ class DDPGLearner(OffPolicyLearner):
     2024, arXiv 2312.01472)."""
 
     actor_due = True
+    losses = staticmethod(ddpg_losses)  # (modules, batch, cfg, actor_due) -> (total loss, per-module metrics)
 
     def configure_optimizers_for_module(self, module_id, config=None):
         params = self.get_parameters(self.module_for_optimizer(module_id))
@@ -265,7 +299,8 @@ class DDPGLearner(OffPolicyLearner):
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
 
     def clip_groups(self, module_id: str):
-        # actor, critics, and any other trainable part on its own (a mixer module's net, SAC's log_alpha)
+        """Parameters clipped together: ``actor``, ``critic`` and each other trainable part on its own (a mixer
+        module's ``net``, SAC's ``log_alpha``), as BenchMARL's one optimiser per loss."""
         return self.groups_by_head(module_id, {"actor": "actor", "critics": "critic"})
 
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]
@@ -283,7 +318,7 @@ class DDPGLearner(OffPolicyLearner):
 
     def compute_losses(self, *, fwd_out, batch):
         mods = {m: self.module[m].unwrapped() for m in self.run.family.modules}
-        total, metrics = ddpg_losses(mods, batch, self.cfg, self.actor_due)
+        total, metrics = self.losses(mods, batch, self.cfg, self.actor_due)
         if not torch.isfinite(total):
             raise TrainingDiverged(f"{self.cfg.algo} loss is {float(total)} (not finite)")
         for m, values in metrics.items():
@@ -345,7 +380,7 @@ class DDPG(OffPolicyTrainer):
                 raise MarlError(f"{c.algo}: {where} has actions {space}; supported: a 1-D Box or Discrete.")
             if g.structured:
                 raise MarlError(
-                    f"{c.algo}: {where} has a structured observation {g.obs_space}; the DDPG family reads 1-D Box "
+                    f"{c.algo}: {where} has a structured observation {g.obs_space}; {c.algo} reads 1-D Box "
                     f"observations only (not yet images or Dict spaces)."
                 )
         if c.critic == "state" and info.state_dim <= 0:

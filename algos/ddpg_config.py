@@ -1,4 +1,5 @@
-"""The config schema of IDDPG, MADDPG and MATD3 (:class:`DDPGConfig`), apart from the trainer so that a
+"""The config schema of IDDPG, MADDPG and MATD3 (:class:`DDPGConfig`) and the keys they share with ISAC and
+MASAC (:class:`OffPolicyACConfig`), apart from the trainer so that a
 config is loaded and checked without importing torch or Ray (the algorithms are in :mod:`marl.algos.ddpg`).
 
 Sources of the keys: Lillicrap et al. 2016 (DDPG, arXiv 1509.02971); Lowe et al. 2017 (MADDPG,
@@ -38,33 +39,31 @@ def starts_beyond_buffer(c: Any) -> Optional[str]:
     return _never_in_buffer("learning_starts", c.learning_starts, c.buffer_size)
 
 
-@rule(("recurrent",), ERROR, "the DDPG family has MLP actors and critics only (recurrent agents: not yet)")
+@rule(("recurrent",), ERROR, "the off-policy actor-critics have MLP actors and critics only (recurrent: not yet)")
 def recurrent_not_supported(c: Any) -> Optional[str]:
     if not c.recurrent:
         return None
     return (
-        f"recurrent=True: {getattr(c, 'algo', 'the DDPG family')} has no recurrent actors or critics yet (MLP only); use recurrent: false, "
+        f"recurrent=True: {getattr(c, 'algo', 'this off-policy actor-critic')} has no recurrent actors or critics yet (MLP only); use recurrent: false, "
         f"or a family with recurrent agents (qmix, mappo)."
     )
 
 
 @dataclass(frozen=True, kw_only=True)
-class DDPGConfig(EngineConfig):
-    """IDDPG / MADDPG / MATD3 keys (``docs/algorithms/ddpg.md``); values in ``configs/algos/maddpg.yaml``,
-    which ``iddpg.yaml`` and ``matd3.yaml`` start from (``base: maddpg``)."""
+class OffPolicyACConfig(EngineConfig):
+    """Keys of the off-policy actor-critics on the transition buffer (the DDPG family, ``docs/algorithms/ddpg.md``,
+    and the SAC family, ``docs/algorithms/sac.md``): critics, targets, replay, schedule and networks."""
 
     LAYER = "off-policy actor-critic"
     RULES = (batch_beyond_buffer, starts_beyond_buffer, recurrent_not_supported)
 
     critic: str = key(
-        "what each agent's critic reads beside actions: obs (its own obs and action: IDDPG), joint_obs (all "
-        "agents' observations and actions: MADDPG) or state (the global state and all actions)",
+        "what each agent's critic reads beside actions: obs (its own obs and action: IDDPG, ISAC), joint_obs (all "
+        "agents' observations and actions: MADDPG, MASAC) or state (the global state and all actions)",
         choices=CRITICS,
     )
-    twin_critics: bool = key("two critics, target = min of their targets (TD3's clipped double-Q)")
+    twin_critics: bool = key("two critics, target = min of their targets (TD3's clipped double-Q; SAC's twin Q)")
     policy_delay: int = key("gradient steps per actor step and target update (TD3: 2)", ge=1)
-    target_noise: float = key("std of the target policy smoothing noise, in half action ranges (TD3: 0.2)", ge=0)
-    target_noise_clip: float = key("the smoothing noise is clipped to +- this, in half action ranges", ge=0)
     gamma: float = key("discount factor", gt=0, le=1)
     tau: float = key(
         "Polyak averaging of the targets after each actor step: theta' <- tau theta + (1-tau) theta'", gt=0, le=1
@@ -75,11 +74,22 @@ class DDPGConfig(EngineConfig):
     learning_starts: int = key("transitions in the buffer before training (at least batch_size)", ge=0)
     gradient_steps: int = key("gradient steps per per_env_steps new env steps (all env copies)", ge=1)
     per_env_steps: int = key("env steps that pay for gradient_steps gradient steps", ge=1)
-    exploration_noise_start: float = key("std of the Gaussian action noise at env step 0, in half action ranges", ge=0)
-    exploration_noise_end: float = key("std of the action noise after exploration_anneal_steps", ge=0)
-    exploration_anneal_steps: int = key("env steps of the linear noise decay", ge=0)
     hidden: int = key("width of the actor's and the critic's hidden layers", ge=1)
     layers: int = key("hidden layers of the actor and the critic", ge=1)
     activation: str = key("activation of the hidden layers", choices=ACTIVATIONS)
     recurrent: bool = key("recurrent actors and critics: not supported yet (must be false)")
     checkpoint_buffer: bool = key("save the replay buffer in checkpoints (a resumed run keeps learning off-policy)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DDPGConfig(OffPolicyACConfig):
+    """IDDPG / MADDPG / MATD3 keys (``docs/algorithms/ddpg.md``); values in ``configs/algos/maddpg.yaml``,
+    which ``iddpg.yaml`` and ``matd3.yaml`` start from (``base: maddpg``)."""
+
+    LAYER = "DDPG family"
+
+    target_noise: float = key("std of the target policy smoothing noise, in half action ranges (TD3: 0.2)", ge=0)
+    target_noise_clip: float = key("the smoothing noise is clipped to +- this, in half action ranges", ge=0)
+    exploration_noise_start: float = key("std of the Gaussian action noise at env step 0, in half action ranges", ge=0)
+    exploration_noise_end: float = key("std of the action noise after exploration_anneal_steps", ge=0)
+    exploration_anneal_steps: int = key("env steps of the linear noise decay", ge=0)

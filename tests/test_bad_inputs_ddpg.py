@@ -70,6 +70,11 @@ CASES = [
 
 @pytest.mark.parametrize("algo, make, kw, excerpts", [(c[0], *c[2:]) for c in CASES], ids=[c[1] for c in CASES])
 def test_bad_ddpg_input_is_a_clear_error_before_ray(algo, make, kw, excerpts):
+    clear_error(algo, make, kw, excerpts)
+
+
+def clear_error(algo, make, kw, excerpts):
+    """``fit`` of ``algo`` on ``make()`` with keys ``kw`` raises a MarlError whose message has every excerpt."""
     with pytest.raises(MarlError) as e:
         marl.fit(make(), algo, stop={"iterations": 1}, **kw)
     for part in excerpts:

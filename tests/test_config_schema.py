@@ -216,8 +216,11 @@ def test_every_key_gets_a_value_from_the_yaml_for_every_algorithm_and_env_file()
 
 
 # ------------------------------------------------------------------ schema hygiene
-UNBOUNDED = {"log_std_init"}  # any real number is valid
+UNBOUNDED = {"log_std_init", "target_entropy"}  # any real number is valid
 FREE_TEXT = {"log_dir", "init_from", "chat_template"}  # paths, a Jinja template
+# "auto" or a number: choices would refuse the numbers, so a rule of the schema refuses any other word
+# (the SAC family's target_entropy_is_auto_or_number; tests/test_bad_inputs_sac.py)
+WORD_OR_NUMBER = {"target_entropy"}
 
 
 def test_every_key_has_a_one_line_doc_and_a_range_or_choices():
@@ -228,7 +231,7 @@ def test_every_key_has_a_one_line_doc_and_a_range_or_choices():
             types = set(typing.get_args(s.type)) if union else {s.type}  # the scalar types (Optional[int]: int)
             if types & {int, float} and s.name not in UNBOUNDED:
                 assert s.range_text(), f"{s.name} has no range"
-            if types & {str} and s.name not in FREE_TEXT and not s.internal:
+            if types & {str} and s.name not in FREE_TEXT | WORD_OR_NUMBER and not s.internal:
                 assert s.choices, f"{s.name} has no choices"
 
 

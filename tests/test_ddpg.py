@@ -244,29 +244,27 @@ def test_discrete_maddpg_learns_the_cued_actions(tmp_path):
     assert res.eval["episode_return_mean"] > 8.0, res.eval
 
 
-@pytest.mark.parametrize("algo", ["maddpg", "facmac"])
-@pytest.mark.parametrize("share", ["individual", "group"])
-def test_discrete_actors_run_with_every_share_mode(tmp_path, share, algo):
-    """Gumbel-softmax actors on MatchEnv: one module per agent (individual) or one (group), finite losses (MADDPG:
-    a critic loss per module; FACMAC: one per team, of its mixed critics)."""
-    res = MatchEnv(num_envs=4).fit(
-        algo,
-        share=share,
-        stop={"iterations": 3},
-        rollout_length=5,
-        batch_size=8,
-        gradient_steps=2,
-        per_env_steps=20,
-        learning_starts=0,
-        log_dir=str(tmp_path),
-        progress=False,
-        checkpoint_every=0,
-        eval_episodes=4,
+def brief_fit(env, algo, share, tmp_path):
+    """3 iterations of 2 gradient steps each on ``env`` with policy mapping ``share``; the result."""
+    kw = dict(rollout_length=5, batch_size=8, gradient_steps=2, per_env_steps=20, learning_starts=0, eval_episodes=4)
+    return env.fit(
+        algo, share=share, stop={"iterations": 3}, log_dir=str(tmp_path), progress=False, checkpoint_every=0, **kw
     )
-    assert len(res.policy.modules) == (2 if share == "individual" else 1)
-    losses = [k for k in res.metrics if k.endswith("/critic_loss")]
-    assert len(losses) == (len(res.policy.modules) if algo == "maddpg" else 1)
-    assert all(np.isfinite(res.metrics[k]) for k in losses) and "actor_loss" in " ".join(res.metrics)
+
+
+def per_module(res, metric):
+    """The learner metric ``metric`` of every module (``"<module>/<metric>"``), each finite."""
+    values = [v for k, v in res.metrics.items() if k.endswith(f"/{metric}")]
+    assert all(np.isfinite(values)), (metric, values)
+    return values
+
+
+@pytest.mark.parametrize("share", ["individual", "group"])
+def test_discrete_maddpg_runs_with_every_share_mode(tmp_path, share):
+    """Gumbel-softmax actors on MatchEnv: finite losses, one module per agent (individual) or one (group)."""
+    res = brief_fit(MatchEnv(num_envs=4), "maddpg", share, tmp_path)
+    assert len(per_module(res, "critic_loss")) == (2 if share == "individual" else 1)
+    assert len(per_module(res, "actor_loss")) == (2 if share == "individual" else 1)
 
 
 def test_matd3_resume_is_exact_with_the_replay_buffer(ray_session, run_dir):

@@ -1,7 +1,7 @@
 """FACMAC (algos/facmac.py): hand-computed team targets through the VDN sum and through monotonic and
 non-monotonic QMIX mixers, the centralised policy gradient (every agent's action from its current policy),
-the actor's action regulariser, learning a continuous and a discrete task random play cannot solve, and exact
-resume with the replay buffer."""
+the actor's action regulariser, learning a continuous and a discrete task random play cannot solve, every share mode,
+and exact resume with the replay buffer."""
 
 import math
 from types import SimpleNamespace
@@ -15,7 +15,7 @@ from marl.algos.ddpg import JOINT, DDPGModule
 from marl.algos.facmac import FACMACLayout, action_penalty, facmac_losses, mix
 from marl.algos.networks.mixers import QMixer
 from test_ddpg import LEARN as DDPG_LEARN
-from test_ddpg import constant_actor, linear
+from test_ddpg import brief_fit, constant_actor, linear, per_module
 from test_exact_resume import _one_go_vs_resumed
 from toy_envs import MatchEnv, TargetEnv
 
@@ -152,6 +152,15 @@ def test_discrete_facmac_learns_the_cued_actions(tmp_path):
         "facmac", mixer="qmix_nonmonotonic", stop={"iterations": 80}, log_dir=str(tmp_path), **LEARN
     )
     assert res.eval["episode_return_mean"] > 8.0, res.eval
+
+
+@pytest.mark.parametrize("share", ["individual", "group"])
+def test_facmac_runs_with_every_share_mode(tmp_path, share):
+    """Gumbel-softmax actors on MatchEnv: one module per agent (individual) or one (group), one mixer and so one
+    critic loss for the team either way, finite."""
+    res = brief_fit(MatchEnv(num_envs=4), "facmac", share, tmp_path)
+    assert len(res.policy.modules) == (2 if share == "individual" else 1)
+    assert len(per_module(res, "critic_loss")) == len(per_module(res, "actor_loss")) == 1
 
 
 def test_facmac_resume_is_exact_with_the_replay_buffer(ray_session, run_dir):

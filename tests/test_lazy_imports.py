@@ -47,6 +47,8 @@ ALGOS = {
     "iddpg": ("vmas", {"exploration_noise_end": 0.05}),
     "matd3": ("mpe", {"policy_delay": 3, "target_noise": 0.1}),
     "facmac": ("vmas", {"mixer": "qmix_nonmonotonic", "actor_reg": 0.0}),
+    "masac": ("mpe", {"target_entropy": -1.5, "alpha_init": 0.5}),
+    "isac": ("vmas", {"target_entropy": "auto", "fixed_alpha": True}),
 }
 # (an override outside its range, the key named by the error) per algorithm family
 BAD = {
@@ -55,6 +57,7 @@ BAD = {
     "reinforce": ("dtype", "float8"),
     "coma": ("td_lambda", 1.5),
     "maddpg": ("policy_delay", 0),
+    "masac": ("alpha_init", 0.0),
 }
 
 
