@@ -267,9 +267,23 @@ def test_discrete_maddpg_runs_with_every_share_mode(tmp_path, share):
     assert len(per_module(res, "actor_loss")) == (2 if share == "individual" else 1)
 
 
-def test_matd3_resume_is_exact_with_the_replay_buffer(ray_session, run_dir):
-    """Twin critics, smoothing noise, delayed actor steps, the buffer and its sampler all continue exactly."""
-    env = lambda: TargetEnv(num_envs=4)  # noqa: E731
+@pytest.mark.parametrize(
+    "algo, env",
+    [("matd3", TargetEnv), ("facmac", TargetEnv), ("masac", TargetEnv), ("isac", MatchEnv)],
+    ids=["matd3", "facmac", "masac-box", "isac-discrete"],
+)
+def test_off_policy_actor_critic_resume_is_exact_with_the_replay_buffer(ray_session, run_dir, algo, env):
+    """The buffer and its sampler, and each family's own state, continue exactly: MATD3's twin critics, smoothing
+    noise and delayed actor steps; FACMAC's mixer (through the losses); SAC's policy sampling and temperature."""
     _one_go_vs_resumed(
-        env, "matd3", 4, run_dir, rollout_length=5, batch_size=8, gradient_steps=3, per_env_steps=20, hidden=16
+        lambda: env(num_envs=4),
+        algo,
+        4,
+        run_dir,
+        rollout_length=5,
+        batch_size=8,
+        gradient_steps=3,
+        per_env_steps=20,
+        hidden=16,
+        learning_starts=0,
     )

@@ -1,7 +1,7 @@
 """FACMAC (algos/facmac.py): hand-computed team targets through the VDN sum and through monotonic and
 non-monotonic QMIX mixers, the centralised policy gradient (every agent's action from its current policy),
-the actor's action regulariser, learning a continuous and a discrete task random play cannot solve, every share mode,
-and exact resume with the replay buffer."""
+the actor's action regulariser, learning a continuous and a discrete task random play cannot solve, and every
+share mode (exact resume: tests/test_ddpg.py, beside MATD3's and SAC's)."""
 
 import math
 from types import SimpleNamespace
@@ -16,7 +16,6 @@ from marl.algos.facmac import FACMACLayout, action_penalty, facmac_losses, mix
 from marl.algos.networks.mixers import QMixer
 from test_ddpg import LEARN as DDPG_LEARN
 from test_ddpg import brief_fit, constant_actor, linear, per_module
-from test_exact_resume import _one_go_vs_resumed
 from toy_envs import MatchEnv, TargetEnv
 
 BOX = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
@@ -161,20 +160,3 @@ def test_facmac_runs_with_every_share_mode(tmp_path, share):
     res = brief_fit(MatchEnv(num_envs=4), "facmac", share, tmp_path)
     assert len(res.policy.modules) == (2 if share == "individual" else 1)
     assert len(per_module(res, "critic_loss")) == len(per_module(res, "actor_loss")) == 1
-
-
-def test_facmac_resume_is_exact_with_the_replay_buffer(ray_session, run_dir):
-    """Actors, critics, the mixer (through the losses), the buffer and its sampler all continue exactly."""
-    env = lambda: TargetEnv(num_envs=4)  # noqa: E731
-    _one_go_vs_resumed(
-        env,
-        "facmac",
-        4,
-        run_dir,
-        rollout_length=5,
-        batch_size=8,
-        gradient_steps=3,
-        per_env_steps=20,
-        hidden=16,
-        learning_starts=0,
-    )

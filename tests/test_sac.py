@@ -1,7 +1,7 @@
 """ISAC / MASAC (algos/sac.py): the tanh-Gaussian log-likelihood with its correction, the discrete soft target and
 actor loss as exact expectations (masks included), the temperature's gradient sign, the twin-min in the soft target,
 an actor loss that never moves the critics, learning a continuous and a discrete task random play cannot solve,
-every share mode, and exact resume with the replay buffer."""
+and every share mode (exact resume: tests/test_ddpg.py, beside MATD3's and FACMAC's)."""
 
 import math
 
@@ -14,7 +14,6 @@ from marl.algos.ddpg import JOINT
 from marl.algos.sac import SACModule, sac_losses, squashed_log_prob, target_entropy
 from marl.config import load_config
 from test_ddpg import BOX, LEARN, _AnyIn, _random_batch, brief_fit, cfg, linear, one_step, per_module
-from test_exact_resume import _one_go_vs_resumed
 from toy_envs import MatchEnv, TargetEnv
 
 
@@ -240,19 +239,3 @@ def test_defaults_are_benchmarls():
         0.2,
     )
     assert load_config("isac", None).critic == "obs"
-
-
-@pytest.mark.parametrize("algo, env", [("masac", TargetEnv), ("isac", MatchEnv)], ids=["masac-box", "isac-discrete"])
-def test_resume_is_exact_with_the_replay_buffer_and_temperature(ray_session, run_dir, algo, env):
-    """Policy sampling, twin critics, the temperature, the buffer and its sampler all continue exactly."""
-    _one_go_vs_resumed(
-        lambda: env(num_envs=4),
-        algo,
-        4,
-        run_dir,
-        rollout_length=5,
-        batch_size=8,
-        gradient_steps=3,
-        per_env_steps=20,
-        hidden=16,
-    )
