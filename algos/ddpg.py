@@ -244,14 +244,20 @@ class DDPGLearner(OffPolicyLearner):
         return out
 
     def compute_losses(self, *, fwd_out, batch):
-        mods = {m: self.module[m].unwrapped() for m in self.run.family.modules}
-        total, metrics = self.losses(mods, batch, self.cfg, self.actor_due)
+        total, metrics = self.joint_losses(batch)
         if not torch.isfinite(total):
             raise TrainingDiverged(f"{self.cfg.algo} loss is {float(total)} (not finite)")
-        for m, values in metrics.items():
-            for name, v in values.items():
-                self.metrics.log_value((m, name), v, window=1)
+        for key, values in metrics.items():  # floats or 0-d tensors: one host sync for all of them
+            numbers = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in values.values()]).tolist()
+            for name, v in zip(values, numbers):
+                self.metrics.log_value((key, name), v, window=1)
         return {batch_module_id(self.run): total}
+
+    def joint_losses(self, batch):
+        """``(total loss, {module or team: {metric: value}})`` of one joint batch: :attr:`losses` of the
+        policy-mapping modules (a family with more parts, e.g. FACMAC's mixers, overrides this)."""
+        mods = {m: self.module[m].unwrapped() for m in self.run.family.modules}
+        return self.losses(mods, batch, self.cfg, self.actor_due)
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         raise NotImplementedError("the loss is joint over modules: see compute_losses")

@@ -38,8 +38,7 @@ from marl.algos.networks.mixers import team_reward_rule, team_rewards
 from marl.algos.value_decomp import ValueDecomp
 from marl.algos.value_decomp_inputs import mixer_specs
 from marl.config import config_view
-from marl.engine.off_policy import batch_module_id
-from marl.errors import MarlError, TrainingDiverged
+from marl.errors import MarlError
 
 Members = List[Tuple[str, int]]  # a team's agents as (module id, index in the module), in env agent order
 
@@ -135,7 +134,7 @@ class FACMACLearner(DDPGLearner):
     """One gradient step of :func:`facmac_losses`: the DDPG family's learner (one Adam per module, the actor's
     and the critics' gradients clipped each; a mixer module counts as critic) with FACMAC's losses."""
 
-    def compute_losses(self, *, fwd_out, batch):
+    def joint_losses(self, batch):
         layout = self.run.family
         mods = {m: self.module[m].unwrapped() for m in layout.modules}
         mixers: Dict[str, Optional[torch.nn.Module]] = {t: None for t in layout.teams}
@@ -144,13 +143,7 @@ class FACMACLearner(DDPGLearner):
             if f"mixer_{team}" in self.module.keys():
                 mixer = self.module[f"mixer_{team}"].unwrapped()
                 mixers[team], targets[team] = mixer.net, mixer.target
-        total, metrics = facmac_losses(mods, mixers, targets, batch, self.cfg, layout, self.actor_due)
-        if not torch.isfinite(total):
-            raise TrainingDiverged(f"{self.cfg.algo} loss is {float(total)} (not finite)")
-        for team, values in metrics.items():  # one host sync for all of them
-            for name, v in zip(values, torch.stack(list(values.values())).tolist()):
-                self.metrics.log_value((team, name), v, window=1)
-        return {batch_module_id(self.run): total}
+        return facmac_losses(mods, mixers, targets, batch, self.cfg, layout, self.actor_due)
 
 
 class FACMAC(DDPG):
