@@ -59,12 +59,15 @@ def benchmarl_python(given: Optional[str]) -> Optional[str]:
 
 
 class BenchmarlAnchor:
-    """BenchMARL's MAPPO in a child process, one timed iteration per :meth:`train_one`.
+    """BenchMARL's MAPPO (or an off-policy actor-critic) in a child process, one timed iteration per
+    :meth:`train_one`.
 
     Args:
         python: interpreter of BenchMARL's environment (:func:`benchmarl_python`).
         num_envs, rollout_length, epochs, minibatches, hidden, max_steps: ``B``, ``T``,
             ``E``, ``K``, MLP width, episode length (as marl's side).
+        **child: more options of the child (``benchmarks/benchmarl_child.py``): ``algo``, ``task``,
+            ``optimizer_steps``, ``train_batch``, ``activation``.
 
     Raises:
         MarlError: the child fails to start (BenchMARL missing or broken in that
@@ -80,6 +83,7 @@ class BenchmarlAnchor:
         minibatches: int = 2,
         hidden: int = 64,
         max_steps: int = 100,
+        **child: Any,
     ):
         args = [
             python,
@@ -96,7 +100,9 @@ class BenchmarlAnchor:
             str(hidden),
             "--max-steps",
             str(max_steps),
+            *[x for k, v in child.items() for x in (f"--{k.replace('_', '-')}", str(v))],
         ]
+        self.algo = str(child.get("algo", "mappo"))
         self._stderr = tempfile.TemporaryFile(mode="w+")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         self._proc = subprocess.Popen(
@@ -139,7 +145,7 @@ class BenchmarlAnchor:
             sample_s=mean([i["collection_s"] for i in its]),
             learn_s=mean([i["training_s"] for i in its]),
             cpu_s=sum(i["cpu_s"] for i in its),
-            settings={**self.settings, "critic": "BenchMARL MAPPO share_param_critic (centralised)"},
+            settings={**self.settings, "critic": f"BenchMARL {self.algo} share_param_critic"},
             notes=["child process in BenchMARL's own environment; learn_s includes its replay-buffer fill"],
         )
 

@@ -1,5 +1,5 @@
-"""BenchMARL's MAPPO on VMAS simple_spread, one iteration per ``go`` line: the child process of
-:mod:`marl.benchmarks.benchmarl_anchor`.
+"""BenchMARL's MAPPO on VMAS simple_spread (or an off-policy actor-critic on another VMAS task), one
+iteration per ``go`` line: the child process of :mod:`marl.benchmarks.benchmarl_anchor`.
 
 It runs in *another* Python environment, the one BenchMARL is installed in
 (BenchMARL pins its own torchrl/tensordict, so it is not a dependency of marl).
@@ -15,14 +15,22 @@ Protocol (one JSON object per stdout line, one command per stdin line):
   so the time spent waiting for the parent is never counted;
 * ``stop`` (or end of input) ends the process.
 
-Settings mirror marl's VMAS side (``marl bench throughput``): discrete actions,
-MLPs of two hidden layers of ``hidden`` units with ReLU for actor and critic,
-BenchMARL's centralised MAPPO critic (``share_param_critic``), CPU for
+Settings mirror marl's VMAS side (``marl bench vs-benchmarl``): MLPs of two hidden
+layers of ``hidden`` units with ``activation`` for actor and critic, CPU for
 sampling, training and buffer, one torch thread, no evaluation, no loggers, no
-checkpoints.
+checkpoints. MAPPO (``--algo mappo``, the default): discrete actions and
+BenchMARL's centralised critic (``share_param_critic``). An off-policy
+actor-critic (``--algo maddpg|iddpg|masac|isac``): continuous actions, the task's
+own BenchMARL config (``--task``), an iteration of ``num_envs * rollout_length``
+frames and then ``optimizer_steps`` gradient steps on ``train_batch``
+transitions each; the exploration anneal is fixed at 1M frames (BenchMARL's
+default, a third of max_n_frames, needs a frame budget, which this open-ended
+child has not; it changes no timing).
 
 Usage: ``python benchmarl_child.py --num-envs 512 --rollout-length 25 --epochs 3
---minibatches 2 --hidden 64 --max-steps 100``.
+--minibatches 2 --hidden 64 --max-steps 100``; ``python benchmarl_child.py --algo
+maddpg --task balance --num-envs 10 --rollout-length 600 --optimizer-steps 1000
+--train-batch 128 --hidden 256 --activation tanh``.
 """
 
 from __future__ import annotations
@@ -40,6 +48,9 @@ except ImportError:  # imported elsewhere (docs, tests): the module still loads
     _Callback = object
 
 
+OFF_POLICY = ("maddpg", "iddpg", "masac", "isac")
+
+
 class _Stop(Exception):
     """Raised inside BenchMARL's loop when the parent says ``stop``."""
 
@@ -54,8 +65,13 @@ def _parse(argv):
         ("hidden", 64),
         ("max-steps", 100),
         ("seed", 0),
+        ("optimizer-steps", 1000),
+        ("train-batch", 128),
     ):
         p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--algo", choices=("mappo",) + OFF_POLICY, default="mappo")
+    p.add_argument("--task", default="simple_spread", help="a VMAS task of BenchMARL's VmasTask")
+    p.add_argument("--activation", choices=("relu", "tanh"), default="relu")
     return p.parse_args(argv)
 
 
@@ -73,7 +89,7 @@ def _wait_for_go() -> None:
 def _experiment(a, callback, folder):
     """The BenchMARL ``Experiment`` with the settings of the module docstring."""
     import torch
-    from benchmarl.algorithms import MappoConfig
+    import benchmarl.algorithms as algorithms
     from benchmarl.environments import VmasTask
     from benchmarl.experiment import Experiment, ExperimentConfig
     from benchmarl.models.mlp import MlpConfig
@@ -81,21 +97,30 @@ def _experiment(a, callback, folder):
     frames = a.num_envs * a.rollout_length
     cfg = ExperimentConfig.get_from_yaml()
     cfg.sampling_device = cfg.train_device = cfg.buffer_device = "cpu"
-    cfg.prefer_continuous_actions = False
-    cfg.on_policy_collected_frames_per_batch = frames
-    cfg.on_policy_n_envs_per_worker = a.num_envs
-    cfg.on_policy_n_minibatch_iters = a.epochs
-    cfg.on_policy_minibatch_size = frames // a.minibatches
+    if a.algo in OFF_POLICY:
+        cfg.prefer_continuous_actions = True
+        cfg.off_policy_collected_frames_per_batch = frames
+        cfg.off_policy_n_envs_per_worker = a.num_envs
+        cfg.off_policy_n_optimizer_steps = a.optimizer_steps
+        cfg.off_policy_train_batch_size = a.train_batch
+        cfg.exploration_anneal_frames = 1_000_000
+    else:
+        cfg.prefer_continuous_actions = False
+        cfg.on_policy_collected_frames_per_batch = frames
+        cfg.on_policy_n_envs_per_worker = a.num_envs
+        cfg.on_policy_n_minibatch_iters = a.epochs
+        cfg.on_policy_minibatch_size = frames // a.minibatches
     cfg.max_n_iters, cfg.max_n_frames = 10**9, None
     cfg.evaluation, cfg.render, cfg.create_json, cfg.loggers = False, False, False, []
     cfg.checkpoint_interval, cfg.checkpoint_at_end = 0, False
     cfg.save_folder = folder
-    task = VmasTask.SIMPLE_SPREAD.get_from_yaml()
+    task = getattr(VmasTask, a.task.upper()).get_from_yaml()
     task.config["max_steps"] = a.max_steps
-    net = MlpConfig(num_cells=[a.hidden, a.hidden], activation_class=torch.nn.ReLU, layer_class=torch.nn.Linear)
+    activation = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[a.activation]
+    net = MlpConfig(num_cells=[a.hidden, a.hidden], activation_class=activation, layer_class=torch.nn.Linear)
     return Experiment(
         task=task,
-        algorithm_config=MappoConfig.get_from_yaml(),
+        algorithm_config=getattr(algorithms, f"{a.algo.capitalize()}Config").get_from_yaml(),
         model_config=net,
         critic_model_config=net,
         seed=a.seed,

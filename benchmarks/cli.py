@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["throughput", "smax", "agents", "vs-benchmarl", "speed"],
         help="throughput: marl vs RLlib on MPE (and VMAS); smax: QMIX and MAPPO on SMAX; "
         "agents: the plain agent network vs HPN, DPN and ASN on SMAX; vs-benchmarl: marl vs "
-        "BenchMARL MAPPO on VMAS; speed: all of these and the MPE backends, with the speed goals",
+        "BenchMARL on VMAS (MAPPO, or --algo maddpg|iddpg|masac|isac); speed: all of these and the MPE backends, with the speed goals",
     )
     p.add_argument(
         "--benchmarl-python",
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="also write the figures (every side, ratios, settings, load) to PATH as JSON",
     )
-    p.add_argument("--algo", default="qmix", help="algorithm of the agents benchmark (default qmix)")
+    p.add_argument("--algo", default=None, help="agents: default qmix; vs-benchmarl: mappo, maddpg, iddpg, masac, isac")
     p.add_argument("--agents", default="mlp,hpn,dpn,asn", help="agent networks of the agents benchmark, anchor first")
     p.add_argument(
         "--set",
@@ -78,9 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-envs", type=int, default=32, help="env copies B of the MPE sides (default 32)")
     p.add_argument("--rollout-length", type=int, default=25, help="steps T per copy per iteration (default 25)")
     p.add_argument("--epochs", type=int, default=10, help="PPO epochs E of the MPE sides (default 10)")
-    p.add_argument(
-        "--vmas-num-envs", type=int, default=512, help="VMAS env copies (default 512; the goal needs >= 256)"
-    )
+    p.add_argument("--vmas-num-envs", type=int, default=None, help="VMAS env copies (default MAPPO 512, off-policy 10)")
     p.add_argument("--seconds", type=float, default=None, help="train each side about this long instead of --iters")
     p.add_argument("--skip-rllib", action="store_true", help="leave out the RLlib anchor")
     p.add_argument("--skip-vmas", action="store_true", help="leave out the VMAS side")
@@ -104,7 +102,7 @@ def run_command(ns: argparse.Namespace) -> Any:
             num_envs=ns.num_envs,
             scenario=ns.map,
             seconds=ns.seconds,
-            algo=ns.algo,
+            algo=ns.algo or "qmix",
             kinds=ns.agents.split(","),
             **parse_cli_overrides(ns.set),
         )
@@ -132,7 +130,12 @@ def _speed(ns: argparse.Namespace) -> Any:
     from marl.config import parse_cli_overrides
 
     return speed.run_vs_benchmarl(
-        python, num_envs=ns.vmas_num_envs, iters=ns.iters, seconds=ns.seconds, **parse_cli_overrides(ns.set)
+        python,
+        num_envs=ns.vmas_num_envs,
+        iters=ns.iters,
+        seconds=ns.seconds,
+        algo=ns.algo or "mappo",
+        **parse_cli_overrides(ns.set),
     )
 
 
@@ -142,7 +145,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     for key in _POSITIVE:
-        if getattr(ns, key) < 1:
+        if getattr(ns, key) is not None and getattr(ns, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be >= 1")
     result = run_command(ns)
     print(result.report(), flush=True)

@@ -2,7 +2,9 @@
 
 ``vs-benchmarl``: marl's MAPPO against BenchMARL's (Bettini et al., 2024,
 arXiv:2312.01472) on VMAS simple_spread (Bettini et al., 2022,
-arXiv:2207.03530), alternating one iteration of each
+arXiv:2207.03530), or one of the off-policy actor-critics both libraries have
+(``--algo maddpg|iddpg|masac|isac``) on VMAS balance with BenchMARL's off-policy
+iteration, alternating one iteration of each
 (:mod:`marl.benchmarks.benchmarl_anchor`), same settings.
 
 ``speed`` runs, one after the other in one process, each section with its own
@@ -32,6 +34,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Tuple
 
 from marl.benchmarks.common import SideResult, fmt, fmt_load, ray_for_bench, side_header, side_row
 from marl.benchmarks.marl_side import bench_ours
+from marl.errors import MarlError
 
 __all__ = ["GOALS", "VsBenchmarlResult", "SpeedResult", "run_vs_benchmarl", "run", "SECTIONS"]
 
@@ -66,8 +69,9 @@ class VsBenchmarlResult:
     def report(self) -> str:
         """One row per side, the ratios and the settings."""
         lines = [
-            "marl bench vs-benchmarl: MAPPO on VMAS simple_spread, env steps/s of whole iterations, "
-            "alternating one marl and one BenchMARL iteration",
+            f"marl bench vs-benchmarl: {self.settings.get('algo', 'mappo').upper()} on VMAS "
+            f"{'simple_spread' if self.settings.get('algo', 'mappo') == 'mappo' else 'balance'}, env steps/s of "
+            "whole iterations, alternating one marl and one BenchMARL iteration",
             "settings: " + ", ".join(f"{k}={fmt(v)}" for k, v in self.settings.items()),
             side_header("side", f"{'steps/cpu_s':>12}"),
         ]
@@ -91,65 +95,93 @@ class VsBenchmarlResult:
         }
 
 
+OFF_POLICY = ("maddpg", "iddpg", "masac", "isac")  # BenchMARL's off-policy actor-critics marl also has
+# BenchMARL's vmas/balance task config (its max_steps is the episode length both sides get)
+BALANCE = {"n_agents": 4, "random_package_pos_on_line": True, "package_mass": 5}
+
+
 def run_vs_benchmarl(
     python: str,
-    num_envs: int = 512,
+    num_envs: Optional[int] = None,
     rollout_length: int = 25,
     epochs: int = 3,
     minibatches: int = 2,
     iters: int = 10,
     seconds: Optional[float] = None,
     max_steps: int = 100,
+    algo: str = "mappo",
     **overrides: Any,
 ) -> VsBenchmarlResult:
-    """marl MAPPO vs BenchMARL MAPPO on VMAS simple_spread, alternating iterations.
+    """marl vs BenchMARL, alternating iterations: MAPPO on VMAS simple_spread, or an off-policy
+    actor-critic (:data:`OFF_POLICY`) on VMAS balance.
+
+    MAPPO: ``B`` copies (default 512), ``T`` steps, ``E`` epochs of ``K`` minibatches, 2x64 ReLU MLPs,
+    discrete actions, a centralised critic. Off-policy: BenchMARL's iteration on both sides (its
+    off-policy defaults, which marl's YAMLs hold): ``B`` copies (default 10) stepping ``6000 / B``
+    steps, then 1000 gradient steps of 128 transitions; 2x256 Tanh MLPs; continuous actions; a shared
+    policy and, for the centralised ones, a shared critic; BenchMARL's balance config (4 agents).
 
     Args:
         python: interpreter of BenchMARL's environment
             (:func:`marl.benchmarks.benchmarl_anchor.benchmarl_python`).
-        num_envs, rollout_length, epochs, minibatches: ``B``, ``T``, ``E``, ``K`` of both sides.
+        num_envs, rollout_length, epochs, minibatches: ``B``, ``T``, ``E``, ``K`` of both sides (MAPPO;
+            off-policy: ``B`` only).
         iters: iterations per side (the first is warm-up); ``seconds``: about this long instead.
         max_steps: VMAS episode length of both sides.
+        algo: ``"mappo"`` or one of :data:`OFF_POLICY`.
         **overrides: more config keys of marl's side only (e.g. ``torch_compile=True``); the settings say so.
 
     Raises:
-        MarlError: BenchMARL's child process fails (the message says how to set it up).
+        MarlError: an unknown ``algo`` (names the choices), ``B`` not dividing 6000 (off-policy), or
+            BenchMARL's child process fails (the message says how to set it up).
     """
     from marl.benchmarks.benchmarl_anchor import BenchmarlAnchor
+    from marl.errors import unknown_choice
 
-    anchor = BenchmarlAnchor(python, num_envs, rollout_length, epochs, minibatches, 64, max_steps)
+    if algo == "mappo":
+        B, T, hidden, child = num_envs or 512, rollout_length, 64, {}
+        ours: Dict[str, Any] = dict(epochs=epochs, scenario="simple_spread", env_kwargs={"max_steps": max_steps})
+        ours.update(hidden=64, num_minibatches=minibatches, critic="team")
+        settings = {"T": T, "E": epochs, "K": minibatches, "hidden": "2x64 relu", "actions": "discrete"}
+        settings["critic"] = "centralised, once per env step (marl critic=team, BenchMARL share_param_critic)"
+    elif algo in OFF_POLICY:
+        B = num_envs or 10
+        if 6000 % B:
+            raise MarlError(f"num_envs={B} must divide BenchMARL's 6000 frames per off-policy iteration.")
+        T, hidden = 6000 // B, 256
+        child = dict(algo=algo, task="balance", optimizer_steps=1000, train_batch=128, activation="tanh")
+        ours = dict(
+            epochs=None, scenario="balance", env_kwargs={"max_steps": max_steps, "continuous_actions": True, **BALANCE}
+        )
+        settings = {
+            "T": T,
+            "gradient_steps": "1000 of 128 transitions",
+            "hidden": "2x256 tanh",
+            "actions": "continuous",
+        }
+    else:
+        raise unknown_choice("vs-benchmarl algorithm", algo, ("mappo",) + OFF_POLICY)
+    anchor = BenchmarlAnchor(python, B, T, epochs, minibatches, hidden, max_steps, **child)
     try:
         with ray_for_bench():
-            ours = bench_ours(
-                num_envs,
-                rollout_length,
-                epochs,
-                iters,
-                seconds,
+            side = bench_ours(
+                B,
+                T,
+                iters=iters,
+                seconds=seconds,
                 family="vmas",
-                scenario="simple_spread",
-                env_kwargs={"max_steps": max_steps},
                 name="marl",
                 between=anchor.train_one,
-                **{"hidden": 64, "num_minibatches": minibatches, "critic": "team", **overrides},
+                algo=algo,
+                **{**ours, **overrides},
             )
         theirs = anchor.result()
     finally:
         anchor.stop()
-    settings = {
-        "B": num_envs,
-        "T": rollout_length,
-        "E": epochs,
-        "K": minibatches,
-        "hidden": "2x64 relu",
-        "critic": "centralised, once per env step (marl critic=team, BenchMARL share_param_critic)",
-        "max_steps": max_steps,
-        "actions": "discrete",
-        "iters": iters,
-        "seconds": seconds,
-        "marl_overrides": dict(overrides),
-    }
-    return VsBenchmarlResult(sides={"marl": ours, "benchmarl": theirs}, settings=settings)
+    settings = {"algo": algo, "B": B, **settings, "max_steps": max_steps, "iters": iters, "seconds": seconds}
+    return VsBenchmarlResult(
+        sides={"marl": side, "benchmarl": theirs}, settings={**settings, "marl_overrides": dict(overrides)}
+    )
 
 
 # ----------------------------------------------------------------------------- the whole table

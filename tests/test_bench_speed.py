@@ -134,3 +134,41 @@ def test_real_benchmarl_child_runs_timed_iterations():
     assert all(i["frames"] == 160 and i["wall_s"] > 0 for i in its)
     res = anchor.result()
     assert res.iterations == 2 and res.env_steps == 320 and res.settings["benchmarl"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(algo="qmix"), "Unknown vs-benchmarl algorithm 'qmix'. Valid choices: iddpg, isac, maddpg, mappo, masac"),
+        (dict(algo="masac", num_envs=7), "num_envs=7 must divide BenchMARL's 6000 frames"),
+    ],
+)
+def test_vs_benchmarl_refuses_bad_algorithms_before_any_child_starts(kwargs, match, monkeypatch):
+    def no_child(*a, **k):
+        raise AssertionError("a child started")
+
+    monkeypatch.setattr("marl.benchmarks.benchmarl_anchor.BenchmarlAnchor", no_child)
+    with pytest.raises(MarlError, match=match):
+        speed.run_vs_benchmarl(sys.executable, **kwargs)
+
+
+@pytest.mark.skipif(not os.environ.get("MARL_BENCHMARL_PYTHON"), reason="BenchMARL's python not given")
+def test_real_benchmarl_child_times_off_policy_iterations():
+    anchor = BenchmarlAnchor(
+        os.environ["MARL_BENCHMARL_PYTHON"],
+        num_envs=4,
+        rollout_length=25,
+        hidden=16,
+        max_steps=20,
+        algo="masac",
+        task="balance",
+        optimizer_steps=3,
+        train_batch=8,
+        activation="tanh",
+    )
+    try:
+        its = [anchor.train_one() for _ in range(2)]
+    finally:
+        anchor.stop()
+    assert all(i["frames"] == 100 and i["training_s"] > 0 for i in its)
+    assert anchor.result().settings["critic"] == "BenchMARL masac share_param_critic"
