@@ -172,3 +172,26 @@ class TargetEnv(MultiAgentEnv):
     def set_state(self, state):
         self.c, self.t = state["c"].clone(), state["t"].clone()
         self.g.set_state(state["g"])
+
+
+class ImageTargetEnv(TargetEnv):
+    """TargetEnv with structured observations: each agent's target ``c`` is shown only in ``"image"``, a
+    ``Box(0, 255, (S, S, K), uint8)`` whose channel ``k`` is ``round((c_k + 1) * 127.5)`` at every pixel, beside
+    ``"vector"``, ``Box(-1, 1, (2,))`` of uniform noise (no cue). Rewards as TargetEnv: random play about ``-5/3`` per
+    agent and step, the best policy blind to the image ``-1/3`` (``a = 0``), reading the image about ``0``."""
+
+    def __init__(self, num_envs=8, N=2, K=2, T=5, S=3, seed=0):
+        super().__init__(num_envs=num_envs, N=N, K=K, T=T, seed=seed)
+        image = gym.spaces.Box(0, 255, (S, S, K), np.uint8)
+        vector = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.info.groups["agent"].obs_space = gym.spaces.Dict({"image": image, "vector": vector})
+        self.info.scenario, self.S = "image_target", S
+
+    def _step(self, reward, trunc):
+        step = super()._step(reward, trunc)
+        B, S = self.num_envs, self.S
+        pixels = torch.round((self.c + 1) * 127.5).to(torch.uint8)  # [B, N, K]
+        image = pixels[:, :, None, None, :].expand(B, self.N, S, S, self.K).contiguous()
+        noise = torch.rand(B, self.N, 2, generator=self.g) * 2 - 1
+        step.obs = {"agent": {"image": image, "vector": noise}}
+        return step
