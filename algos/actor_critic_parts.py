@@ -119,29 +119,31 @@ class CriticEncoders(torch.nn.Module):
     (Stable-Baselines3's critic: one features extractor for its Q-networks).
 
     Args:
-        spaces: module id -> ``(N_m, obs space)`` of the structured modules read, in the critic input's order.
+        spaces: module id -> ``(R_m, obs space)`` of the structured modules read, in the critic input's order;
+            ``R_m``: the agents of module ``m`` whose features one critic input holds (``obs``: 1, its own;
+            ``joint_obs``: ``N_m``, all of them).
         spec: the config's ``encoder`` dict (layers; missing: defaults).
     Input: module -> observation (``[B, N_m, D_m]`` flat, or key -> ``[B, N_m, *shape_k]``). Output: the same dict
     with each encoded module's entry replaced by its features ``[B, N_m, F_m]`` (others unchanged). ``out_dim``:
-    ``sum_m N_m F_m``, what a ``joint_obs`` critic input gains over ``critic_dim`` (``obs``: ``F_mid``).
+    ``sum_m R_m F_m``, what the critic input gains over the model config's ``critic_dim``.
     """
 
     def __init__(self, spaces: Mapping[str, Tuple[int, gym.spaces.Space]], spec: Optional[Mapping[str, Any]] = None):
         super().__init__()
         self.names = module_names(list(spaces))  # module id -> its encoder's name (a ModuleDict refuses '.')
         self.nets = torch.nn.ModuleDict({self.names[m]: ObsEncoder(space, spec) for m, (_, space) in spaces.items()})
-        self.agents = {m: int(n) for m, (n, _) in spaces.items()}
-        self.out_dim = sum(self.agents[m] * int(self.nets[self.names[m]].out_dim) for m in spaces)
+        self.out_dim = sum(int(rows) * int(self.nets[self.names[m]].out_dim) for m, (rows, _) in spaces.items())
 
     def forward(self, obs: Dict[str, Any]) -> Dict[str, Any]:
         return {m: self.nets[self.names[m]](o) if m in self.names else o for m, o in obs.items()}
 
 
 def critic_spaces(critic: str, mid: str, structured: Dict[str, Tuple[int, gym.spaces.Space]]):
-    """The structured modules (id -> ``(N_m, space)``, of ``structured``, every module's in mapping order) that
-    module ``mid``'s critics encode for ``critic`` (see :class:`CriticEncoders`)."""
+    """What module ``mid``'s critics encode for ``critic``: :class:`CriticEncoders`' ``spaces`` (module id ->
+    ``(R_m, space)``) of ``structured`` (every structured module's ``(N_m, space)``, in mapping order): ``obs``:
+    ``mid``'s own, one agent per input; ``joint_obs``: all of them; ``state``: none."""
     if critic == "obs":
-        return {mid: structured[mid]} if mid in structured else {}
+        return {mid: (1, structured[mid][1])} if mid in structured else {}
     return dict(structured) if critic == "joint_obs" else {}
 
 

@@ -195,3 +195,30 @@ class ImageTargetEnv(TargetEnv):
         noise = torch.rand(B, self.N, 2, generator=self.g) * 2 - 1
         step.obs = {"agent": {"image": image, "vector": noise}}
         return step
+
+
+class ImageMatchEnv(MatchEnv):
+    """MatchEnv with structured observations: each agent's cue is shown only in ``"image"``, a
+    ``Box(0, 255, (S, S, A), uint8)`` whose channel ``cue`` is 255 at every pixel (the others 0), beside ``"vector"``,
+    ``Box(0, 1, (2,))`` = ``(t / T, 1 - t / T)``, the episode's progress (no cue). Rewards as MatchEnv: random play
+    ``T N / A`` per episode, reading the image ``T N``. Saves its state (exact resume)."""
+
+    def __init__(self, num_envs=8, N=2, A=3, T=5, S=3, seed=0):
+        super().__init__(num_envs=num_envs, N=N, A=A, T=T, seed=seed)
+        image = gym.spaces.Box(0, 255, (S, S, A), np.uint8)
+        vector = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+        self.info.groups["agent"].obs_space = gym.spaces.Dict({"image": image, "vector": vector})
+        self.info.scenario, self.S = "image_match", S
+
+    def _structured(self, onehot):
+        B, S = self.num_envs, self.S
+        image = (onehot * 255).to(torch.uint8)[:, :, None, None, :].expand(B, self.N, S, S, self.A).contiguous()
+        progress = (self.t.float() / self.T)[:, None, None].expand(B, self.N, 1)
+        return {"image": image, "vector": torch.cat([progress, 1 - progress], -1)}
+
+    def _step(self, reward, term, trunc, final_obs=None, final_state=None):
+        step = super()._step(reward, term, trunc, final_obs, final_state)
+        step.obs = {"agent": self._structured(step.obs["agent"])}
+        if final_obs is not None:
+            step.final_obs = {"agent": self._structured(final_obs["agent"])}
+        return step
