@@ -13,6 +13,7 @@ by side); a gradient step is one joint batch under one module id (:func:`~marl.e
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -274,13 +275,20 @@ class DDPGLearner(OffPolicyLearner):
         return {m: nest_columns(c) for m, c in out.items()}
 
     def compute_losses(self, *, fwd_out, batch):
+        """The joint loss of :meth:`joint_losses`, its metrics logged: the loss and every metric (floats or 0-d
+        tensors) reach the host in one transfer, which the finite check reads too.
+
+        Raises:
+            TrainingDiverged: the loss is NaN or infinite.
+        """
         total, metrics = self.joint_losses(batch)
-        if not torch.isfinite(total):
-            raise TrainingDiverged(f"{self.cfg.algo} loss is {float(total)} (not finite)")
-        for key, values in metrics.items():  # floats or 0-d tensors: one host sync for all of them
-            numbers = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in values.values()]).tolist()
-            for name, v in zip(values, numbers):
-                self.metrics.log_value((key, name), v, window=1)
+        names = [(key, name) for key, values in metrics.items() for name in values]
+        parts = [total.detach()] + [v for values in metrics.values() for v in values.values()]
+        numbers = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=total.device) for v in parts]).tolist()
+        if not math.isfinite(numbers[0]):
+            raise TrainingDiverged(f"{self.cfg.algo} loss is {numbers[0]} (not finite)")
+        for name, v in zip(names, numbers[1:]):
+            self.metrics.log_value(name, v, window=1)
         return {batch_module_id(self.run): total}
 
     def joint_losses(self, batch):

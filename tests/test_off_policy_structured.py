@@ -4,10 +4,12 @@ MATD3, FACMAC (algos/ddpg.py, algos/facmac.py), ISAC, MASAC (algos/sac.py).
 Hand-computed network sizes (the actor's encoder in front of its MLP, the critics' own encoders), the actor loss
 never moving the critics' encoders, target copies of the encoders, every algorithm and critic training on
 ``ImageTargetEnv`` (continuous actions, tests/toy_envs.py) and ``image_cue`` (discrete, envs/cue.py), learning that
-reads the image (MADDPG, MASAC), and the refusals left. Exact resume: tests/test_ddpg.py.
+reads the image (MADDPG, MASAC), the refusals left, and the learner's metrics (0-d tensors, one host transfer).
+Exact resume: tests/test_ddpg.py.
 """
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,13 +17,13 @@ import torch
 
 import marl
 from marl.algos.actor_critic_parts import CriticEncoders
-from marl.algos.ddpg import DDPG, JOINT, DDPGModule, ddpg_losses
+from marl.algos.ddpg import DDPG, JOINT, DDPGLearner, DDPGModule, ddpg_losses
 from marl.algos.facmac import FACMACLayout, facmac_losses
 from marl.algos.networks.encoders import Encoded
 from marl.algos.sac import SAC, SACModule, sac_losses
 from marl.checkpoint import module_states
 from marl.config import load_config
-from marl.errors import MarlError
+from marl.errors import MarlError, TrainingDiverged
 from marl.mapping import PolicyMapping
 from test_ddpg import LEARN as VECTOR_LEARN
 from toy_envs import ImageTargetEnv, MultiDiscreteEnv
@@ -245,3 +247,29 @@ def test_a_state_critic_without_a_state_is_refused_naming_the_choice(run_dir):
     env.info.state_dim = 0
     with pytest.raises(MarlError, match=r"critic='state' needs a global state; .* use joint_obs"):
         env.fit("masac", critic="state", stop={"iterations": 1}, log_dir=run_dir, progress=False)
+
+
+# ---------------------------------------------------------------- the learner's one host sync
+class _Learner(DDPGLearner):
+    """DDPGLearner.compute_losses on given losses and metrics, its logging recorded (no RLlib learner around it)."""
+
+    cfg = SimpleNamespace(algo="maddpg")
+    run = SimpleNamespace(agent_to_module={"agent_0": "shared"})
+
+    def __init__(self, total, metrics):
+        self.out, self.logged = (total, metrics), {}
+        self.metrics = SimpleNamespace(log_value=lambda key, v, window: self.logged.__setitem__(key, v))
+
+    def joint_losses(self, batch):
+        return self.out
+
+
+def test_compute_losses_logs_every_tensor_metric_as_a_number_and_refuses_a_non_finite_loss():
+    metrics = {"shared": {"critic_loss": torch.tensor(0.5), "alpha": torch.tensor(0.25), "q_mean": 2.0}}
+    learner = _Learner(torch.tensor(1.5, requires_grad=True), metrics)
+    assert learner.compute_losses(fwd_out={}, batch={})["shared"] is learner.out[0]
+    assert learner.logged == {("shared", "critic_loss"): 0.5, ("shared", "alpha"): 0.25, ("shared", "q_mean"): 2.0}
+    assert all(type(v) is float for v in learner.logged.values())
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(TrainingDiverged, match=r"maddpg loss is (nan|inf) \(not finite\)"):
+            _Learner(torch.tensor(bad), metrics).compute_losses(fwd_out={}, batch={})
