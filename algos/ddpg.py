@@ -53,9 +53,9 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
     (K,))`` (the actor's ``tanh`` is scaled to the bounds) or ``Discrete(A)`` (the actor's outputs are logits).
     Structured observations (image ``Box`` or ``Dict`` spaces, ``docs/observations.md``): ``obs_space`` (the
     module's ``Dict``) puts an :class:`~marl.algos.networks.encoders.ObsEncoder` in front of the actor MLP
-    (:func:`~marl.algos.actor_critic_parts.actor_network`), ``critic_spaces`` (module -> ``(N_m, space)``) gives the
-    critics their own encoders, ``critic_encoder`` (:class:`~marl.algos.actor_critic_parts.CriticEncoders`; layers
-    of both: ``encoder``).
+    (:func:`~marl.algos.actor_critic_parts.actor_network`), ``critic_spaces`` (module -> ``(R_m, space)``:
+    :func:`~marl.algos.actor_critic_parts.critic_spaces`) gives the critics their own encoders, ``critic_encoder``
+    (:class:`~marl.algos.actor_critic_parts.CriticEncoders`; layers of both: ``encoder``).
     """
 
     def setup(self):
@@ -117,8 +117,9 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
         return None  # MLP actors: no recurrent state
 
     def mu(self, net: torch.nn.Module, obs: Any, avail: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``obs [..., D]`` (structured: key -> ``[..., *shape_k]``) -> continuous actions ``[..., K]`` in ``[low, high]`` (``low + (tanh + 1) h``),
-        or discrete logits ``[..., A]`` with unavailable actions at ``MASKED``."""
+        """``obs [..., D]`` (structured: key -> ``[..., *shape_k]``) -> continuous actions ``[..., K]`` in
+        ``[low, high]`` (``low + (tanh + 1) h``), or discrete logits ``[..., A]`` with unavailable actions at
+        ``MASKED``."""
         out = net(obs)
         if self.discrete:
             return out if avail is None else out.masked_fill(~avail.bool(), MASKED)

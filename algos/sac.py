@@ -90,7 +90,8 @@ class SACModule(DDPGModule):
         return super().get_non_inference_attributes() + ["log_alpha"]
 
     def gaussian(self, obs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``obs [..., D]`` (structured: key -> ``[..., *shape_k]``) -> the pre-tanh Gaussian's ``mean, std [..., K]`` (``std >= MIN_STD``)."""
+        """``obs [..., D]`` (structured: key -> ``[..., *shape_k]``) -> the pre-tanh Gaussian's ``mean, std [..., K]``
+        (``std >= MIN_STD``)."""
         mean, scale = self.actor(obs).chunk(2, -1)
         return mean, F.softplus(scale + STD_BIAS) + MIN_STD
 
