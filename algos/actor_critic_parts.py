@@ -1,15 +1,20 @@
 """Pieces shared by the off-policy actor-critics (IDDPG, MADDPG, MATD3, FACMAC, ISAC, MASAC; the algorithms are
 in :mod:`marl.algos.ddpg`, :mod:`marl.algos.facmac` and :mod:`marl.algos.sac`): the straight-through Gumbel-softmax
-and TD3's smoothing of actions, the TD target, and the critics' inputs over every module's agents.
+and TD3's smoothing of actions, the TD target, the critics' inputs over every module's agents, and the networks
+that read structured observations (image ``Box`` or ``Dict`` spaces: :func:`actor_network`, :class:`CriticEncoders`).
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+import gymnasium as gym
 import torch
 from torch.func import functional_call
 from torch.nn import functional as F
+
+from marl.algos.networks.encoders import Encoded, ObsEncoder, module_names
+from marl.algos.networks.mlp import MLP
 
 
 # ============================================================ action maps
@@ -68,7 +73,7 @@ def critic_inputs(critic: str, obs, state, acts, mid: str, own: Optional[torch.T
     :func:`joint_actions`."""
     if critic == "obs":
         return torch.cat([obs[mid], acts[mid] if own is None else own], -1)
-    n = obs[mid].shape[1]
+    n = acts[mid].shape[1]  # not obs[mid]: a state critic's obs may be structured (dicts), and it reads none
     ctx = torch.cat([o.flatten(1) for o in obs.values()], -1) if critic == "joint_obs" else state
     parts = [ctx.unsqueeze(1).expand(-1, n, -1), joint_actions(acts, mid, own)]
     if n > 1:
@@ -85,3 +90,64 @@ def frozen(net: torch.nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
     """``net(*inputs)`` with detached parameters: gradients reach the inputs only (an actor loss that never moves
     the critic; DDPG's actor and critic have their own optimisers, Lillicrap et al. 2016, arXiv 1509.02971)."""
     return functional_call(net, {k: v.detach() for k, v in net.named_parameters()}, inputs)
+
+
+# ============================================================ structured observations
+def actor_network(c: Mapping[str, Any], outputs: int, **net: Any) -> torch.nn.Module:
+    """The actor of a module's ``model_config`` ``c``: an :class:`~marl.algos.networks.mlp.MLP` of ``c["obs_dim"]``
+    inputs and ``outputs`` outputs, or, for a structured observation (``c["obs_space"]``, a ``Dict``:
+    :meth:`marl.mapping.PolicyMapping.obs_space`), the same MLP on the features of an
+    :class:`~marl.algos.networks.encoders.ObsEncoder` (layers ``c["encoder"]``; CNN per image key, Mnih et al.
+    2015). Input ``[..., D]`` or key -> ``[..., *shape_k]``; output ``[..., outputs]``. ``net``: the MLP's sizes."""
+    space = c.get("obs_space")
+    if space is None:
+        return MLP(int(c["obs_dim"]), outputs, init="torch", **net)
+    encoder = ObsEncoder(space, c.get("encoder"))
+    return Encoded(encoder, MLP(encoder.out_dim, outputs, init="torch", **net))
+
+
+class CriticEncoders(torch.nn.Module):
+    """The critic-side encoders of one module's critics: one :class:`~marl.algos.networks.encoders.ObsEncoder` per
+    module with structured observations that the critics read (``critic: obs``: the module's own; ``joint_obs``:
+    every such module's, each with the encoder of that module's space; ``state``: none).
+
+    Separate from the actor's encoder (as Stable-Baselines3's TD3 and SAC default, ``share_features_extractor=False``):
+    the critic loss trains these, the actor loss neither these nor the actor's features through the critic, so each
+    loss moves only its own features and the two optimiser groups stay disjoint. They belong to the reading module
+    (not to the observed module), so one module's critic loss never moves another module's parameters and the
+    target critics copy exactly what they read (``make_target`` of this module). The twin critics share them
+    (Stable-Baselines3's critic: one features extractor for its Q-networks).
+
+    Args:
+        spaces: module id -> ``(R_m, obs space)`` of the structured modules read, in the critic input's order;
+            ``R_m``: the agents of module ``m`` whose features one critic input holds (``obs``: 1, its own;
+            ``joint_obs``: ``N_m``, all of them).
+        spec: the config's ``encoder`` dict (layers; missing: defaults).
+    Input: module -> observation (``[B, N_m, D_m]`` flat, or key -> ``[B, N_m, *shape_k]``). Output: the same dict
+    with each encoded module's entry replaced by its features ``[B, N_m, F_m]`` (others unchanged). ``out_dim``:
+    ``sum_m R_m F_m``, what the critic input gains over the model config's ``critic_dim``.
+    """
+
+    def __init__(self, spaces: Mapping[str, Tuple[int, gym.spaces.Space]], spec: Optional[Mapping[str, Any]] = None):
+        super().__init__()
+        self.names = module_names(list(spaces))  # module id -> its encoder's name (a ModuleDict refuses '.')
+        self.nets = torch.nn.ModuleDict({self.names[m]: ObsEncoder(space, spec) for m, (_, space) in spaces.items()})
+        self.out_dim = sum(int(rows) * int(self.nets[self.names[m]].out_dim) for m, (rows, _) in spaces.items())
+
+    def forward(self, obs: Dict[str, Any]) -> Dict[str, Any]:
+        return {m: self.nets[self.names[m]](o) if m in self.names else o for m, o in obs.items()}
+
+
+def critic_spaces(critic: str, mid: str, structured: Dict[str, Tuple[int, gym.spaces.Space]]):
+    """What module ``mid``'s critics encode for ``critic``: :class:`CriticEncoders`' ``spaces`` (module id ->
+    ``(R_m, space)``) of ``structured`` (every structured module's ``(N_m, space)``, in mapping order): ``obs``:
+    ``mid``'s own, one agent per input; ``joint_obs``: all of them; ``state``: none."""
+    if critic == "obs":
+        return {mid: (1, structured[mid][1])} if mid in structured else {}
+    return dict(structured) if critic == "joint_obs" else {}
+
+
+def detached(obs: Dict[str, Any]) -> Dict[str, Any]:
+    """A critic's observation inputs (module -> tensor, or key -> tensor) detached: the actor loss reads critic
+    features without moving the critic's encoders."""
+    return {m: {k: v.detach() for k, v in o.items()} if isinstance(o, dict) else o.detach() for m, o in obs.items()}

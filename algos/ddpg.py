@@ -13,6 +13,7 @@ by side); a gradient step is one joint batch under one module id (:func:`~marl.e
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -24,13 +25,15 @@ from torch.nn import functional as F
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from marl.algos.actor_critic_parts import critic_inputs, critic_target, frozen, gumbel_softmax_st, q_values, smoothed
+from marl.algos.actor_critic_parts import CriticEncoders, actor_network, critic_inputs, critic_spaces, critic_target
+from marl.algos.actor_critic_parts import detached, frozen, gumbel_softmax_st, q_values, smoothed
 from marl.algos.actor_critic_parts import joint_actions  # noqa: F401  (part of this family's API)
 from marl.algos.ddpg_config import CRITICS, DDPGConfig  # noqa: F401
 from marl.algos.networks.mlp import MLP
 from marl.algos.policy_gradient import masked_mean
 from marl.algos.q_learning import epsilon_at
 from marl.config import config_view
+from marl.env import map_obs, nest_columns
 from marl.engine.off_policy import TARGET_TAU, OffPolicyLearner, OffPolicyTrainer, UpdateSchedule
 from marl.engine.off_policy import batch_module_id, make_target
 from marl.engine.replay import TransitionBuffer
@@ -45,9 +48,14 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
     """The deterministic actor ``mu(o)`` of one policy-mapping module and, on the learners, its critic(s)
     ``Q(x, a)`` and the targets of both.
 
-    ``model_config``: ``obs_dim``, ``hidden``, ``layers``, ``activation``, ``critic_dim`` (the critic's input size),
-    ``twin`` (two critics). The action space is ``Box(low, high, (K,))`` (the actor's ``tanh`` is scaled
-    to the bounds) or ``Discrete(A)`` (the actor's outputs are logits).
+    ``model_config``: ``obs_dim``, ``hidden``, ``layers``, ``activation``, ``critic_dim`` (the critic's input size,
+    less the features of structured observations), ``twin`` (two critics). The action space is ``Box(low, high,
+    (K,))`` (the actor's ``tanh`` is scaled to the bounds) or ``Discrete(A)`` (the actor's outputs are logits).
+    Structured observations (image ``Box`` or ``Dict`` spaces, ``docs/observations.md``): ``obs_space`` (the
+    module's ``Dict``) puts an :class:`~marl.algos.networks.encoders.ObsEncoder` in front of the actor MLP
+    (:func:`~marl.algos.actor_critic_parts.actor_network`), ``critic_spaces`` (module -> ``(R_m, space)``:
+    :func:`~marl.algos.actor_critic_parts.critic_spaces`) gives the critics their own encoders, ``critic_encoder``
+    (:class:`~marl.algos.actor_critic_parts.CriticEncoders`; layers of both: ``encoder``).
     """
 
     def setup(self):
@@ -58,10 +66,15 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
             self.register_buffer("low", torch.as_tensor(space.low, dtype=torch.float32), persistent=False)
             self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32), persistent=False)
         net = dict(hidden=int(c["hidden"]), layers=int(c["layers"]), activation=c["activation"], layer_norm=False)
-        self.actor = MLP(int(c["obs_dim"]), self.actor_outputs(), init="torch", **net)
+        self.actor = actor_network(c, self.actor_outputs(), **net)  # make_target's deepcopy copies its encoder
+        self.critic_encoder: Optional[CriticEncoders] = None
         if not self.inference_only:
-            n = 2 if c.get("twin") else 1
-            self.critics = torch.nn.ModuleList([MLP(int(c["critic_dim"]), 1, init="torch", **net) for _ in range(n)])
+            n, dim = 2 if c.get("twin") else 1, int(c["critic_dim"])
+            if c.get("critic_spaces"):
+                self.critic_encoder = CriticEncoders(c["critic_spaces"], c.get("encoder"))
+                self.critic_encoder_target = make_target(self.critic_encoder)
+                dim += self.critic_encoder.out_dim
+            self.critics = torch.nn.ModuleList([MLP(dim, 1, init="torch", **net) for _ in range(n)])
             if self.actor_target_kept:
                 self.actor_target = make_target(self.actor)
             self.critic_targets = make_target(self.critics)
@@ -74,17 +87,27 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
         return self.action_dim
 
     def get_non_inference_attributes(self):
-        return (
-            ["critics", "actor_target", "critic_targets"] if self.actor_target_kept else ["critics", "critic_targets"]
-        )
+        encoders = ["critic_encoder", "critic_encoder_target"] if self.model_config.get("critic_spaces") else []
+        actor = ["actor_target"] if self.actor_target_kept else []
+        return ["critics", *actor, "critic_targets", *encoders]
 
     def target_pairs(self):
-        """``[(actor, actor_target), (critics, critic_targets)]`` (learner copies only; no actor pair when
-        ``actor_target_kept`` is false)."""
+        """``[(actor, actor_target), (critics, critic_targets), (critic_encoder, critic_encoder_target)]`` (learner
+        copies only; no actor pair when ``actor_target_kept`` is false, no encoder pair without structured
+        observations)."""
         if self.inference_only:
             return []
         actor = [(self.actor, self.actor_target)] if self.actor_target_kept else []
-        return actor + [(self.critics, self.critic_targets)]
+        encoders = [] if self.critic_encoder is None else [(self.critic_encoder, self.critic_encoder_target)]
+        return actor + [(self.critics, self.critic_targets)] + encoders
+
+    def critic_obs(self, obs: Dict[str, Any], target: bool = False) -> Dict[str, Any]:
+        """Module -> observation as this module's critics read it (:func:`critic_inputs`' ``obs``): flat ones
+        ``[B, N_m, D_m]`` as they are, structured ones as the features ``[B, N_m, F_m]`` of the critic-side
+        encoders (``target``: of their target copies)."""
+        if self.critic_encoder is None:
+            return obs
+        return (self.critic_encoder_target if target else self.critic_encoder)(obs)
 
     def to_bounds(self, u: torch.Tensor) -> torch.Tensor:
         """``u [..., K]`` in ``[-1, 1]`` -> ``low + (u + 1) h`` in ``[low, high]``, ``h = (high - low) / 2``."""
@@ -93,9 +116,10 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
     def initial_state(self, batch_shape) -> None:
         return None  # MLP actors: no recurrent state
 
-    def mu(self, net: torch.nn.Module, obs: torch.Tensor, avail: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``obs [..., D]`` -> continuous actions ``[..., K]`` in ``[low, high]`` (``low + (tanh + 1) h``),
-        or discrete logits ``[..., A]`` with unavailable actions at ``MASKED``."""
+    def mu(self, net: torch.nn.Module, obs: Any, avail: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``obs [..., D]`` (structured: key -> ``[..., *shape_k]``) -> continuous actions ``[..., K]`` in
+        ``[low, high]`` (``low + (tanh + 1) h``), or discrete logits ``[..., A]`` with unavailable actions at
+        ``MASKED``."""
         out = net(obs)
         if self.discrete:
             return out if avail is None else out.masked_fill(~avail.bool(), MASKED)
@@ -115,7 +139,7 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
         return a, torch.zeros(a.shape[:2]), None
 
     def _forward(self, batch, **kwargs):  # RLlib's generic inference path (not used by our runner)
-        a, _, _ = self.act(batch["obs"].unsqueeze(1), None, None, explore=False)
+        a, _, _ = self.act(map_obs(lambda x: x.unsqueeze(1), batch["obs"]), None, None, explore=False)
         return {"actions": a.squeeze(1)}
 
     def _forward_train(self, batch, **kwargs):
@@ -148,22 +172,23 @@ def batch_views(mods: Dict[str, DDPGModule], batch: Dict[str, Any]):
 
 def critic_regression(mod: DDPGModule, cfg: Any, obs, state, acts, mid: str, y: torch.Tensor, alive: torch.Tensor):
     """The critic loss ``sum_k mean_alive (Q_k(x, a) - y)^2`` of module ``mid``'s critics on the stored actions
-    (inputs :func:`critic_inputs` of ``cfg.critic``, ``obs``, ``state``, ``acts``), targets ``y [B, N]`` and the
-    agents alive at ``t`` (``alive [B, N]`` bool), and its metrics ``critic_loss``, ``q_mean`` (the first
-    critic's) and ``target_mean``."""
+    (inputs :func:`critic_inputs` of ``cfg.critic``, ``obs`` as the critics read them, :meth:`DDPGModule.critic_obs`,
+    ``state``, ``acts``), targets ``y [B, N]`` and the agents alive at ``t`` (``alive [B, N]`` bool), and its
+    metrics ``critic_loss``, ``q_mean`` (the first critic's) and ``target_mean``: 0-d detached tensors, which the
+    learner turns into numbers with one host sync for all (:meth:`DDPGLearner.compute_losses`)."""
     qs = q_values(mod.critics, critic_inputs(cfg.critic, obs, state, acts, mid))
     loss = sum(masked_mean((q - y) ** 2, alive) for q in qs)
-    q_mean, y_mean = float(masked_mean(qs[0].detach(), alive)), float(masked_mean(y, alive))
-    return loss, {"critic_loss": float(loss.detach()), "q_mean": q_mean, "target_mean": y_mean}
+    q_mean, y_mean = masked_mean(qs[0].detach(), alive), masked_mean(y, alive)
+    return loss, {"critic_loss": loss.detach(), "q_mean": q_mean, "target_mean": y_mean}
 
 
 def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, actor_due: bool):
     """The critic loss ``mean (Q_k(x, a) - y)^2`` of every critic ``k`` and, when ``actor_due``, the actor
     loss ``-mean Q_1(x, a_1..mu_i(o_i)..a_N)``, masked by the agents alive at ``t``, summed over modules.
 
-    ``batch``: module -> ``{obs [B, N, D], actions, rewards [B, N], alive [B, N], next_obs, avail,
-    next_avail}`` and ``JOINT -> {state, next_state [B, S], terminated [B]}``. Returns the total loss and
-    per-module metrics ``{mid: {critic_loss, actor_loss, q_mean, target_mean}}``.
+    ``batch``: module -> ``{obs [B, N, D] (structured: key -> [B, N, *shape_k]), actions, rewards [B, N], alive
+    [B, N], next_obs, avail, next_avail}`` and ``JOINT -> {state, next_state [B, S], terminated [B]}``. Returns the
+    total loss and per-module metrics ``{mid: {critic_loss, actor_loss, q_mean, target_mean}}`` (0-d tensors).
     """
     mids = list(mods)
     j, obs, acts, next_obs = batch_views(mods, batch)
@@ -173,7 +198,10 @@ def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, ac
             m: critic_target(
                 batch[m]["rewards"],
                 j["terminated"].bool(),
-                q_values(mods[m].critic_targets, critic_inputs(cfg.critic, next_obs, j["next_state"], nxt, m)),
+                q_values(
+                    mods[m].critic_targets,
+                    critic_inputs(cfg.critic, mods[m].critic_obs(next_obs, target=True), j["next_state"], nxt, m),
+                ),
                 cfg.gamma,
             )
             for m in mids
@@ -181,13 +209,14 @@ def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, ac
     total, metrics = 0.0, {}
     for m in mids:
         mod, alive = mods[m], batch[m]["alive"].bool()
-        critic_loss, metrics[m] = critic_regression(mod, cfg, obs, j["state"], acts, m, y[m], alive)
+        seen = mod.critic_obs(obs)  # encoded once: the critic loss trains the encoders, the actor loss reads them
+        critic_loss, metrics[m] = critic_regression(mod, cfg, seen, j["state"], acts, m, y[m], alive)
         with torch.set_grad_enabled(actor_due):  # off a delayed step the actor loss is a metric only
             own = mod.mu(mod.actor, obs[m], batch[m].get("avail"))
             own = gumbel_softmax_st(own) if mod.discrete else own
-            x = critic_inputs(cfg.critic, obs, j["state"], acts, m, own)
+            x = critic_inputs(cfg.critic, detached(seen), j["state"], acts, m, own)
             actor_loss = -masked_mean(frozen(mod.critics[0], x).squeeze(-1), alive)
-        metrics[m]["actor_loss"] = actor_loss.item()
+        metrics[m]["actor_loss"] = actor_loss.detach()
         total = total + critic_loss + (actor_loss if actor_due else 0.0)
     return total, metrics
 
@@ -226,31 +255,41 @@ class DDPGLearner(OffPolicyLearner):
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
 
     def clip_groups(self, module_id: str):
-        """Parameters clipped together: ``actor``, ``critic`` and each other trainable part on its own (a mixer
-        module's ``net``, SAC's ``log_alpha``), as BenchMARL's one optimiser per loss."""
-        return self.groups_by_head(module_id, {"actor": "actor", "critics": "critic"})
+        """Parameters clipped together: ``actor`` (with its encoder), ``critic`` (the critics and their encoders)
+        and each other trainable part on its own (a mixer module's ``net``, SAC's ``log_alpha``), as BenchMARL's
+        one optimiser per loss."""
+        return self.groups_by_head(module_id, {"actor": "actor", "critics": "critic", "critic_encoder": "critic"})
 
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]
         self.actor_due = actor_step_due(timesteps)
         return super().update(batch, training_data, timesteps, **kwargs)
 
     def learner_batch(self, columns):
-        """The one policy batch ``"<m>/<col>"`` -> ``{m: {col: ...}, JOINT: {state, next_state, terminated}}``."""
+        """The one policy batch ``"<m>/<col>"`` -> ``{m: {col: ...}, JOINT: {state, next_state, terminated}}``;
+        a structured observation's ``"<m>/obs/<key>"`` columns -> ``{m: {obs: {key: ...}}}`` (a module id holds
+        no ``/``)."""
         out: Dict[str, Dict[str, Any]] = {m: {} for m in self.run.family.modules}
         out[JOINT] = {}
         for k, v in next(iter(columns.values())).items():
-            m, _, col = k.rpartition("/")
+            m, _, col = k.partition("/") if "/" in k else ("", "", k)
             out[m or JOINT][col] = v
-        return out
+        return {m: nest_columns(c) for m, c in out.items()}
 
     def compute_losses(self, *, fwd_out, batch):
+        """The joint loss of :meth:`joint_losses`, its metrics logged: the loss and every metric (floats or 0-d
+        tensors) reach the host in one transfer, which the finite check reads too.
+
+        Raises:
+            TrainingDiverged: the loss is NaN or infinite.
+        """
         total, metrics = self.joint_losses(batch)
-        if not torch.isfinite(total):
-            raise TrainingDiverged(f"{self.cfg.algo} loss is {float(total)} (not finite)")
-        for key, values in metrics.items():  # floats or 0-d tensors: one host sync for all of them
-            numbers = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in values.values()]).tolist()
-            for name, v in zip(values, numbers):
-                self.metrics.log_value((key, name), v, window=1)
+        names = [(key, name) for key, values in metrics.items() for name in values]
+        parts = [total.detach()] + [v for values in metrics.values() for v in values.values()]
+        numbers = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=total.device) for v in parts]).tolist()
+        if not math.isfinite(numbers[0]):
+            raise TrainingDiverged(f"{self.cfg.algo} loss is {numbers[0]} (not finite)")
+        for name, v in zip(names, numbers[1:]):
+            self.metrics.log_value(name, v, window=1)
         return {batch_module_id(self.run): total}
 
     def joint_losses(self, batch):
@@ -278,21 +317,35 @@ class DDPG(OffPolicyTrainer):
 
     @classmethod
     def module_config(cls, cfg, mapping, mid: str) -> Dict[str, Any]:
+        """The sizes of module ``mid``'s networks. ``critic_dim`` counts flat observations, actions and the agent
+        one-hot; a structured module's observation enters the actor and the critics through encoders (``obs_space``,
+        ``critic_spaces``, ``encoder``), whose feature sizes the module adds when it builds them."""
         c, n = config_view(cfg), mapping.n_agents
         actions = sum(n(m) * mapping.group_info(m).n_actions for m in mapping.modules)
+        flat = {m: 0 if mapping.structured(m) else mapping.obs_dim(m) for m in mapping.modules}
         if c.critic == "obs":
-            critic_dim = mapping.obs_dim(mid) + mapping.group_info(mid).n_actions
+            critic_dim = flat[mid] + mapping.group_info(mid).n_actions
         else:
-            ctx = sum(n(m) * mapping.obs_dim(m) for m in mapping.modules)
+            ctx = sum(n(m) * flat[m] for m in mapping.modules)
             ctx = ctx if c.critic == "joint_obs" else mapping.info.state_dim
             critic_dim = ctx + actions + (n(mid) if n(mid) > 1 else 0)
         nets = {"hidden": c.hidden, "layers": c.layers, "activation": c.activation}
-        return {"obs_dim": mapping.obs_dim(mid), "critic_dim": critic_dim, "twin": c.twin_critics, **nets}
+        out = {"obs_dim": mapping.obs_dim(mid), "critic_dim": critic_dim, "twin": c.twin_critics, **nets}
+        structured = {m: (n(m), mapping.obs_space(m)) for m in mapping.modules if mapping.structured(m)}
+        spaces = critic_spaces(c.critic, mid, structured)
+        if spaces or mid in structured:
+            out["encoder"] = dict(c.encoder or {})
+        if mid in structured:
+            out["obs_space"] = structured[mid][1]
+        if spaces:
+            out["critic_spaces"] = spaces
+        return out
 
     @classmethod
     def check_env(cls, cfg, info) -> None:
-        """Continuous actions in a 1-D ``Box`` with finite bounds, or ``Discrete``; 1-D observations; a
-        state for ``critic: state``.
+        """Continuous actions in a 1-D ``Box`` with finite bounds, or ``Discrete``; a state for ``critic: state``.
+        Observations: 1-D ``Box`` vectors, or structured (an image ``Box``, a ``Dict`` of Boxes), read through the
+        encoders (``docs/observations.md``).
 
         Raises:
             MarlError: naming the group and its space or bounds, and what is supported.
@@ -311,11 +364,6 @@ class DDPG(OffPolicyTrainer):
                     )
             elif not isinstance(space, gym.spaces.Discrete):
                 raise MarlError(f"{c.algo}: {where} has actions {space}; supported: a 1-D Box or Discrete.")
-            if g.structured:
-                raise MarlError(
-                    f"{c.algo}: {where} has a structured observation {g.obs_space}; {c.algo} reads 1-D Box "
-                    f"observations only (not yet images or Dict spaces)."
-                )
         if c.critic == "state" and info.state_dim <= 0:
             raise MarlError(
                 f"{c.algo}: critic='state' needs a global state; {info.family}:{info.scenario} has state_dim=0: use joint_obs."

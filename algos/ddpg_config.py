@@ -11,8 +11,9 @@ delayed policy updates); BenchMARL (Bettini et al. 2024, arXiv 2312.01472) for t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional
 
+from marl.algos.networks.config import ENCODER_HELP, encoder_layers
 from marl.config import EngineConfig, key
 from marl.config.checks import ERROR, rule
 
@@ -55,7 +56,7 @@ class OffPolicyACConfig(EngineConfig):
     and the SAC family, ``docs/algorithms/sac.md``): critics, targets, replay, schedule and networks."""
 
     LAYER = "off-policy actor-critic"
-    RULES = (batch_beyond_buffer, starts_beyond_buffer, recurrent_not_supported)
+    RULES = (batch_beyond_buffer, starts_beyond_buffer, recurrent_not_supported, encoder_layers)
 
     critic: str = key(
         "what each agent's critic reads beside actions: obs (its own obs and action: IDDPG, ISAC), joint_obs (all "
@@ -77,6 +78,8 @@ class OffPolicyACConfig(EngineConfig):
     hidden: int = key("width of the actor's and the critic's hidden layers", ge=1)
     layers: int = key("hidden layers of the actor and the critic", ge=1)
     activation: str = key("activation of the hidden layers", choices=ACTIVATIONS)
+    # the actor and the critics each have their own encoders (algos/actor_critic_parts.py: CriticEncoders)
+    encoder: Dict[str, Dict[str, List[int]]] = key(ENCODER_HELP)
     recurrent: bool = key("recurrent actors and critics: not supported yet (must be false)")
     checkpoint_buffer: bool = key("save the replay buffer in checkpoints (a resumed run keeps learning off-policy)")
 

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from marl.algos.actor_critic_parts import detached
 from marl.algos.ddpg import (
     DDPG,
     JOINT,
@@ -99,13 +100,18 @@ def facmac_losses(
     with torch.no_grad():
         next_obs = {m: batch[m]["next_obs"] for m in mids}
         nxt = {m: target_action(mods[m], batch[m], cfg) for m in mids}
-        q_next = {m: mods[m].critic_targets[0](critic_inputs("obs", next_obs, None, nxt, m)).squeeze(-1) for m in mids}
-    q = {m: mods[m].critics[0](critic_inputs("obs", obs, None, acts, m)).squeeze(-1) for m in mids}
+        seen_next = {m: mods[m].critic_obs(next_obs, target=True) for m in mids}
+        q_next = {
+            m: mods[m].critic_targets[0](critic_inputs("obs", seen_next[m], None, nxt, m)).squeeze(-1) for m in mids
+        }
+    seen = {m: mods[m].critic_obs(obs) for m in mids}  # each module's critic reads its own obs (through its encoder)
+    q = {m: mods[m].critics[0](critic_inputs("obs", seen[m], None, acts, m)).squeeze(-1) for m in mids}
     with torch.set_grad_enabled(actor_due):  # off a delayed step the actor loss is a metric only
         own = {m: mods[m].mu(mods[m].actor, obs[m], batch[m].get("avail")) for m in mids}
         own = {m: gumbel_softmax_st(a) if mods[m].discrete else a for m, a in own.items()}
         q_pi = {
-            m: frozen(mods[m].critics[0], critic_inputs("obs", obs, None, acts, m, own[m])).squeeze(-1) for m in mids
+            m: frozen(mods[m].critics[0], critic_inputs("obs", detached(seen[m]), None, acts, m, own[m])).squeeze(-1)
+            for m in mids
         }
     term = (~j["terminated"].bool()).float()
     total: Any = 0.0

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch.nn import functional as F
 
+from marl.algos.actor_critic_parts import detached
 from marl.algos.ddpg import DDPG, DDPGLearner, DDPGModule, batch_views, critic_inputs, critic_regression
 from marl.algos.ddpg import critic_target, frozen, gumbel_softmax_st, q_values
 from marl.algos.policy_gradient import masked_mean
@@ -88,12 +89,13 @@ class SACModule(DDPGModule):
     def get_non_inference_attributes(self):
         return super().get_non_inference_attributes() + ["log_alpha"]
 
-    def gaussian(self, obs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``obs [..., D]`` -> the pre-tanh Gaussian's ``mean, std [..., K]`` (``std >= MIN_STD``)."""
+    def gaussian(self, obs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``obs [..., D]`` (structured: key -> ``[..., *shape_k]``) -> the pre-tanh Gaussian's ``mean, std [..., K]``
+        (``std >= MIN_STD``)."""
         mean, scale = self.actor(obs).chunk(2, -1)
         return mean, F.softplus(scale + STD_BIAS) + MIN_STD
 
-    def sample(self, obs: torch.Tensor, eps: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, obs: Any, eps: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised action ``a [..., K]`` in the bounds (``z = mean + std eps``, Haarnoja et al. 2018,
         Eq. 11) and ``log pi(a | o) [...]`` (:func:`squashed_log_prob`). ``eps``: standard normal noise
         (default: fresh)."""
@@ -101,7 +103,7 @@ class SACModule(DDPGModule):
         z = mean + std * (torch.randn_like(mean) if eps is None else eps)
         return self.to_bounds(torch.tanh(z)), squashed_log_prob(z, mean, std, (self.high - self.low) / 2)
 
-    def probs(self, obs: torch.Tensor, avail: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def probs(self, obs: Any, avail: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """Discrete: ``pi, log pi [..., A]`` of the masked logits (an unavailable action has probability 0)."""
         logp = torch.log_softmax(self.mu(self.actor, obs, avail), -1)
         return logp.exp(), logp
@@ -126,9 +128,10 @@ def each_action_q(nets: torch.nn.ModuleList, cfg: Any, obs, state, acts, mid: st
     """``min_k Q_k(x, a_1..a_i = e_b..a_N)`` for every own action ``b`` of module ``mid``'s agents:
     ``[B, N, A]`` (discrete SAC's critic read for all actions, Christodoulou 2019, arXiv 1910.07207, Sec. 4;
     a critic that takes the action as a one-hot input is evaluated once per action, the other agents'
-    actions as given in ``acts``). ``obs``, ``state``, ``acts``: as :func:`~marl.algos.ddpg.critic_inputs`."""
-    b, n = obs[mid].shape[:2]
-    eye = torch.eye(n_actions, device=obs[mid].device)
+    actions as given in ``acts``). ``obs`` (as the critics read them: :meth:`~marl.algos.ddpg.DDPGModule.critic_obs`),
+    ``state``, ``acts``: as :func:`~marl.algos.ddpg.critic_inputs`."""
+    b, n = acts[mid].shape[:2]
+    eye = torch.eye(n_actions, device=acts[mid].device)
     per_action = []
     for a in range(n_actions):
         x = critic_inputs(cfg.critic, obs, state, acts, mid, eye[a].expand(b, n, n_actions))
@@ -167,8 +170,8 @@ def sac_losses(mods: Dict[str, SACModule], batch: Dict[str, Any], cfg: Any, acto
     Christodoulou Eq. 11); masked by the agents alive at ``t``, summed over modules.
 
     ``batch``: as :func:`~marl.algos.ddpg.ddpg_losses`. Returns the total loss and per-module metrics
-    ``{mid: {critic_loss, actor_loss, q_mean, target_mean, alpha, alpha_loss, entropy}}`` (``entropy``: the
-    policy's, nats, a one-sample estimate for continuous actions).
+    ``{mid: {critic_loss, actor_loss, q_mean, target_mean, alpha, alpha_loss, entropy}}`` (0-d tensors; ``entropy``:
+    the policy's, nats, a one-sample estimate for continuous actions).
     """
     mids = list(mods)
     j, obs, acts, next_obs = batch_views(mods, batch)
@@ -176,21 +179,29 @@ def sac_losses(mods: Dict[str, SACModule], batch: Dict[str, Any], cfg: Any, acto
     with torch.no_grad():
         nxt = {m: next_actions(mods[m], batch[m]) for m in mids}
         next_acts = {m: nxt[m]["a"] for m in mids}
-        y = {m: soft_target(mods[m], cfg, batch[m], j, next_obs, next_acts, nxt[m], alpha[m], m) for m in mids}
+        y = {
+            m: soft_target(
+                mods[m], cfg, batch[m], j, mods[m].critic_obs(next_obs, True), next_acts, nxt[m], alpha[m], m
+            )
+            for m in mids
+        }
     total, metrics = 0.0, {}
     for m, mod in mods.items():
         alive = batch[m]["alive"].bool()
-        critic_loss, metrics[m] = critic_regression(mod, cfg, obs, j["state"], acts, m, y[m], alive)
+        seen = mod.critic_obs(obs)  # encoded once: the critic loss trains the encoders, the actor loss reads them
+        critic_loss, metrics[m] = critic_regression(mod, cfg, seen, j["state"], acts, m, y[m], alive)
         with torch.set_grad_enabled(actor_due):  # the actor and temperature step with the targets (policy_delay)
             avail = batch[m].get("avail")
-            actor_loss, entropy = actor_loss_of(mod, cfg, obs, j["state"], acts, avail, alpha[m], alive, m)
+            actor_loss, entropy = actor_loss_of(
+                mod, cfg, obs, detached(seen), j["state"], acts, avail, alpha[m], alive, m
+            )
         # d/d log_alpha = H - H_target: descent raises alpha when the entropy is below the target
         alpha_loss = masked_mean(mod.log_alpha * (entropy.detach() - target_entropy(mod, cfg)), alive)
         metrics[m].update(
-            actor_loss=actor_loss.item(),
-            alpha=float(alpha[m]),
-            alpha_loss=alpha_loss.item(),
-            entropy=float(masked_mean(entropy.detach(), alive)),
+            actor_loss=actor_loss.detach(),
+            alpha=alpha[m],
+            alpha_loss=alpha_loss.detach(),
+            entropy=masked_mean(entropy.detach(), alive),
         )
         total = total + critic_loss
         if actor_due:
@@ -199,7 +210,8 @@ def sac_losses(mods: Dict[str, SACModule], batch: Dict[str, Any], cfg: Any, acto
 
 
 def soft_target(mod: SACModule, cfg: Any, b, j, next_obs, next_acts, nxt, alpha, m: str) -> torch.Tensor:
-    """``y [B, N]`` of module ``m`` (see :func:`sac_losses`), through the DDPG family's
+    """``y [B, N]`` of module ``m`` (see :func:`sac_losses`; ``next_obs`` as its target critics read them,
+    :meth:`~marl.algos.ddpg.DDPGModule.critic_obs`), through the DDPG family's
     :func:`~marl.algos.ddpg.critic_target`: continuous, each target critic's ``Q'_k - alpha log pi`` so that its
     ``min_k`` is the twin-min soft value; discrete, the expected soft value of the twin-min."""
     if mod.discrete:
@@ -211,19 +223,20 @@ def soft_target(mod: SACModule, cfg: Any, b, j, next_obs, next_acts, nxt, alpha,
     return critic_target(b["rewards"], j["terminated"].bool(), v, cfg.gamma)
 
 
-def actor_loss_of(mod: SACModule, cfg: Any, obs, state, acts, avail, alpha, alive, m: str):
+def actor_loss_of(mod: SACModule, cfg: Any, obs, seen, state, acts, avail, alpha, alive, m: str):
     """The actor loss of module ``m`` (see :func:`sac_losses`), the mean over the agents ``alive [B, N]``, and
-    the policy's entropy ``[B, N]`` (nats). The critics are read with detached parameters
+    the policy's entropy ``[B, N]`` (nats). The actor reads ``obs[m]``, the critics ``seen`` (the observations as
+    they read them, detached: :meth:`~marl.algos.ddpg.DDPGModule.critic_obs`) with detached parameters
     (:func:`~marl.algos.ddpg.frozen`; discrete: without gradient), so the actor loss never moves them."""
     if mod.discrete:
         pi, logp = mod.probs(obs[m], avail)
         with torch.no_grad():
-            q = each_action_q(mod.critics, cfg, obs, state, acts, m, mod.action_dim)
+            q = each_action_q(mod.critics, cfg, seen, state, acts, m, mod.action_dim)
         per_agent = -soft_value(q, logp, alpha, pi)
         entropy = -(pi * logp).sum(-1)
     else:
         a, logp = mod.sample(obs[m])
-        x = critic_inputs(cfg.critic, obs, state, acts, m, a)
+        x = critic_inputs(cfg.critic, seen, state, acts, m, a)
         q = torch.stack([frozen(c, x).squeeze(-1) for c in mod.critics]).min(0).values
         per_agent, entropy = -soft_value(q, logp, alpha), -logp
     return masked_mean(per_agent, alive), entropy

@@ -23,7 +23,7 @@ from marl.algos.ddpg import (
 )
 from marl.config import load_config
 from test_exact_resume import _one_go_vs_resumed
-from toy_envs import MatchEnv, TargetEnv
+from toy_envs import ImageMatchEnv, ImageTargetEnv, MatchEnv, TargetEnv
 
 
 def module(obs_dim, critic_dim, action_space, twin=False):
@@ -269,12 +269,21 @@ def test_discrete_maddpg_runs_with_every_share_mode(tmp_path, share):
 
 @pytest.mark.parametrize(
     "algo, env",
-    [("matd3", TargetEnv), ("facmac", TargetEnv), ("masac", TargetEnv), ("isac", MatchEnv)],
-    ids=["matd3", "facmac", "masac-box", "isac-discrete"],
+    [
+        ("matd3", TargetEnv),
+        ("facmac", TargetEnv),
+        ("masac", TargetEnv),
+        ("isac", MatchEnv),
+        ("maddpg", ImageTargetEnv),
+        ("facmac", ImageTargetEnv),
+        ("masac", ImageMatchEnv),
+    ],
+    ids=["matd3", "facmac", "masac-box", "isac-discrete", "maddpg-image", "facmac-image", "masac-image-discrete"],
 )
 def test_off_policy_actor_critic_resume_is_exact_with_the_replay_buffer(ray_session, run_dir, algo, env):
     """The buffer and its sampler, and each family's own state, continue exactly: MATD3's twin critics, smoothing
-    noise and delayed actor steps; FACMAC's mixer (through the losses); SAC's policy sampling and temperature."""
+    noise and delayed actor steps; FACMAC's mixer (through the losses); SAC's policy sampling and temperature;
+    with structured observations, the uint8 images in the buffer and the actor's and critics' encoders."""
     _one_go_vs_resumed(
         lambda: env(num_envs=4),
         algo,

@@ -172,3 +172,53 @@ class TargetEnv(MultiAgentEnv):
     def set_state(self, state):
         self.c, self.t = state["c"].clone(), state["t"].clone()
         self.g.set_state(state["g"])
+
+
+class ImageTargetEnv(TargetEnv):
+    """TargetEnv with structured observations: each agent's target ``c`` is shown only in ``"image"``, a
+    ``Box(0, 255, (S, S, K), uint8)`` whose channel ``k`` is ``round((c_k + 1) * 127.5)`` at every pixel, beside
+    ``"vector"``, ``Box(-1, 1, (2,))`` of uniform noise (no cue). Rewards as TargetEnv: random play about ``-5/3`` per
+    agent and step, the best policy blind to the image ``-1/3`` (``a = 0``), reading the image about ``0``."""
+
+    def __init__(self, num_envs=8, N=2, K=2, T=5, S=3, seed=0):
+        super().__init__(num_envs=num_envs, N=N, K=K, T=T, seed=seed)
+        image = gym.spaces.Box(0, 255, (S, S, K), np.uint8)
+        vector = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.info.groups["agent"].obs_space = gym.spaces.Dict({"image": image, "vector": vector})
+        self.info.scenario, self.S = "image_target", S
+
+    def _step(self, reward, trunc):
+        step = super()._step(reward, trunc)
+        B, S = self.num_envs, self.S
+        pixels = torch.round((self.c + 1) * 127.5).to(torch.uint8)  # [B, N, K]
+        image = pixels[:, :, None, None, :].expand(B, self.N, S, S, self.K).contiguous()
+        noise = torch.rand(B, self.N, 2, generator=self.g) * 2 - 1
+        step.obs = {"agent": {"image": image, "vector": noise}}
+        return step
+
+
+class ImageMatchEnv(MatchEnv):
+    """MatchEnv with structured observations: each agent's cue is shown only in ``"image"``, a
+    ``Box(0, 255, (S, S, A), uint8)`` whose channel ``cue`` is 255 at every pixel (the others 0), beside ``"vector"``,
+    ``Box(0, 1, (2,))`` = ``(t / T, 1 - t / T)``, the episode's progress (no cue). Rewards as MatchEnv: random play
+    ``T N / A`` per episode, reading the image ``T N``. Saves its state (exact resume)."""
+
+    def __init__(self, num_envs=8, N=2, A=3, T=5, S=3, seed=0):
+        super().__init__(num_envs=num_envs, N=N, A=A, T=T, seed=seed)
+        image = gym.spaces.Box(0, 255, (S, S, A), np.uint8)
+        vector = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+        self.info.groups["agent"].obs_space = gym.spaces.Dict({"image": image, "vector": vector})
+        self.info.scenario, self.S = "image_match", S
+
+    def _structured(self, onehot):
+        B, S = self.num_envs, self.S
+        image = (onehot * 255).to(torch.uint8)[:, :, None, None, :].expand(B, self.N, S, S, self.A).contiguous()
+        progress = (self.t.float() / self.T)[:, None, None].expand(B, self.N, 1)
+        return {"image": image, "vector": torch.cat([progress, 1 - progress], -1)}
+
+    def _step(self, reward, term, trunc, final_obs=None, final_state=None):
+        step = super()._step(reward, term, trunc, final_obs, final_state)
+        step.obs = {"agent": self._structured(step.obs["agent"])}
+        if final_obs is not None:
+            step.final_obs = {"agent": self._structured(final_obs["agent"])}
+        return step

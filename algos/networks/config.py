@@ -28,6 +28,11 @@ REGISTRY = "marl.algos.networks.registry"
 NATURE_CNN = {"channels": [32, 64, 64], "kernels": [8, 4, 3], "strides": [4, 2, 1], "fc": [512]}
 SMALL_CNN = {"channels": [32, 64], "kernels": [3, 3], "strides": [2, 2], "fc": [128]}  # images under 36 px a side
 ENCODER_KEYS = {"cnn": ("channels", "kernels", "strides", "fc"), "mlp": ("hidden",)}
+# the ``encoder`` key's description, in every schema that has the key (agent networks, off-policy actor-critics)
+ENCODER_HELP = (
+    "structured observations: layers of the per-key encoders, cnn (images: channels, kernels, strides, fc) "
+    "and mlp (other keys: hidden); missing entries take the defaults (docs/observations.md)"
+)
 
 
 def encoder_problem(spec: Any) -> Optional[str]:
@@ -99,8 +104,5 @@ class AgentNetConfig(ConfigBase):
     asn_entity_modules: str = key(
         "ASN: entity-stream modules shared, per unit type, or one per entity", choices=ENTITY_MODULES
     )
-    encoder: Dict[str, Dict[str, List[int]]] = key(
-        "structured observations: layers of the per-key encoders, cnn (images: channels, kernels, strides, fc) "
-        "and mlp (other keys: hidden); missing entries take the defaults (docs/observations.md)"
-    )
+    encoder: Dict[str, Dict[str, List[int]]] = key(ENCODER_HELP)
     init_from: Optional[str] = key("checkpoint or run folder whose agent networks start this run (transfer)")
