@@ -115,10 +115,15 @@ def _runs(results: Mapping[str, Any], task: str) -> Dict[str, Dict[str, Any]]:
     return {a: runs for env in results.values() if isinstance(env, dict) for a, runs in env.get(task, {}).items()}
 
 
+def _points(run: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+    """A marl-eval run's evaluations (its ``step_<i>`` entries; not ``absolute_metrics``)."""
+    return [p for k, p in run.items() if k.startswith("step_")]
+
+
 def _scores(run: Mapping[str, Any], frames: Sequence[int]) -> Dict[str, float]:
     """``last`` (the evaluation at the largest of ``frames``) and ``curve`` (the mean over ``frames``) of one
     run's mean episode returns."""
-    at = {p["step_count"]: float(np.mean(p["return"])) for p in run.values() if isinstance(p, dict) and "return" in p}
+    at = {p["step_count"]: float(np.mean(p["return"])) for p in _points(run) if "return" in p}
     missing = [f for f in frames if f not in at]
     if missing:
         raise MarlError(f"a run has no evaluation at env steps {missing}; it has {sorted(at)}.")
@@ -148,14 +153,9 @@ def side_by_side(marl_results: Mapping[str, Any], anchor_runs: Sequence[Mapping[
         raise MarlError(f"no BenchMARL run of task {task!r} among the {len(anchor_runs)} given.")
     ours = _runs(marl_results, task)
     for a, seeds in ours.items():
-        wall[a] = [
-            max(p["elapsed_time"] for p in run.values() if isinstance(p, dict) and "elapsed_time" in p)
-            for run in seeds.values()
-        ]
+        wall[a] = [max(p["elapsed_time"] for p in _points(run) if "elapsed_time" in p) for run in seeds.values()]
     both = {**ours, **bm}
-    shared = set.intersection(
-        *[{p["step_count"] for p in run.values() if isinstance(p, dict)} for s in both.values() for run in s.values()]
-    )
+    shared = set.intersection(*[{p["step_count"] for p in _points(run)} for s in both.values() for run in s.values()])
     frames = sorted(f for f in shared if f > 0)
     rows = [
         "| algo | library | seeds | last evaluation, IQM [95% CI] | mean over evaluations, IQM [95% CI] | wall-clock per run, mean (s) |",

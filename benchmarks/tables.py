@@ -192,14 +192,15 @@ def _wall_clock(res: SuiteResults, arg: str) -> str:
 
 
 def _run_times(res: SuiteResults) -> List[str]:
-    """``<env>/<task> <algo> <min>-<max> s`` per (task, algo), from each run's wall-clock in provenance.json."""
+    """``<env>/<task> <algo> <min>-<max> s`` per (task, algo), from the wall-clock in provenance.json of each run that
+    finished (``status: done``; an interrupted or failed run's time says nothing about a run's length)."""
     times: Dict[Tuple[str, str], List[float]] = {}
     for key, run in res.provenance.get("runs", {}).items():
         parts = key.split("/")
         if len(parts) != 4:
             raise MarlError(f"{res.folder / 'provenance.json'}: run key {key!r} is not <env>/<task>/<algo>/seed_<k>.")
         env, task, algo, _seed = parts
-        if run.get("wall_clock_s") is not None:
+        if run.get("wall_clock_s") is not None and run.get("status", "done") == "done":
             times.setdefault((f"{env}/{task}", algo), []).append(float(run["wall_clock_s"]))
     return [f"{task} {algo} {min(v):.0f}-{max(v):.0f} s" for (task, algo), v in sorted(times.items())]
 
@@ -222,7 +223,10 @@ def _provenance(res: SuiteResults, arg: str) -> str:
     if prov.get("wall_clock_s") is not None:
         launches = 1 + len(prov.get("earlier_launches", []))
         what = "the launch" if launches == 1 else f"the {launches} launches (`--import --merge`), summed"
-        lines.append(f"- wall-clock of {what}: {_wall_clock(res, '')} ({len(prov.get('runs', {}))} runs)")
+        runs_of = prov.get("runs", {})
+        done = sum(r.get("status", "done") == "done" for r in runs_of.values())
+        count = f"{len(runs_of)} runs" + (f", {done} finished" if done < len(runs_of) else "")
+        lines.append(f"- wall-clock of {what}: {_wall_clock(res, '')} ({count})")
     runs = _run_times(res)
     if runs:
         lines.append("- wall-clock of a run (min-max over seeds): " + "; ".join(runs))

@@ -65,8 +65,9 @@ def test_child_command_refuses_bad_input(kwargs, match):
 
 
 def _marl_run(points):
-    """A marl-eval run with evaluations ``[(step, [returns], elapsed)]``."""
-    return {f"step_{i}": {"step_count": s, "return": r, "elapsed_time": t} for i, (s, r, t) in enumerate(points)}
+    """A marl-eval run with evaluations ``[(step, [returns], elapsed)]`` and the absolute metric marl's runner adds."""
+    steps = {f"step_{i}": {"step_count": s, "return": r, "elapsed_time": t} for i, (s, r, t) in enumerate(points)}
+    return {"absolute_metrics": {"return": [123.0]}, **steps}
 
 
 def test_side_by_side_scores_the_shared_evaluations_above_zero():

@@ -163,6 +163,17 @@ def test_final_aggregate_value_and_provenance_blocks():
     assert "(3 runs)" in prov
 
 
+def test_provenance_times_only_finished_runs():
+    # a launch stopped mid-run: the interrupted run's 44 s is not a run's length
+    runs = {
+        "matrix/two_step/mappo/seed_0": {"status": "done", "wall_clock_s": 7.4},
+        "matrix/two_step/mappo/seed_1": {"status": "interrupted", "wall_clock_s": 0.4},
+    }
+    prov = tables.render(_suite(provenance={"wall_clock_s": 9.0, "runs": runs}), "provenance")
+    assert "matrix/two_step mappo 7-7 s" in prov
+    assert "(2 runs, 1 finished)" in prov
+
+
 @pytest.mark.parametrize("seconds, text", [(52.4, "52 s"), (272, "4 min 32 s"), (3900, "1 h 05 min")])
 def test_duration(seconds, text):
     assert tables.duration(seconds) == text
