@@ -112,7 +112,10 @@ def run_command(ns: argparse.Namespace) -> Any:
         return smax.run(iters=max(ns.iters, 4), num_envs=ns.num_envs, scenario=ns.map, seconds=ns.seconds)
     from marl.benchmarks import throughput
 
-    return throughput.run(**{k: v for k, v in vars(ns).items() if k not in _NOT_THROUGHPUT})
+    kwargs = {k: v for k, v in vars(ns).items() if k not in _NOT_THROUGHPUT}
+    if kwargs.get("vmas_num_envs") is None:  # the option's default depends on the command (vs-benchmarl: per algo)
+        kwargs.pop("vmas_num_envs", None)  # throughput.run's own default, 512
+    return throughput.run(**kwargs)
 
 
 def _speed(ns: argparse.Namespace) -> Any:

@@ -118,7 +118,7 @@ def test_skipped_sides_and_parser():
     ns = build_parser().parse_args(["throughput", "--iters", "3", "--num-envs", "8", "--skip-vmas"])
     got = (ns.iters, ns.num_envs, ns.skip_vmas, ns.skip_rllib, ns.epochs, ns.rollout_length, ns.json)
     assert got == (3, 8, True, False, 10, 25, None)
-    assert build_parser().parse_args([]).vmas_num_envs == 512
+    assert build_parser().parse_args([]).vmas_num_envs is None  # resolved per command: throughput's is 512
     assert build_parser().parse_args(["agents", "--json", "a.json"]).json == "a.json"
     r = _result({}, mode="sequential")
     assert r.ratio is None and r.cpu_ratio is None and r.vmas_steps_per_s is None and r.sides == {}
@@ -163,3 +163,16 @@ def test_agents_bench_reports_each_network_against_the_plain_one(ray_session):
     data = json.loads(json.dumps(jsonable(r)))
     assert data["benchmark"] == "agents" and data["ratios"]["mlp"] == 1.0
     assert agents.AgentsResult.from_dict(data).report() == text
+
+
+@pytest.mark.parametrize("argv, expected", [([], 512), (["--vmas-num-envs", "256"], 256)])
+def test_throughput_gets_the_vmas_copies_default_or_given(argv, expected, monkeypatch):
+    import inspect
+
+    from marl.benchmarks import cli, throughput
+
+    default = inspect.signature(throughput.run).parameters["vmas_num_envs"].default
+    seen = {}
+    monkeypatch.setattr(throughput, "run", lambda **kw: seen.update(kw) or "ran")
+    assert cli.run_command(build_parser().parse_args(["throughput", *argv])) == "ran"
+    assert seen.get("vmas_num_envs", default) == expected
