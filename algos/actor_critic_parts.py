@@ -17,6 +17,9 @@ from marl.algos.networks.encoders import Encoded, ObsEncoder, module_names
 from marl.algos.networks.mlp import MLP
 
 
+JOINT = "__joint__"  # batch key of the step-level columns (state, next_state, terminated): not a module id
+
+
 # ============================================================ action maps
 def gumbel_softmax_st(logits: torch.Tensor, gumbel: Optional[torch.Tensor] = None, temperature: float = 1.0):
     """Straight-through Gumbel-softmax sample of ``logits [..., A]`` (Jang et al. 2017, arXiv 1611.01144,
@@ -46,6 +49,19 @@ def critic_target(rewards, terminated, q_next: List[torch.Tensor], gamma: float)
     ``rewards [B, N]``, ``terminated [B]`` bool (a truncation bootstraps), each ``q_next [B, N]``."""
     q = torch.stack(q_next).min(0).values
     return rewards + gamma * (~terminated).to(q.dtype).unsqueeze(-1) * q
+
+
+def action_input(module: Any, actions: torch.Tensor) -> torch.Tensor:
+    """Stored actions -> critic input ``[B, N, K]``: discrete ``[B, N]`` indices as one-hots."""
+    return F.one_hot(actions.long(), module.action_dim).float() if module.discrete else actions
+
+
+def batch_views(mods: Dict[str, Any], batch: Dict[str, Any]):
+    """``(joint, obs, acts, next_obs)`` of a learner batch: the ``JOINT`` columns, and module -> observations
+    ``[B, N, D]``, stored actions as critic inputs (:func:`action_input`) and next observations."""
+    obs = {m: batch[m]["obs"] for m in mods}
+    acts = {m: action_input(mods[m], batch[m]["actions"]) for m in mods}
+    return batch[JOINT], obs, acts, {m: batch[m]["next_obs"] for m in mods}
 
 
 # ============================================================ critic inputs
@@ -151,3 +167,33 @@ def detached(obs: Dict[str, Any]) -> Dict[str, Any]:
     """A critic's observation inputs (module -> tensor, or key -> tensor) detached: the actor loss reads critic
     features without moving the critic's encoders."""
     return {m: {k: v.detach() for k, v in o.items()} if isinstance(o, dict) else o.detach() for m, o in obs.items()}
+
+
+# ============================================================ network sizes
+def critic_dim(critic: str, mapping: Any, mid: str) -> int:
+    """The size of :func:`critic_inputs`' last axis for module ``mid`` of ``mapping`` (a
+    :class:`~marl.mapping.PolicyMapping`), counting flat observations, actions and the agent one-hot; a structured
+    module's observation enters through encoders, whose feature sizes the module adds when it builds them."""
+    n = mapping.n_agents
+    actions = sum(n(m) * mapping.group_info(m).n_actions for m in mapping.modules)
+    flat = {m: 0 if mapping.structured(m) else mapping.obs_dim(m) for m in mapping.modules}
+    if critic == "obs":
+        return flat[mid] + mapping.group_info(mid).n_actions
+    ctx = sum(n(m) * flat[m] for m in mapping.modules) if critic == "joint_obs" else mapping.info.state_dim
+    return ctx + actions + (n(mid) if n(mid) > 1 else 0)
+
+
+def encoder_config(critic: str, encoder: Optional[Mapping[str, Any]], mapping: Any, mid: str) -> Dict[str, Any]:
+    """The ``model_config`` entries of module ``mid``'s encoders: ``encoder`` (layers), ``obs_space`` (a structured
+    module's actor) and ``critic_spaces`` (:func:`critic_spaces`); empty for flat observations everywhere."""
+    n = mapping.n_agents
+    structured = {m: (n(m), mapping.obs_space(m)) for m in mapping.modules if mapping.structured(m)}
+    spaces = critic_spaces(critic, mid, structured)
+    out: Dict[str, Any] = {}
+    if spaces or mid in structured:
+        out["encoder"] = dict(encoder or {})
+    if mid in structured:
+        out["obs_space"] = structured[mid][1]
+    if spaces:
+        out["critic_spaces"] = spaces
+    return out

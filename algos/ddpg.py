@@ -25,8 +25,17 @@ from torch.nn import functional as F
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from marl.algos.actor_critic_parts import CriticEncoders, actor_network, critic_inputs, critic_spaces, critic_target
-from marl.algos.actor_critic_parts import detached, frozen, gumbel_softmax_st, q_values, smoothed
+from marl.algos.actor_critic_parts import CriticEncoders, actor_network, critic_inputs, critic_target
+from marl.algos.actor_critic_parts import (
+    critic_dim,
+    detached,
+    encoder_config,
+    frozen,
+    gumbel_softmax_st,
+    q_values,
+    smoothed,
+)
+from marl.algos.actor_critic_parts import JOINT, action_input, batch_views  # noqa: F401  (part of this family's API)
 from marl.algos.actor_critic_parts import joint_actions  # noqa: F401  (part of this family's API)
 from marl.algos.ddpg_config import CRITICS, DDPGConfig  # noqa: F401
 from marl.algos.networks.mlp import MLP
@@ -39,7 +48,6 @@ from marl.engine.off_policy import batch_module_id, make_target
 from marl.engine.replay import TransitionBuffer
 from marl.errors import MarlError, TrainingDiverged
 
-JOINT = "__joint__"  # batch key of the step-level columns (state, next_state, terminated): not a module id
 MASKED = -1e10  # logit of an unavailable discrete action (finite: no NaN in the soft sample's gradient)
 
 
@@ -155,19 +163,6 @@ class DDPGLayout:
     modules: List[str]
     shapes: Dict[str, Dict[str, Any]]
     state_dim: int
-
-
-def action_input(module: DDPGModule, actions: torch.Tensor) -> torch.Tensor:
-    """Stored actions -> critic input ``[B, N, K]``: discrete ``[B, N]`` indices as one-hots."""
-    return F.one_hot(actions.long(), module.action_dim).float() if module.discrete else actions
-
-
-def batch_views(mods: Dict[str, DDPGModule], batch: Dict[str, Any]):
-    """``(joint, obs, acts, next_obs)`` of a learner batch: the ``JOINT`` columns, and module -> observations
-    ``[B, N, D]``, stored actions as critic inputs (:func:`action_input`) and next observations."""
-    obs = {m: batch[m]["obs"] for m in mods}
-    acts = {m: action_input(mods[m], batch[m]["actions"]) for m in mods}
-    return batch[JOINT], obs, acts, {m: batch[m]["next_obs"] for m in mods}
 
 
 def critic_regression(mod: DDPGModule, cfg: Any, obs, state, acts, mid: str, y: torch.Tensor, alive: torch.Tensor):
@@ -320,26 +315,14 @@ class DDPG(OffPolicyTrainer):
         """The sizes of module ``mid``'s networks. ``critic_dim`` counts flat observations, actions and the agent
         one-hot; a structured module's observation enters the actor and the critics through encoders (``obs_space``,
         ``critic_spaces``, ``encoder``), whose feature sizes the module adds when it builds them."""
-        c, n = config_view(cfg), mapping.n_agents
-        actions = sum(n(m) * mapping.group_info(m).n_actions for m in mapping.modules)
-        flat = {m: 0 if mapping.structured(m) else mapping.obs_dim(m) for m in mapping.modules}
-        if c.critic == "obs":
-            critic_dim = flat[mid] + mapping.group_info(mid).n_actions
-        else:
-            ctx = sum(n(m) * flat[m] for m in mapping.modules)
-            ctx = ctx if c.critic == "joint_obs" else mapping.info.state_dim
-            critic_dim = ctx + actions + (n(mid) if n(mid) > 1 else 0)
+        c = config_view(cfg)
         nets = {"hidden": c.hidden, "layers": c.layers, "activation": c.activation}
-        out = {"obs_dim": mapping.obs_dim(mid), "critic_dim": critic_dim, "twin": c.twin_critics, **nets}
-        structured = {m: (n(m), mapping.obs_space(m)) for m in mapping.modules if mapping.structured(m)}
-        spaces = critic_spaces(c.critic, mid, structured)
-        if spaces or mid in structured:
-            out["encoder"] = dict(c.encoder or {})
-        if mid in structured:
-            out["obs_space"] = structured[mid][1]
-        if spaces:
-            out["critic_spaces"] = spaces
-        return out
+        out = {
+            "obs_dim": mapping.obs_dim(mid),
+            "critic_dim": critic_dim(c.critic, mapping, mid),
+            "twin": c.twin_critics,
+        }
+        return {**out, **nets, **encoder_config(c.critic, c.encoder, mapping, mid)}
 
     @classmethod
     def check_env(cls, cfg, info) -> None:
