@@ -65,11 +65,14 @@ def batch_views(mods: Dict[str, Any], batch: Dict[str, Any]):
 
 
 # ============================================================ critic inputs
-def joint_actions(acts: Dict[str, torch.Tensor], mid: str, own: Optional[torch.Tensor] = None) -> torch.Tensor:
+def joint_actions(
+    acts: Dict[str, torch.Tensor], mid: str, own: Optional[torch.Tensor] = None, rows: Optional[int] = None
+) -> torch.Tensor:
     """All agents' actions as seen by the critics of module ``mid``'s ``N`` agents: ``[B, N, sum_m N_m K_m]``
     (modules in ``acts`` order). With ``own [B, N, K]``, agent ``i``'s row has its own action replaced by
     ``own[:, i]`` and every other agent's as stored (MADDPG's policy gradient, Lowe et al. 2017, arXiv
-    1706.02275, Eq. 5: ``a_i = mu_i(o_i)``, ``a_j`` from the buffer)."""
+    1706.02275, Eq. 5: ``a_i = mu_i(o_i)``, ``a_j`` from the buffer). Without ``own`` every row is the same:
+    ``rows`` of them (default ``N``; 1 for a critic input shared by all agents, :func:`critic_inputs`)."""
     n = acts[mid].shape[1]
     blocks = []
     for m, a in acts.items():
@@ -77,24 +80,46 @@ def joint_actions(acts: Dict[str, torch.Tensor], mid: str, own: Optional[torch.T
             eye = torch.eye(n, dtype=torch.bool, device=a.device).unsqueeze(-1)  # [N(i), N(j), 1]
             blocks.append(torch.where(eye, own.unsqueeze(1), a.unsqueeze(1)).flatten(2))
         else:
-            blocks.append(a.flatten(1).unsqueeze(1).expand(-1, n, -1))
+            blocks.append(a.flatten(1).unsqueeze(1).expand(-1, n if rows is None else rows, -1))
     return torch.cat(blocks, -1)
 
 
-def critic_inputs(critic: str, obs, state, acts, mid: str, own: Optional[torch.Tensor] = None) -> torch.Tensor:
+def critic_inputs(
+    critic: str, obs, state, acts, mid: str, own: Optional[torch.Tensor] = None, agent_id: bool = True
+) -> torch.Tensor:
     """The critic input ``[B, N_mid, X]`` of module ``mid``'s agents. ``critic``: ``obs`` (own observation and
     action), ``joint_obs`` (every agent's observation and action, MADDPG; Lowe et al. 2017, arXiv 1706.02275,
     Sec. 4.1) or ``state`` (the state ``[B, S]`` and every action); a shared centralised critic also reads the
-    agent's one-hot index. ``obs``/``acts``: module -> ``[B, N_m, D_m]`` / ``[B, N_m, K_m]``; ``own``: see
-    :func:`joint_actions`."""
+    agent's one-hot index when ``agent_id`` (config ``critic_agent_id``). ``obs``/``acts``: module ->
+    ``[B, N_m, D_m]`` / ``[B, N_m, K_m]``; ``own``: see :func:`joint_actions`.
+
+    A centralised critic without the agent index and without ``own`` gives every agent of ``mid`` the same input:
+    it returns ``[B, 1, X]``, one row per sample, whose ``Q [B, 1]`` broadcasts against per-agent targets
+    ``[B, N]`` (the same values and gradients as ``N`` identical rows, for a quarter of the work on 4 agents; the
+    shared centralised critic of BenchMARL, Bettini et al. 2024, arXiv 2312.01472, computes one value likewise)."""
     if critic == "obs":
         return torch.cat([obs[mid], acts[mid] if own is None else own], -1)
     n = acts[mid].shape[1]  # not obs[mid]: a state critic's obs may be structured (dicts), and it reads none
+    rows = 1 if own is None and not agent_id else n
     ctx = torch.cat([o.flatten(1) for o in obs.values()], -1) if critic == "joint_obs" else state
-    parts = [ctx.unsqueeze(1).expand(-1, n, -1), joint_actions(acts, mid, own)]
-    if n > 1:
+    parts = [ctx.unsqueeze(1).expand(-1, rows, -1), joint_actions(acts, mid, own, rows)]
+    if agent_id and n > 1:
         parts.append(torch.eye(n, device=ctx.device).expand(ctx.shape[0], n, n))
     return torch.cat(parts, -1)
+
+
+def actor_critic_inputs(cfg: Any, obs, state, acts, current: Dict[str, torch.Tensor], mid: str) -> torch.Tensor:
+    """The critic input of module ``mid``'s actor loss (:func:`critic_inputs` of ``cfg.critic`` and
+    ``cfg.critic_agent_id``), by ``cfg.policy_gradient``: ``own``, agent ``i``'s row holds its current action
+    ``current[mid][:, i]`` and the other agents' stored ``acts`` (Lowe et al. 2017, arXiv 1706.02275, Eq. 5);
+    ``joint``, every agent's current action (``current``: module -> ``[B, N_m, K_m]``), the other modules'
+    detached so that module ``mid``'s loss moves its own actors only (the centralised policy gradient of FACMAC,
+    Peng et al. 2021, arXiv 2003.06709, Sec. 4.2, and BenchMARL's MADDPG and MASAC, Bettini et al. 2024,
+    arXiv 2312.01472)."""
+    if cfg.policy_gradient == "own":
+        return critic_inputs(cfg.critic, obs, state, acts, mid, current[mid], cfg.critic_agent_id)
+    joint = {m: a if m == mid else a.detach() for m, a in current.items()}
+    return critic_inputs(cfg.critic, obs, state, joint, mid, agent_id=cfg.critic_agent_id)
 
 
 def q_values(critics: torch.nn.ModuleList, x: torch.Tensor) -> List[torch.Tensor]:
@@ -170,9 +195,9 @@ def detached(obs: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # ============================================================ network sizes
-def critic_dim(critic: str, mapping: Any, mid: str) -> int:
+def critic_dim(critic: str, mapping: Any, mid: str, agent_id: bool = True) -> int:
     """The size of :func:`critic_inputs`' last axis for module ``mid`` of ``mapping`` (a
-    :class:`~marl.mapping.PolicyMapping`), counting flat observations, actions and the agent one-hot; a structured
+    :class:`~marl.mapping.PolicyMapping`), counting flat observations, actions and (``agent_id``) the agent one-hot; a structured
     module's observation enters through encoders, whose feature sizes the module adds when it builds them."""
     n = mapping.n_agents
     actions = sum(n(m) * mapping.group_info(m).n_actions for m in mapping.modules)
@@ -180,7 +205,7 @@ def critic_dim(critic: str, mapping: Any, mid: str) -> int:
     if critic == "obs":
         return flat[mid] + mapping.group_info(mid).n_actions
     ctx = sum(n(m) * flat[m] for m in mapping.modules) if critic == "joint_obs" else mapping.info.state_dim
-    return ctx + actions + (n(mid) if n(mid) > 1 else 0)
+    return ctx + actions + (n(mid) if n(mid) > 1 and agent_id else 0)
 
 
 def encoder_config(critic: str, encoder: Optional[Mapping[str, Any]], mapping: Any, mid: str) -> Dict[str, Any]:

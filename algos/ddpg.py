@@ -25,7 +25,13 @@ from torch.nn import functional as F
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from marl.algos.actor_critic_parts import CriticEncoders, actor_network, critic_inputs, critic_target
+from marl.algos.actor_critic_parts import (
+    CriticEncoders,
+    actor_critic_inputs,
+    actor_network,
+    critic_inputs,
+    critic_target,
+)
 from marl.algos.actor_critic_parts import (
     critic_dim,
     detached,
@@ -171,7 +177,7 @@ def critic_regression(mod: DDPGModule, cfg: Any, obs, state, acts, mid: str, y: 
     ``state``, ``acts``), targets ``y [B, N]`` and the agents alive at ``t`` (``alive [B, N]`` bool), and its
     metrics ``critic_loss``, ``q_mean`` (the first critic's) and ``target_mean``: 0-d detached tensors, which the
     learner turns into numbers with one host sync for all (:meth:`DDPGLearner.compute_losses`)."""
-    qs = q_values(mod.critics, critic_inputs(cfg.critic, obs, state, acts, mid))
+    qs = q_values(mod.critics, critic_inputs(cfg.critic, obs, state, acts, mid, agent_id=cfg.critic_agent_id))
     loss = sum(masked_mean((q - y) ** 2, alive) for q in qs)
     q_mean, y_mean = masked_mean(qs[0].detach(), alive), masked_mean(y, alive)
     return loss, {"critic_loss": loss.detach(), "q_mean": q_mean, "target_mean": y_mean}
@@ -179,7 +185,9 @@ def critic_regression(mod: DDPGModule, cfg: Any, obs, state, acts, mid: str, y: 
 
 def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, actor_due: bool):
     """The critic loss ``mean (Q_k(x, a) - y)^2`` of every critic ``k`` and, when ``actor_due``, the actor
-    loss ``-mean Q_1(x, a_1..mu_i(o_i)..a_N)``, masked by the agents alive at ``t``, summed over modules.
+    loss ``-mean Q_1(x, a_1..mu_i(o_i)..a_N)`` (``policy_gradient: own``; ``joint``: ``-mean Q_1(x, mu_1(o_1)..
+    mu_N(o_N))``, :func:`~marl.algos.actor_critic_parts.actor_critic_inputs`), masked by the agents alive at ``t``,
+    summed over modules. Without ``critic_agent_id`` a centralised critic's ``Q`` is ``[B, 1]``, one per sample.
 
     ``batch``: module -> ``{obs [B, N, D] (structured: key -> [B, N, *shape_k]), actions, rewards [B, N], alive
     [B, N], next_obs, avail, next_avail}`` and ``JOINT -> {state, next_state [B, S], terminated [B]}``. Returns the
@@ -195,25 +203,40 @@ def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, ac
                 j["terminated"].bool(),
                 q_values(
                     mods[m].critic_targets,
-                    critic_inputs(cfg.critic, mods[m].critic_obs(next_obs, target=True), j["next_state"], nxt, m),
+                    critic_inputs(
+                        cfg.critic,
+                        mods[m].critic_obs(next_obs, True),
+                        j["next_state"],
+                        nxt,
+                        m,
+                        None,
+                        cfg.critic_agent_id,
+                    ),
                 ),
                 cfg.gamma,
             )
             for m in mids
         }
+    with torch.set_grad_enabled(actor_due):  # off a delayed step the actor loss is a metric only
+        current = {m: policy_action(mods[m], batch[m]) for m in mids}
     total, metrics = 0.0, {}
     for m in mids:
         mod, alive = mods[m], batch[m]["alive"].bool()
         seen = mod.critic_obs(obs)  # encoded once: the critic loss trains the encoders, the actor loss reads them
         critic_loss, metrics[m] = critic_regression(mod, cfg, seen, j["state"], acts, m, y[m], alive)
-        with torch.set_grad_enabled(actor_due):  # off a delayed step the actor loss is a metric only
-            own = mod.mu(mod.actor, obs[m], batch[m].get("avail"))
-            own = gumbel_softmax_st(own) if mod.discrete else own
-            x = critic_inputs(cfg.critic, detached(seen), j["state"], acts, m, own)
+        with torch.set_grad_enabled(actor_due):
+            x = actor_critic_inputs(cfg, detached(seen), j["state"], acts, current, m)
             actor_loss = -masked_mean(frozen(mod.critics[0], x).squeeze(-1), alive)
         metrics[m]["actor_loss"] = actor_loss.detach()
         total = total + critic_loss + (actor_loss if actor_due else 0.0)
     return total, metrics
+
+
+def policy_action(mod: DDPGModule, b: Dict[str, Any]) -> torch.Tensor:
+    """The actor's current action at ``o`` as the critics read it: continuous ``mu(o) [B, N, K]``, discrete the
+    straight-through Gumbel-softmax one-hot ``[B, N, A]`` of the masked logits."""
+    a = mod.mu(mod.actor, b["obs"], b.get("avail"))
+    return gumbel_softmax_st(a) if mod.discrete else a
 
 
 def target_action(mod: DDPGModule, b: Dict[str, torch.Tensor], cfg: Any) -> torch.Tensor:
@@ -319,7 +342,7 @@ class DDPG(OffPolicyTrainer):
         nets = {"hidden": c.hidden, "layers": c.layers, "activation": c.activation}
         out = {
             "obs_dim": mapping.obs_dim(mid),
-            "critic_dim": critic_dim(c.critic, mapping, mid),
+            "critic_dim": critic_dim(c.critic, mapping, mid, c.critic_agent_id),
             "twin": c.twin_critics,
         }
         return {**out, **nets, **encoder_config(c.critic, c.encoder, mapping, mid)}

@@ -19,6 +19,7 @@ from marl.config.checks import ERROR, rule
 
 ACTIVATIONS = ("relu", "tanh", "elu")  # marl.algos.networks.mlp.ACTIVATIONS (that module imports torch)
 CRITICS = ("obs", "joint_obs", "state")  # what a critic reads beside the actions (docs/algorithms/ddpg.md)
+POLICY_GRADIENTS = ("own", "joint")  # which actions the actor loss's critic reads (docs/algorithms/ddpg.md)
 
 
 def _never_in_buffer(name: str, need: int, capacity: int) -> Optional[str]:
@@ -62,6 +63,15 @@ class OffPolicyACConfig(EngineConfig):
         "what each agent's critic reads beside actions: obs (its own obs and action: IDDPG, ISAC), joint_obs (all "
         "agents' observations and actions: MADDPG, MASAC) or state (the global state and all actions)",
         choices=CRITICS,
+    )
+    critic_agent_id: bool = key(
+        "a shared centralised critic (joint_obs, state) also reads the agent's one-hot index, one Q per agent (Lowe "
+        "et al. 2017); false: one Q per sample for all agents of a module, computed once (BenchMARL's shared critic)"
+    )
+    policy_gradient: str = key(
+        "the actions the actor loss's critic reads: own (the agent's current action, the others' stored: Lowe et al. "
+        "2017, Eq. 5) or joint (every agent's current action: FACMAC's centralised gradient, BenchMARL's)",
+        choices=POLICY_GRADIENTS,
     )
     twin_critics: bool = key("two critics, target = min of their targets (TD3's clipped double-Q; SAC's twin Q)")
     policy_delay: int = key("gradient steps per actor step and target update (TD3: 2)", ge=1)

@@ -36,13 +36,24 @@ def one_critic(c: Any) -> Optional[str]:
     return "twin_critics=True: FACMAC mixes one critic per agent into Q_tot; use twin_critics: false (or matd3)."
 
 
+@rule(("policy_gradient",), ERROR, "FACMAC's policy gradient is centralised: every agent's current action")
+def joint_gradient(c: Any) -> Optional[str]:
+    if c.policy_gradient == "joint":
+        return None
+    return (
+        f"policy_gradient={c.policy_gradient!r}: FACMAC's actor loss mixes every agent's Q_a(o_a, mu_a(o_a)) into "
+        f"Q_tot (the centralised policy gradient, Peng et al. 2021, Sec. 4.2); use policy_gradient: joint (or maddpg "
+        f"for policy_gradient: own)."
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class FACMACConfig(DDPGConfig):
     """FACMAC keys (``docs/algorithms/facmac.md``): the DDPG family's keys plus the mixer and the actor's
     action regulariser; values in ``configs/algos/facmac.yaml``."""
 
     LAYER = "factored critic"
-    RULES = (per_agent_critic, one_critic)
+    RULES = (per_agent_critic, one_critic, joint_gradient)
 
     mixer: str = key(
         "how the agents' Q_a become Q_tot: qmix (monotonic hypernetwork mixer on the state), qmix_nonmonotonic "

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch.nn import functional as F
 
-from marl.algos.actor_critic_parts import detached
+from marl.algos.actor_critic_parts import actor_critic_inputs, detached
 from marl.algos.ddpg import DDPG, DDPGLearner, DDPGModule, batch_views, critic_inputs, critic_regression
 from marl.algos.ddpg import critic_target, frozen, gumbel_softmax_st, q_values
 from marl.algos.policy_gradient import masked_mean
@@ -134,7 +134,7 @@ def each_action_q(nets: torch.nn.ModuleList, cfg: Any, obs, state, acts, mid: st
     eye = torch.eye(n_actions, device=acts[mid].device)
     per_action = []
     for a in range(n_actions):
-        x = critic_inputs(cfg.critic, obs, state, acts, mid, eye[a].expand(b, n, n_actions))
+        x = critic_inputs(cfg.critic, obs, state, acts, mid, eye[a].expand(b, n, n_actions), cfg.critic_agent_id)
         per_action.append(torch.stack(q_values(nets, x)).min(0).values)
     return torch.stack(per_action, -1)
 
@@ -148,14 +148,15 @@ def soft_value(q: torch.Tensor, logp: torch.Tensor, alpha: torch.Tensor, pi: Opt
     return v if pi is None else (pi * v).sum(-1)
 
 
-def next_actions(mod: SACModule, b: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """The current policy at ``o'`` (SAC has no target actor): ``a`` (critic input: continuous ``[B, N, K]``,
-    discrete a sampled one-hot ``[B, N, A]``, read by the other agents' centralised critics) and ``logp``
-    (``[B, N]``; discrete: ``[B, N, A]``, with ``pi``)."""
+def policy_sample(mod: SACModule, obs: Any, avail: Optional[torch.Tensor], one_hot: bool = True) -> Dict[str, Any]:
+    """The current policy at ``obs`` (at ``o'`` the target's next actions: SAC has no target actor): ``a`` (critic
+    input: continuous ``[B, N, K]``, reparameterised; discrete, when ``one_hot``, a sampled straight-through one-hot
+    ``[B, N, A]``, read by the other agents' centralised critics) and ``logp`` (``[B, N]``; discrete: ``[B, N, A]``,
+    with ``pi``)."""
     if mod.discrete:
-        pi, logp = mod.probs(b["next_obs"], b.get("next_avail"))
-        return {"a": gumbel_softmax_st(logp), "pi": pi, "logp": logp}
-    a, logp = mod.sample(b["next_obs"])
+        pi, logp = mod.probs(obs, avail)
+        return {"a": gumbel_softmax_st(logp), "pi": pi, "logp": logp} if one_hot else {"pi": pi, "logp": logp}
+    a, logp = mod.sample(obs)
     return {"a": a, "logp": logp}
 
 
@@ -164,7 +165,8 @@ def sac_losses(mods: Dict[str, SACModule], batch: Dict[str, Any], cfg: Any, acto
     ``y = r + gamma (1 - terminated) V'(x')``, ``V' = E_{a' ~ pi}[min_k Q'_k(x', a') - alpha log pi(a' | o')]``
     (Haarnoja et al. 2018, arXiv 1812.05905, Eq. 3 and Sec. 5; discrete: the exact expectation, Christodoulou
     2019, arXiv 1910.07207, Eq. 10); and when ``actor_due`` the actor loss ``mean E_pi[alpha log pi - min_k
-    Q_k(x, a_1..a_i..a_N)]`` (Eq. 7 with the reparameterised ``a_i ~ pi_i``, Eq. 11; discrete: the
+    Q_k(x, a_1..a_i..a_N)]`` (``policy_gradient: own``: the others' actions stored; ``joint``: sampled from their
+    current policies) (Eq. 7 with the reparameterised ``a_i ~ pi_i``, Eq. 11; discrete: the
     expectation, Christodoulou Eq. 12; the critics are not moved by it) and, unless ``fixed_alpha``, the
     temperature loss ``-mean log_alpha (log pi + H_target)`` (Haarnoja et al. Eq. 18; discrete: ``E_pi log pi``,
     Christodoulou Eq. 11); masked by the agents alive at ``t``, summed over modules.
@@ -177,7 +179,7 @@ def sac_losses(mods: Dict[str, SACModule], batch: Dict[str, Any], cfg: Any, acto
     j, obs, acts, next_obs = batch_views(mods, batch)
     alpha = {m: mods[m].log_alpha.detach().exp() for m in mids}
     with torch.no_grad():
-        nxt = {m: next_actions(mods[m], batch[m]) for m in mids}
+        nxt = {m: policy_sample(mods[m], batch[m]["next_obs"], batch[m].get("next_avail")) for m in mids}
         next_acts = {m: nxt[m]["a"] for m in mids}
         y = {
             m: soft_target(
@@ -185,16 +187,16 @@ def sac_losses(mods: Dict[str, SACModule], batch: Dict[str, Any], cfg: Any, acto
             )
             for m in mids
         }
+    with torch.set_grad_enabled(actor_due):  # the actor and temperature step with the targets (policy_delay)
+        joint = cfg.policy_gradient == "joint"  # the other agents' sampled one-hots are read: draw them
+        current = {m: policy_sample(mods[m], obs[m], batch[m].get("avail"), joint) for m in mids}
     total, metrics = 0.0, {}
     for m, mod in mods.items():
         alive = batch[m]["alive"].bool()
         seen = mod.critic_obs(obs)  # encoded once: the critic loss trains the encoders, the actor loss reads them
         critic_loss, metrics[m] = critic_regression(mod, cfg, seen, j["state"], acts, m, y[m], alive)
-        with torch.set_grad_enabled(actor_due):  # the actor and temperature step with the targets (policy_delay)
-            avail = batch[m].get("avail")
-            actor_loss, entropy = actor_loss_of(
-                mod, cfg, obs, detached(seen), j["state"], acts, avail, alpha[m], alive, m
-            )
+        with torch.set_grad_enabled(actor_due):
+            actor_loss, entropy = actor_loss_of(mod, cfg, current, detached(seen), j["state"], acts, alpha[m], alive, m)
         # d/d log_alpha = H - H_target: descent raises alpha when the entropy is below the target
         alpha_loss = masked_mean(mod.log_alpha * (entropy.detach() - target_entropy(mod, cfg)), alive)
         metrics[m].update(
@@ -218,25 +220,29 @@ def soft_target(mod: SACModule, cfg: Any, b, j, next_obs, next_acts, nxt, alpha,
         q = each_action_q(mod.critic_targets, cfg, next_obs, j["next_state"], next_acts, m, mod.action_dim)
         v: List[torch.Tensor] = [soft_value(q, nxt["logp"], alpha, nxt["pi"])]
     else:
-        x = critic_inputs(cfg.critic, next_obs, j["next_state"], next_acts, m)
+        x = critic_inputs(cfg.critic, next_obs, j["next_state"], next_acts, m, agent_id=cfg.critic_agent_id)
         v = [soft_value(q, nxt["logp"], alpha) for q in q_values(mod.critic_targets, x)]
     return critic_target(b["rewards"], j["terminated"].bool(), v, cfg.gamma)
 
 
-def actor_loss_of(mod: SACModule, cfg: Any, obs, seen, state, acts, avail, alpha, alive, m: str):
+def actor_loss_of(mod: SACModule, cfg: Any, current, seen, state, acts, alpha, alive, m: str):
     """The actor loss of module ``m`` (see :func:`sac_losses`), the mean over the agents ``alive [B, N]``, and
-    the policy's entropy ``[B, N]`` (nats). The actor reads ``obs[m]``, the critics ``seen`` (the observations as
+    the policy's entropy ``[B, N]`` (nats). ``current``: module -> :func:`policy_sample` at ``o``; the other agents'
+    actions are the stored ``acts`` (``policy_gradient: own``) or their current samples (``joint``,
+    :func:`~marl.algos.actor_critic_parts.actor_critic_inputs`). The critics read ``seen`` (the observations as
     they read them, detached: :meth:`~marl.algos.ddpg.DDPGModule.critic_obs`) with detached parameters
     (:func:`~marl.algos.ddpg.frozen`; discrete: without gradient), so the actor loss never moves them."""
     if mod.discrete:
-        pi, logp = mod.probs(obs[m], avail)
+        pi, logp = current[m]["pi"], current[m]["logp"]
+        if cfg.policy_gradient == "joint":
+            acts = {o: c["a"].detach() for o, c in current.items()}
         with torch.no_grad():
             q = each_action_q(mod.critics, cfg, seen, state, acts, m, mod.action_dim)
         per_agent = -soft_value(q, logp, alpha, pi)
         entropy = -(pi * logp).sum(-1)
     else:
-        a, logp = mod.sample(obs[m])
-        x = critic_inputs(cfg.critic, seen, state, acts, m, a)
+        logp = current[m]["logp"]
+        x = actor_critic_inputs(cfg, seen, state, acts, {o: c["a"] for o, c in current.items()}, m)
         q = torch.stack([frozen(c, x).squeeze(-1) for c in mod.critics]).min(0).values
         per_agent, entropy = -soft_value(q, logp, alpha), -logp
     return masked_mean(per_agent, alive), entropy

@@ -75,8 +75,12 @@ def one_step(N, obs, next_obs, rewards, terminated, actions):
     }
 
 
+FORMS = {"critic_agent_id": True, "policy_gradient": "own"}  # MADDPG's defaults (configs/algos/maddpg.yaml)
+
+
 def cfg(**kw):
-    return SimpleNamespace(**{"critic": "obs", "gamma": 0.9, "target_noise": 0.0, "target_noise_clip": 0.5, **kw})
+    base = {"critic": "obs", "gamma": 0.9, "target_noise": 0.0, "target_noise_clip": 0.5, **FORMS}
+    return SimpleNamespace(**{**base, **kw})
 
 
 # ---------------------------------------------------------------- targets
