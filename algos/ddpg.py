@@ -49,7 +49,7 @@ from marl.algos.policy_gradient import masked_mean
 from marl.algos.q_learning import epsilon_at
 from marl.config import config_view
 from marl.env import map_obs, nest_columns
-from marl.engine.off_policy import TARGET_TAU, OffPolicyLearner, OffPolicyTrainer, UpdateSchedule
+from marl.engine.off_policy import OffPolicyLearner, OffPolicyTrainer, UpdateSchedule
 from marl.engine.off_policy import batch_module_id, make_target
 from marl.engine.replay import TransitionBuffer
 from marl.errors import MarlError, TrainingDiverged
@@ -251,10 +251,10 @@ def target_action(mod: DDPGModule, b: Dict[str, torch.Tensor], cfg: Any) -> torc
 
 
 # ============================================================ learner
-def actor_step_due(timesteps: Optional[Dict[str, Any]]) -> bool:
+def actor_step_due(tau: float) -> bool:
     """Whether a gradient step also steps the actors: exactly when the trainer's schedule updates the targets
-    after it (``target_interval = policy_delay`` gradient steps; TD3's ``t mod d = 0``)."""
-    return float((timesteps or {}).get(TARGET_TAU, 0.0)) > 0
+    after it (``tau > 0``; ``target_interval = policy_delay`` gradient steps; TD3's ``t mod d = 0``)."""
+    return float(tau) > 0
 
 
 class DDPGLearner(OffPolicyLearner):
@@ -269,7 +269,7 @@ class DDPGLearner(OffPolicyLearner):
 
     def configure_optimizers_for_module(self, module_id, config=None):
         params = self.get_parameters(self.module_for_optimizer(module_id))
-        opt = torch.optim.Adam(params, eps=self.cfg.adam_eps)
+        opt = torch.optim.Adam(params, eps=self.cfg.adam_eps, fused=True)  # one kernel per step: ~9% of a step here
         self.register_optimizer(module_id=module_id, optimizer=opt, params=params, lr_or_lr_schedule=config.lr)
 
     def clip_groups(self, module_id: str):
@@ -278,9 +278,9 @@ class DDPGLearner(OffPolicyLearner):
         one optimiser per loss."""
         return self.groups_by_head(module_id, {"actor": "actor", "critics": "critic", "critic_encoder": "critic"})
 
-    def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]
-        self.actor_due = actor_step_due(timesteps)
-        return super().update(batch, training_data, timesteps, **kwargs)
+    def step(self, batch, tau: float) -> None:
+        self.actor_due = actor_step_due(tau)
+        super().step(batch, tau)
 
     def learner_batch(self, columns):
         """The one policy batch ``"<m>/<col>"`` -> ``{m: {col: ...}, JOINT: {state, next_state, terminated}}``;
@@ -394,6 +394,9 @@ class DDPG(OffPolicyTrainer):
             if not mapping.group_info(m).discrete:  # the TransitionBuffer's name of a continuous dimension
                 s["action_dim"] = s.pop("n_actions")
         return DDPGLayout(list(mapping.modules), shapes, int(env.info.state_dim))
+
+    def steps_per_call(self) -> int:
+        return self.chunked_steps()  # a transition buffer: one draw for many gradient steps samples alike
 
     def make_buffer(self) -> TransitionBuffer:
         layout = self.run.family

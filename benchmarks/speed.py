@@ -119,7 +119,9 @@ def run_vs_benchmarl(
     discrete actions, a centralised critic. Off-policy: BenchMARL's iteration on both sides (its
     off-policy defaults, which marl's YAMLs hold): ``B`` copies (default 10) stepping ``6000 / B``
     steps, then 1000 gradient steps of 128 transitions; 2x256 Tanh MLPs; continuous actions; a shared
-    policy and, for the centralised ones, a shared critic; BenchMARL's balance config (4 agents).
+    policy and, for the centralised ones, a shared critic computing one Q per sample and the joint policy
+    gradient (marl's ``critic_agent_id: false``, ``policy_gradient: joint``, as BenchMARL); BenchMARL's
+    balance config (4 agents).
 
     Args:
         python: interpreter of BenchMARL's environment
@@ -159,6 +161,9 @@ def run_vs_benchmarl(
             "hidden": "2x256 tanh",
             "actions": "continuous",
         }
+        if algo in ("maddpg", "masac"):  # BenchMARL's shared centralised critic: one Q per sample, joint gradient
+            ours.update(critic_agent_id=False, policy_gradient="joint")
+            settings["critic"] = "shared, centralised, one Q per sample; joint policy gradient (both sides)"
     else:
         raise unknown_choice("vs-benchmarl algorithm", algo, ("mappo",) + OFF_POLICY)
     anchor = BenchmarlAnchor(python, B, T, epochs, minibatches, hidden, max_steps, **child)

@@ -192,7 +192,7 @@ def test_actor_steps_every_policy_delay_th_gradient_step():
         due = []
         for _ in range(6):
             progress["updates"] += 1
-            due.append(actor_step_due({"target_tau": schedule.target_tau(progress, False, 0)}))
+            due.append(actor_step_due(schedule.target_tau(progress, False, 0)))
         assert due == [(i + 1) % delay == 0 for i in range(6)], (algo, due)
 
 

@@ -1,5 +1,6 @@
 """Engine integration: fit, checkpoints, resume, remote env runners, DDP learners, errors (Ray)."""
 
+import copy
 import csv
 import os
 import shutil
@@ -172,3 +173,38 @@ def test_torch_compile_learner_trains_the_eager_weights(ray_session, kw):
     assert not moved, f"eager training is not deterministic here: {moved}"
     for k, v in eager.items():
         assert torch.allclose(compiled[k], v, atol=1e-4, rtol=0), k
+
+
+def test_apply_gradients_with_one_finite_check_steps_as_rllib_and_leaves_non_finite_to_rllib(ray_session, tmp_path):
+    """SeamLearner.apply_gradients: finite gradients give exactly RLlib's own step (the same Adam update); a NaN
+    gradient goes down RLlib's path, which zeroes it (the parameter keeps its value, every parameter stays finite)."""
+    from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+
+    trainer, *_ = build_trainer(MatchEnv(num_envs=2), "maddpg", log_dir=str(tmp_path), progress=False, eval_episodes=0)
+    try:
+        learner = local_learner(trainer.learner_group)
+        params = learner.params_by_id
+        opts = [opt for _, _, opt in learner.named_optimizers()]
+        start = {pid: p.detach().clone() for pid, p in params.items()}
+        opt_state = [copy.deepcopy(o.state_dict()) for o in opts]
+        torch.manual_seed(0)
+        grads = {pid: torch.randn_like(p) for pid, p in params.items()}
+
+        def step(apply):
+            with torch.no_grad():
+                for pid, p in params.items():
+                    p.copy_(start[pid])
+            for o, s in zip(opts, opt_state):
+                o.load_state_dict(copy.deepcopy(s))
+            apply({pid: g.clone() for pid, g in grads.items()})
+            return {pid: p.detach().clone() for pid, p in params.items()}
+
+        ours, rllib = step(learner.apply_gradients), step(lambda g: TorchLearner.apply_gradients(learner, g))
+        assert all(torch.equal(ours[pid], rllib[pid]) for pid in params)
+        assert any(not torch.equal(ours[pid], start[pid]) for pid in params)
+        bad = next(iter(grads))
+        grads[bad] = torch.full_like(grads[bad], float("nan"))
+        after = step(learner.apply_gradients)
+        assert torch.equal(after[bad], start[bad]) and all(torch.isfinite(v).all() for v in after.values())
+    finally:
+        trainer.stop()

@@ -13,12 +13,14 @@ import pytest
 import torch
 
 from marl.engine.off_policy import (
+    CALL_BYTES,
     TARGET_TAU,
     OffPolicyTrainer,
     UpdateSchedule,
     hard_update,
     make_target,
     polyak_update,
+    row_blocks,
     target_pairs,
     update_target,
 )
@@ -285,7 +287,7 @@ class ScriptedTrainer(OffPolicyTrainer):
         self.buffer, self.schedule, self.rollouts = buffer, schedule, iter(rollouts)
         self.rng = np.random.default_rng(0)
         self.progress = {"env_steps": 0, "episodes": 0, **schedule.initial_progress()}
-        self.calls, self.committed = [], []
+        self.calls, self.committed, self.learner_calls = [], [], []
 
     def make_buffer(self):
         return self.buffer
@@ -301,7 +303,11 @@ class ScriptedTrainer(OffPolicyTrainer):
 
     def update_learners(self, batch, sync_weights=True, **timesteps):
         (mid,) = batch.policy_batches
-        self.calls.append((mid, len(batch.policy_batches[mid]["terminated"]), sync_weights, timesteps[TARGET_TAU]))
+        taus = timesteps[TARGET_TAU]  # one per gradient step of the call, each on a block of the batch's rows
+        rows = len(batch.policy_batches[mid]["terminated"]) // len(taus)
+        for i, tau in enumerate(taus):
+            self.calls.append((mid, rows, sync_weights and i == len(taus) - 1, tau))
+        self.learner_calls.append(len(taus))
         return {"m/td_loss": float(len(self.calls))}
 
     def iterate(self):
@@ -358,3 +364,59 @@ def test_trainer_counts_env_steps_and_gradient_step_targets_on_a_transition_buff
     assert counts == [0, 2, 4, 2] and trainer.progress["updates"] == 8
     assert [tau for *_, tau in trainer.calls] == [0, 0, 0.01, 0, 0, 0.01, 0, 0]
     assert [w for _, _, w, _ in trainer.calls] == [False, True, False, False, False, True, False, True]
+
+
+class ChunkedTrainer(ScriptedTrainer):
+    """The scripted trainer with ``per_call`` gradient steps per learner call."""
+
+    per_call = 1
+
+    def steps_per_call(self):
+        return self.per_call
+
+
+@pytest.mark.parametrize("per_call", [1, 3, 100])
+def test_chunked_learner_calls_take_the_same_steps_targets_and_syncs(per_call):
+    """The transition-buffer schedule above with up to ``per_call`` gradient steps per learner call: the same
+    8 steps of batch_size rows, the same Polyak steps and a weight sync only after each iteration's last step;
+    the calls hold 1 / 2 / 3 / 4 / 2 steps as the cap allows."""
+    buf = TransitionBuffer(100, SHAPES, S)
+    Ts = [1, 2, 3, 1]
+    rollouts = [_rollout(T, 2, t0=sum(Ts[:i])) for i, T in enumerate(Ts)]
+    s = UpdateSchedule(
+        updates=2, per=3, unit="env_step", learning_starts=5, target_interval=3, target_unit="gradient_step", tau=0.01
+    )
+    trainer = ChunkedTrainer(buf, s, rollouts)
+    trainer.per_call = per_call
+    for _ in Ts:
+        trainer.iterate()
+    assert [tau for *_, tau in trainer.calls] == [0, 0, 0.01, 0, 0, 0.01, 0, 0]
+    assert [w for _, _, w, _ in trainer.calls] == [False, True, False, False, False, True, False, True]
+    assert all(rows == 4 for _, rows, _, _ in trainer.calls)
+    assert trainer.learner_calls == {1: [1] * 8, 3: [2, 3, 1, 2], 100: [2, 4, 2]}[per_call]
+
+
+def test_row_blocks_are_consecutive_views_and_refuse_a_ragged_split():
+    cols = {"m": {"x": torch.arange(6), "y": torch.arange(6) * 10}}
+    blocks = row_blocks(cols, 3)
+    assert [b["m"]["x"].tolist() for b in blocks] == [[0, 1], [2, 3], [4, 5]]
+    assert blocks[2]["m"]["y"].tolist() == [40, 50] and blocks[0]["m"]["x"].data_ptr() == cols["m"]["x"].data_ptr()
+    assert row_blocks(cols, 1) == [cols]
+    with pytest.raises(MarlError, match="got 6 rows, not a multiple of 4"):
+        row_blocks(cols, 4)
+
+
+def test_chunked_steps_cap_the_call_by_bytes_and_fall_back_to_one():
+    """TransitionBuffer rows of SHAPES: a call carries at most CALL_BYTES; one step with batch transforms or
+    more than one learner."""
+    buf = TransitionBuffer(100, SHAPES, S)
+    row = sum(int(v[0].nbytes) for v in buf.data.values())
+    trainer = SimpleNamespace(buffer=buf, batch_transforms=[], cfg=SimpleNamespace(batch_size=128, num_learners=0))
+    assert OffPolicyTrainer.chunked_steps(trainer) == CALL_BYTES // (row * 128) > 1
+    trainer.cfg.batch_size = CALL_BYTES  # a batch beyond the cap on its own: still one step per call
+    assert OffPolicyTrainer.chunked_steps(trainer) == 1
+    trainer.cfg.batch_size = 128
+    trainer.batch_transforms = ["a transform"]
+    assert OffPolicyTrainer.chunked_steps(trainer) == 1
+    trainer.batch_transforms, trainer.cfg.num_learners = [], 2
+    assert OffPolicyTrainer.chunked_steps(trainer) == 1

@@ -6,8 +6,9 @@ and :class:`OffPolicyLearner` and keeps only what is its own: config, networks, 
 loss. One iteration of :meth:`OffPolicyTrainer.training_step`::
 
     act_kwargs() -> sample_rollouts -> buffer.add_rollout -> on_episodes_committed(slots)
-    -> observe_rollout -> UpdateSchedule.updates_due -> n x [sample_batch -> learner update
-    (one gradient step, then the target update UpdateSchedule.target_tau asked for)]
+    -> observe_rollout -> UpdateSchedule.updates_due -> n steps in calls of steps_per_call:
+    [sample_batch of K blocks -> learner update (K x: one gradient step on a block, then the
+    target update UpdateSchedule.target_tau asked for)]
 
 This module holds:
 
@@ -16,7 +17,8 @@ This module holds:
   Algorithm 1), usable by any ``nn.Module``; a module exposes its pairs with ``target_pairs()``;
 * :class:`UpdateSchedule`: the update-to-data ratio (gradient steps per new episode or env
   step), learning starts, and the target update interval (episodes or gradient steps);
-* :class:`OffPolicyLearner`: one gradient step per ``update`` call, then the target update;
+* :class:`OffPolicyLearner`: ``K`` gradient steps per ``update`` call (1 unless the family chunks),
+  each followed by the target update its schedule asks for;
 * :class:`OffPolicyTrainer`: the iteration above, and the buffer and its generator in checkpoints.
 
 How to add a family on it: ``docs/adding_an_algorithm.md`` ("On the off-policy core").
@@ -40,7 +42,10 @@ from marl.errors import MarlError
 EPISODE, ENV_STEP, GRADIENT_STEP = "episode", "env_step", "gradient_step"
 DATA_UNITS = (EPISODE, ENV_STEP)  # what the update-to-data ratio counts
 TARGET_UNITS = (EPISODE, GRADIENT_STEP)  # what the target update interval counts
-TARGET_TAU = "target_tau"  # the learners' timesteps entry: tau of the target update after this step (0: none)
+TARGET_TAU = (
+    "target_tau"  # the learners' timesteps entry: per gradient step of the call, tau of its target update (0: none)
+)
+CALL_BYTES = 32 * 2**20  # the most sampled bytes one learner call carries when a family chunks its gradient steps
 REPLAY = "replay_buffer"  # the checkpoint component with the buffer and its sampling generator
 
 
@@ -197,20 +202,29 @@ def batch_module_id(run: RunContext) -> str:
 
 # ============================================================ learner
 class OffPolicyLearner(RunAccess, SeamLearner):
-    """Base of off-policy learners: each ``update`` is one gradient step on the batch the trainer
-    sampled (:meth:`learner_batch` shapes its columns for ``forward_train`` / ``compute_losses``),
-    then, if the trainer's ``timesteps[TARGET_TAU]`` says so, the target update of every module's
-    :func:`target_pairs`. A family implements ``compute_losses`` (and its optimisers)."""
+    """Base of off-policy learners: each ``update`` takes ``K = len(timesteps[TARGET_TAU])`` gradient
+    steps, step ``i`` on the ``i``-th of ``K`` equal row blocks of the batch the trainer sampled
+    (:meth:`learner_batch` shapes its columns for ``forward_train`` / ``compute_losses``), each
+    followed, if its tau is positive, by the target update of every module's :func:`target_pairs`
+    (:meth:`step`). One call for ``K`` steps converts the batch to tensors once and pays RLlib's
+    per-update bookkeeping once. A family implements ``compute_losses`` (and its optimisers)."""
 
     def update(self, batch=None, training_data=None, timesteps=None, **kwargs):  # type: ignore[override]  # one MultiAgentBatch
-        """One gradient step on ``batch`` (a ``MultiAgentBatch``); returns the reduced metrics."""
+        """``K`` gradient steps on ``batch`` (a ``MultiAgentBatch`` of ``K`` blocks); the reduced metrics
+        (each metric as logged by the last step)."""
         timesteps = timesteps or {}
-        self.gradient_step(self.learner_batch(self.begin_update(batch, training_data, timesteps)))
-        tau = float(timesteps.get(TARGET_TAU, 0.0))
-        if tau > 0:
-            self.update_targets(tau)
+        taus = [float(t) for t in timesteps.get(TARGET_TAU, [0.0])]
+        columns = self.begin_update(batch, training_data, timesteps)
+        for block, tau in zip(row_blocks(columns, len(taus)), taus):
+            self.step(self.learner_batch(block), tau)
         self.after_gradient_based_update(timesteps=timesteps)
         return self.metrics.reduce()
+
+    def step(self, batch: Any, tau: float) -> None:
+        """One gradient step on ``batch``, then the target update with ``tau`` if it is positive."""
+        self.gradient_step(batch)
+        if tau > 0:
+            self.update_targets(tau)
 
     def learner_batch(self, columns: Dict[str, Dict[str, torch.Tensor]]) -> Dict[str, Any]:
         """Module id -> tensor columns of the update's batch -> what ``forward_train`` and
@@ -222,6 +236,20 @@ class OffPolicyLearner(RunAccess, SeamLearner):
         for mid in self.module.keys():
             for online, target in target_pairs(self.module[mid].unwrapped()):
                 update_target(target, online, tau)
+
+
+def row_blocks(columns: Dict[str, Dict[str, Any]], k: int) -> List[Dict[str, Dict[str, Any]]]:
+    """Module id -> columns of ``k * b`` rows -> ``k`` such dicts of ``b`` rows each (views, no copy).
+
+    Raises:
+        MarlError: the row count is not a multiple of ``k``."""
+    if k == 1:
+        return [columns]
+    rows = len(next(iter(next(iter(columns.values())).values())))
+    if rows % k:
+        raise MarlError(f"a learner call of {k} gradient steps got {rows} rows, not a multiple of {k}.")
+    b = rows // k
+    return [{m: {c: v[i * b : (i + 1) * b] for c, v in cols.items()} for m, cols in columns.items()} for i in range(k)]
 
 
 # ============================================================ trainer
@@ -316,23 +344,45 @@ class OffPolicyTrainer(Trainer):
         return int(rollout["metrics"]["env_steps"])
 
     def run_updates(self, n: int, episodes: int) -> Dict[str, float]:
-        """``n`` gradient steps, each on a fresh :meth:`sample_batch`; the env runners get the
-        weights after the last one, the learners update targets when the schedule says so.
-        Returns the last step's learner metrics (empty without a step)."""
+        """``n`` gradient steps, each on fresh uniform samples, in learner calls of up to
+        :meth:`steps_per_call` steps (:meth:`sample_batch` of that many blocks); the env runners
+        get the weights after the last call, the learners update targets after the steps the
+        schedule names. Returns the last step's learner metrics (empty without a step)."""
         metrics: Dict[str, float] = {}
-        for i in range(n):
-            last = i == n - 1
-            self.progress["updates"] += 1
-            tau = self.schedule.target_tau(self.progress, last, episodes)
-            metrics = self.update_learners(self.sample_batch(), sync_weights=last, **{TARGET_TAU: tau})
+        done, per_call = 0, self.steps_per_call()
+        while done < n:
+            taus = []
+            for _ in range(min(per_call, n - done)):
+                done += 1
+                self.progress["updates"] += 1
+                taus.append(self.schedule.target_tau(self.progress, done == n, episodes))
+            batch = self.sample_batch(len(taus))
+            metrics = self.update_learners(batch, sync_weights=done == n, **{TARGET_TAU: taus})
         return metrics
 
-    def sample_batch(self) -> MultiAgentBatch:
-        """``batch_size`` entries drawn uniformly from the buffer with :attr:`rng`, through
-        :meth:`transform_batch`, as one policy batch under :func:`batch_module_id`."""
-        columns = self.transform_batch(self.buffer.sample(self.cfg.batch_size, self.rng))
-        steps = self.buffer.steps_in(columns)
-        return MultiAgentBatch({batch_module_id(self.run): SampleBatch(columns)}, env_steps=steps)
+    def steps_per_call(self) -> int:
+        """Gradient steps per learner call: 1 by default (each call's batch is one gradient step's, as
+        the batch transforms' ``on_batch`` and the episode buffers' padding to the longest episode
+        expect). A family on a :class:`~marl.engine.replay.TransitionBuffer` without batch transforms
+        may return more (:meth:`chunked_steps`)."""
+        return 1
+
+    def chunked_steps(self) -> int:
+        """As many gradient steps per learner call as keep its batch under :data:`CALL_BYTES` (at least
+        1); 1 with batch transforms (``on_batch`` sees one gradient step's batch) or more than one
+        learner (RLlib shards a call's batch over them)."""
+        if self.batch_transforms or self.cfg.num_learners > 1:
+            return 1
+        row = sum(int(v[0].nbytes) for v in self.buffer.data.values())
+        return max(1, CALL_BYTES // max(1, row * int(self.cfg.batch_size)))
+
+    def sample_batch(self, steps: int = 1) -> MultiAgentBatch:
+        """``steps`` blocks of ``batch_size`` entries drawn uniformly from the buffer with :attr:`rng`
+        (one draw of ``steps * batch_size``), through :meth:`transform_batch`, as one policy batch
+        under :func:`batch_module_id`."""
+        columns = self.transform_batch(self.buffer.sample(steps * self.cfg.batch_size, self.rng))
+        n = self.buffer.steps_in(columns)
+        return MultiAgentBatch({batch_module_id(self.run): SampleBatch(columns)}, env_steps=n)
 
     # --------------------------------------------------------------- checkpoints
     def get_state(self, components=None, *, not_components=None, **kwargs):
