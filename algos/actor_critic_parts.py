@@ -64,6 +64,24 @@ def batch_views(mods: Dict[str, Any], batch: Dict[str, Any]):
     return batch[JOINT], obs, acts, {m: batch[m]["next_obs"] for m in mods}
 
 
+def policy_action(mod: Any, b: Dict[str, Any]) -> torch.Tensor:
+    """The actor's current action at ``o`` as the critics read it: continuous ``mu(o) [B, N, K]``, discrete the
+    straight-through Gumbel-softmax one-hot ``[B, N, A]`` of the masked logits."""
+    a = mod.mu(mod.actor, b["obs"], b.get("avail"))
+    return gumbel_softmax_st(a) if mod.discrete else a
+
+
+def target_action(mod: Any, b: Dict[str, torch.Tensor], cfg: Any) -> torch.Tensor:
+    """``mu'(o')`` of the target actor: continuous ``[B, N, K]``, with TD3's smoothing noise when
+    ``target_noise > 0``; discrete: the one-hot of the masked argmax (a deterministic target policy)."""
+    a = mod.mu(mod.actor_target, b["next_obs"], b.get("next_avail"))
+    if mod.discrete:
+        return F.one_hot(a.argmax(-1), mod.action_dim).float()
+    if cfg.target_noise > 0:
+        a = smoothed(a, mod.low, mod.high, cfg.target_noise, cfg.target_noise_clip)
+    return a
+
+
 # ============================================================ critic inputs
 def joint_actions(
     acts: Dict[str, torch.Tensor], mid: str, own: Optional[torch.Tensor] = None, rows: Optional[int] = None

@@ -20,27 +20,13 @@ from typing import Any, Dict, List, Optional
 import gymnasium as gym
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from marl.algos.actor_critic_parts import (
-    CriticEncoders,
-    actor_critic_inputs,
-    actor_network,
-    critic_inputs,
-    critic_target,
-)
-from marl.algos.actor_critic_parts import (
-    critic_dim,
-    detached,
-    encoder_config,
-    frozen,
-    gumbel_softmax_st,
-    q_values,
-    smoothed,
-)
+from marl.algos.actor_critic_parts import CriticEncoders, actor_critic_inputs, actor_network, critic_inputs
+from marl.algos.actor_critic_parts import critic_dim, critic_target, detached, encoder_config, frozen, q_values
+from marl.algos.actor_critic_parts import gumbel_softmax_st, policy_action, smoothed, target_action
 from marl.algos.actor_critic_parts import JOINT, action_input, batch_views  # noqa: F401  (part of this family's API)
 from marl.algos.actor_critic_parts import joint_actions  # noqa: F401  (part of this family's API)
 from marl.algos.ddpg_config import CRITICS, DDPGConfig  # noqa: F401
@@ -230,24 +216,6 @@ def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, ac
         metrics[m]["actor_loss"] = actor_loss.detach()
         total = total + critic_loss + (actor_loss if actor_due else 0.0)
     return total, metrics
-
-
-def policy_action(mod: DDPGModule, b: Dict[str, Any]) -> torch.Tensor:
-    """The actor's current action at ``o`` as the critics read it: continuous ``mu(o) [B, N, K]``, discrete the
-    straight-through Gumbel-softmax one-hot ``[B, N, A]`` of the masked logits."""
-    a = mod.mu(mod.actor, b["obs"], b.get("avail"))
-    return gumbel_softmax_st(a) if mod.discrete else a
-
-
-def target_action(mod: DDPGModule, b: Dict[str, torch.Tensor], cfg: Any) -> torch.Tensor:
-    """``mu'(o')`` of the target actor: continuous ``[B, N, K]``, with TD3's smoothing noise when
-    ``target_noise > 0``; discrete: the one-hot of the masked argmax (a deterministic target policy)."""
-    a = mod.mu(mod.actor_target, b["next_obs"], b.get("next_avail"))
-    if mod.discrete:
-        return F.one_hot(a.argmax(-1), mod.action_dim).float()
-    if cfg.target_noise > 0:
-        a = smoothed(a, mod.low, mod.high, cfg.target_noise, cfg.target_noise_clip)
-    return a
 
 
 # ============================================================ learner

@@ -346,28 +346,8 @@ def test_trainer_takes_exactly_the_scheduled_updates_on_scripted_episodes():
     assert [len(c) for c in trainer.committed] == [6, 2, 8, 4, 10]  # the hook saw every committed slot
 
 
-def test_trainer_counts_env_steps_and_gradient_step_targets_on_a_transition_buffer():
-    """Rollouts of 1, 2, 3, 1 steps of 2 copies: 2, 4, 6, 2 env steps; 2 updates per 3 env steps
-    once 5 transitions are held: 0, 2, 4, 2; Polyak targets after every 3rd gradient step."""
-    buf = TransitionBuffer(100, SHAPES, S)
-    Ts = [1, 2, 3, 1]
-    rollouts = [_rollout(T, 2, t0=sum(Ts[:i])) for i, T in enumerate(Ts)]
-    s = UpdateSchedule(
-        updates=2, per=3, unit="env_step", learning_starts=5, target_interval=3, target_unit="gradient_step", tau=0.01
-    )
-    trainer = ScriptedTrainer(buf, s, rollouts)
-    counts = []
-    for _ in Ts:
-        before = len(trainer.calls)
-        assert "buffer_transitions" in trainer.iterate()
-        counts.append(len(trainer.calls) - before)
-    assert counts == [0, 2, 4, 2] and trainer.progress["updates"] == 8
-    assert [tau for *_, tau in trainer.calls] == [0, 0, 0.01, 0, 0, 0.01, 0, 0]
-    assert [w for _, _, w, _ in trainer.calls] == [False, True, False, False, False, True, False, True]
-
-
 class ChunkedTrainer(ScriptedTrainer):
-    """The scripted trainer with ``per_call`` gradient steps per learner call."""
+    """The scripted trainer with ``per_call`` gradient steps per learner call (the core's default: 1)."""
 
     per_call = 1
 
@@ -376,10 +356,11 @@ class ChunkedTrainer(ScriptedTrainer):
 
 
 @pytest.mark.parametrize("per_call", [1, 3, 100])
-def test_chunked_learner_calls_take_the_same_steps_targets_and_syncs(per_call):
-    """The transition-buffer schedule above with up to ``per_call`` gradient steps per learner call: the same
-    8 steps of batch_size rows, the same Polyak steps and a weight sync only after each iteration's last step;
-    the calls hold 1 / 2 / 3 / 4 / 2 steps as the cap allows."""
+def test_trainer_counts_env_steps_and_gradient_step_targets_on_a_transition_buffer(per_call):
+    """Rollouts of 1, 2, 3, 1 steps of 2 copies: 2, 4, 6, 2 env steps; 2 updates per 3 env steps
+    once 5 transitions are held: 0, 2, 4, 2; Polyak targets after every 3rd gradient step. In learner
+    calls of up to ``per_call`` steps: the same steps of batch_size rows, Polyak steps and a weight sync
+    only after each iteration's last step; the calls hold as many steps as the cap allows."""
     buf = TransitionBuffer(100, SHAPES, S)
     Ts = [1, 2, 3, 1]
     rollouts = [_rollout(T, 2, t0=sum(Ts[:i])) for i, T in enumerate(Ts)]
@@ -388,8 +369,12 @@ def test_chunked_learner_calls_take_the_same_steps_targets_and_syncs(per_call):
     )
     trainer = ChunkedTrainer(buf, s, rollouts)
     trainer.per_call = per_call
+    counts = []
     for _ in Ts:
-        trainer.iterate()
+        before = len(trainer.calls)
+        assert "buffer_transitions" in trainer.iterate()
+        counts.append(len(trainer.calls) - before)
+    assert counts == [0, 2, 4, 2] and trainer.progress["updates"] == 8
     assert [tau for *_, tau in trainer.calls] == [0, 0, 0.01, 0, 0, 0.01, 0, 0]
     assert [w for _, _, w, _ in trainer.calls] == [False, True, False, False, False, True, False, True]
     assert all(rows == 4 for _, rows, _, _ in trainer.calls)
