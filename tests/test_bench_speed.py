@@ -172,3 +172,12 @@ def test_real_benchmarl_child_times_off_policy_iterations():
         anchor.stop()
     assert all(i["frames"] == 100 and i["training_s"] > 0 for i in its)
     assert anchor.result().settings["critic"] == "BenchMARL masac share_param_critic"
+
+
+def test_off_policy_floor_times_a_plain_pytorch_step(capsys):
+    """The eager floor script runs a few steps at a small size and reports a positive time and its sizes."""
+    from marl.benchmarks.off_policy_floor import main
+
+    out = main(["--steps", "3", "--warmup", "1", "--hidden", "8", "--agents", "3", "--batch", "4"])
+    assert out["ms_per_step"] > 0 and (out["agents"], out["hidden"], out["batch"], out["steps"]) == (3, 8, 4, 3)
+    assert "plain-PyTorch MADDPG gradient step" in capsys.readouterr().out
