@@ -100,6 +100,26 @@ OFF_POLICY = ("maddpg", "iddpg", "masac", "isac")  # BenchMARL's off-policy acto
 BALANCE = {"n_agents": 4, "random_package_pos_on_line": True, "package_mass": 5}
 
 
+def _off_policy_settings(algo: str, B: int, max_steps: int):
+    """``(B, T, hidden, child, ours, settings)`` of an off-policy :func:`run_vs_benchmarl`: BenchMARL's iteration
+    (``6000 / B`` steps of ``B`` envs, 1000 gradient steps of 128), its child's arguments, marl's config (BenchMARL's
+    critic form for the centralised algorithms) and the report's settings.
+
+    Raises:
+        MarlError: ``B`` does not divide 6000."""
+    if 6000 % B:
+        raise MarlError(f"num_envs={B} must divide BenchMARL's 6000 frames per off-policy iteration.")
+    T, hidden = 6000 // B, 256
+    child = dict(algo=algo, task="balance", optimizer_steps=1000, train_batch=128, activation="tanh")
+    env_kwargs = {"max_steps": max_steps, "continuous_actions": True, **BALANCE}
+    ours: Dict[str, Any] = dict(epochs=None, scenario="balance", env_kwargs=env_kwargs)
+    settings = {"T": T, "gradient_steps": "1000 of 128 transitions", "hidden": "2x256 tanh", "actions": "continuous"}
+    if algo in ("maddpg", "masac"):  # BenchMARL's shared centralised critic: one Q per sample, joint gradient
+        ours.update(critic_agent_id=False, policy_gradient="joint")
+        settings["critic"] = "shared, centralised, one Q per sample; joint policy gradient (both sides)"
+    return B, T, hidden, child, ours, settings
+
+
 def run_vs_benchmarl(
     python: str,
     num_envs: Optional[int] = None,
@@ -147,23 +167,7 @@ def run_vs_benchmarl(
         settings = {"T": T, "E": epochs, "K": minibatches, "hidden": "2x64 relu", "actions": "discrete"}
         settings["critic"] = "centralised, once per env step (marl critic=team, BenchMARL share_param_critic)"
     elif algo in OFF_POLICY:
-        B = num_envs or 10
-        if 6000 % B:
-            raise MarlError(f"num_envs={B} must divide BenchMARL's 6000 frames per off-policy iteration.")
-        T, hidden = 6000 // B, 256
-        child = dict(algo=algo, task="balance", optimizer_steps=1000, train_batch=128, activation="tanh")
-        ours = dict(
-            epochs=None, scenario="balance", env_kwargs={"max_steps": max_steps, "continuous_actions": True, **BALANCE}
-        )
-        settings = {
-            "T": T,
-            "gradient_steps": "1000 of 128 transitions",
-            "hidden": "2x256 tanh",
-            "actions": "continuous",
-        }
-        if algo in ("maddpg", "masac"):  # BenchMARL's shared centralised critic: one Q per sample, joint gradient
-            ours.update(critic_agent_id=False, policy_gradient="joint")
-            settings["critic"] = "shared, centralised, one Q per sample; joint policy gradient (both sides)"
+        B, T, hidden, child, ours, settings = _off_policy_settings(algo, num_envs or 10, max_steps)
     else:
         raise unknown_choice("vs-benchmarl algorithm", algo, ("mappo",) + OFF_POLICY)
     anchor = BenchmarlAnchor(python, B, T, epochs, minibatches, hidden, max_steps, **child)

@@ -181,3 +181,17 @@ def test_off_policy_floor_times_a_plain_pytorch_step(capsys):
     out = main(["--steps", "3", "--warmup", "1", "--hidden", "8", "--agents", "3", "--batch", "4"])
     assert out["ms_per_step"] > 0 and (out["agents"], out["hidden"], out["batch"], out["steps"]) == (3, 8, 4, 3)
     assert "plain-PyTorch MADDPG gradient step" in capsys.readouterr().out
+
+
+def test_off_policy_side_by_side_uses_benchmarls_critic_form_for_the_centralised_algorithms():
+    from marl.benchmarks.speed import _off_policy_settings
+
+    B, T, hidden, child, ours, settings = _off_policy_settings("maddpg", 10, 100)
+    assert (B, T, hidden, child["optimizer_steps"], child["train_batch"]) == (10, 600, 256, 1000, 128)
+    assert (ours["critic_agent_id"], ours["policy_gradient"]) == (False, "joint") and "one Q per sample" in settings[
+        "critic"
+    ]
+    iddpg = _off_policy_settings("iddpg", 10, 100)[4]
+    assert "critic_agent_id" not in iddpg and "policy_gradient" not in iddpg  # critic: obs, no centralised form
+    with pytest.raises(MarlError, match="num_envs=7 must divide"):
+        _off_policy_settings("masac", 7, 100)
