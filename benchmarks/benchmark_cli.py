@@ -70,7 +70,7 @@ def _random(ns: argparse.Namespace) -> int:
     suite = load_suite(ns.suite)
     for family, e in suite.envs.items():
         for task in e["tasks"]:
-            r = random_play(family, task, e["kwargs"], ns.episodes, ns.seed)
+            r = random_play(family, task, suite.env_kwargs(family, task), ns.episodes, ns.seed)
             win = f", win_rate {r['win_rate']:.4f}" if "win_rate" in r else ""
             print(
                 f"{family}/{task}: random play over {r['episodes']} episodes (seed {ns.seed}): return {r['return']:.4f}{win}"

@@ -108,10 +108,11 @@ def check_runs(suite: Suite) -> None:
 
     for family, e in suite.envs.items():
         for task in e["tasks"]:
+            kwargs = suite.env_kwargs(family, task)
             try:
-                env = marl.make_env(family, task, **e["kwargs"])
+                env = marl.make_env(family, task, **kwargs)
             except (MarlError, TypeError, ValueError) as err:
-                raise MarlError(f"Suite env {family!r} task {task!r} with kwargs {e['kwargs']}: {err}") from err
+                raise MarlError(f"Suite env {family!r} task {task!r} with kwargs {kwargs}: {err}") from err
             for spec in {s.algo_label: s for s in suite.runs() if s.env == family and s.task == task}.values():
                 try:
                     prepare(env, spec.algo, spec.overrides)

@@ -12,6 +12,7 @@ A suite (bundled ones in ``configs/benchmarks/<name>.yaml``, or any YAML path)::
       mpe:                        # an env family (marl.list_envs())
         tasks: [simple_spread, simple_speaker_listener]
         kwargs: {}                # make_env keyword arguments of every task
+        task_kwargs: {simple_spread: {max_cycles: 25}}   # and of one task (over kwargs)
         overrides: {qmix: {lr: 0.0005}}   # config overrides of one algorithm on this env
     algos:
       mappo: {}                   # config overrides on every env
@@ -60,7 +61,7 @@ _TOP = {
     "targets",
     "bounds",
 }
-_ENV_KEYS = {"tasks", "kwargs", "overrides"}
+_ENV_KEYS = {"tasks", "kwargs", "task_kwargs", "overrides"}
 _EVAL_KEYS = {"interval", "episodes", "absolute_factor", "actions"}
 EVAL_ACTIONS = ("greedy", "sample")  # evaluation.actions: the policy's argmax, or a draw from it
 _BUDGET_KEYS = {"env_steps"}
@@ -146,11 +147,17 @@ class Suite:
                                 label,
                                 a.get("algo", label),
                                 seed,
-                                dict(e["kwargs"]),
+                                self.env_kwargs(env, task),
                                 {**overrides, "seed": seed},
                             )
                         )
         return out
+
+    def env_kwargs(self, family: str, task: str) -> Dict[str, Any]:
+        """The ``make_env`` keyword arguments of ``family``/``task``: the env's ``kwargs``, then its
+        ``task_kwargs`` of that task over them."""
+        e = self.envs[family]
+        return {**e["kwargs"], **e.get("task_kwargs", {}).get(task, {})}
 
     def with_seeds(self, seeds: Sequence[int]) -> "Suite":
         """A copy running ``seeds`` instead (``marl benchmark run --seeds``)."""
@@ -402,7 +409,17 @@ def _envs(raw: Any, algos: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any
             raise MarlError(f"envs.{family} lists no tasks; valid tasks: {scenarios}.")
         overrides = e.get("overrides") or {}
         _known_keys(f"envs.{family}.overrides", overrides, set(algos))
-        out[family] = {"tasks": list(tasks), "kwargs": dict(e.get("kwargs") or {}), "overrides": overrides}
+        per_task = e.get("task_kwargs") or {}
+        _known_keys(f"envs.{family}.task_kwargs", per_task, set(tasks))
+        for t, kw in per_task.items():
+            if not isinstance(kw, dict):
+                raise MarlError(f"Suite key envs.{family}.task_kwargs.{t} must map make_env arguments, got {kw!r}.")
+        out[family] = {
+            "tasks": list(tasks),
+            "kwargs": dict(e.get("kwargs") or {}),
+            "task_kwargs": {t: dict(kw) for t, kw in per_task.items()},
+            "overrides": overrides,
+        }
         for label, a in algos.items():
             _check_config(family, label, a, overrides.get(label, {}))
     return out

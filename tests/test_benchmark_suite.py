@@ -54,6 +54,27 @@ def test_runs_carry_seed_env_overrides_and_keys():
     assert parse_suite(raw).with_seeds([5, 7]).seeds == [5, 7]
 
 
+def test_task_kwargs_override_the_env_kwargs_of_one_task():
+    """VMAS balance, navigation and sampling take different make_env arguments: ``task_kwargs`` per task."""
+    raw = _with(
+        envs={
+            "matrix": {
+                "tasks": ["two_step", "penalty"],
+                "kwargs": {"num_envs": 8},
+                "task_kwargs": {"penalty": {"num_envs": 2, "k": -50}},
+            }
+        }
+    )
+    suite = parse_suite(raw)
+    assert suite.env_kwargs("matrix", "two_step") == {"num_envs": 8}
+    assert suite.env_kwargs("matrix", "penalty") == {"num_envs": 2, "k": -50}
+    assert {r.task: r.env_kwargs for r in suite.runs()}["penalty"] == {"num_envs": 2, "k": -50}
+    with pytest.raises(MarlError, match="Unknown key 'penalti' in envs.matrix.task_kwargs.*'penalty'"):
+        parse_suite(_with(envs={"matrix": {"tasks": ["penalty"], "task_kwargs": {"penalti": {}}}}))
+    with pytest.raises(MarlError, match="task_kwargs.penalty must map make_env arguments, got 3"):
+        parse_suite(_with(envs={"matrix": {"tasks": ["penalty"], "task_kwargs": {"penalty": 3}}}))
+
+
 def test_with_tasks_runs_only_the_named_tasks():
     """``marl benchmark run --tasks``: a task by name or as <env>/<task>; an env left without tasks goes."""
     raw = _with(
