@@ -193,6 +193,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Any:
     if a.table:
         if not a.marl_results:
             raise MarlError("--table needs --marl-results (the suite's results.json).")
+        missing = [f for f in [a.marl_results, *a.table] if not Path(f).is_file()]
+        if missing:
+            raise MarlError(
+                f"no such file: {', '.join(missing)} (--marl-results: the results.json that 'marl benchmark run' "
+                f"writes when its runs end or are interrupted; --table: runs of this script's --out)."
+            )
         runs = [json.loads(Path(f).read_text()) for f in a.table]
         print(side_by_side(json.loads(Path(a.marl_results).read_text()), runs, a.task))
         return None

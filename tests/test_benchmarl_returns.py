@@ -135,5 +135,8 @@ def test_main_refuses_missing_arguments(tmp_path):
         main(["--algo", "maddpg"])
     with pytest.raises(MarlError, match="needs --marl-results"):
         main(["--table", str(tmp_path / "x.json")])
+    (tmp_path / "run.json").write_text("{}")
+    with pytest.raises(MarlError, match=r"no such file: .*results.json \(--marl-results: the results.json"):
+        main(["--table", str(tmp_path / "run.json"), "--marl-results", str(tmp_path / "results.json")])
     with pytest.raises(MarlError, match="does not exist"):
         main(["--benchmarl-python", str(tmp_path / "nope"), "--algo", "maddpg", "--out", str(tmp_path / "o.json")])
