@@ -1,11 +1,13 @@
 """Pieces shared by the off-policy actor-critics (IDDPG, MADDPG, MATD3, FACMAC, ISAC, MASAC; the algorithms are
 in :mod:`marl.algos.ddpg`, :mod:`marl.algos.facmac` and :mod:`marl.algos.sac`): the straight-through Gumbel-softmax
 and TD3's smoothing of actions, the TD target, the critics' inputs over every module's agents, and the networks
-that read structured observations (image ``Box`` or ``Dict`` spaces: :func:`actor_network`, :class:`CriticEncoders`).
+that read structured observations (image ``Box`` or ``Dict`` spaces: :func:`actor_network`, :class:`CriticEncoders`),
+and the recurrent actor trained on whole episodes (:class:`RecurrentActor`, :func:`episode_rows`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import gymnasium as gym
@@ -15,6 +17,10 @@ from torch.nn import functional as F
 
 from marl.algos.networks.encoders import Encoded, ObsEncoder, module_names
 from marl.algos.networks.mlp import MLP
+from marl.algos.networks.rnn import RNNAgent
+from marl.env import map_obs
+from marl.env.rules import episode_limit_hint
+from marl.errors import MarlError
 
 
 JOINT = "__joint__"  # batch key of the step-level columns (state, next_state, terminated): not a module id
@@ -67,14 +73,14 @@ def batch_views(mods: Dict[str, Any], batch: Dict[str, Any]):
 def policy_action(mod: Any, b: Dict[str, Any]) -> torch.Tensor:
     """The actor's current action at ``o`` as the critics read it: continuous ``mu(o) [B, N, K]``, discrete the
     straight-through Gumbel-softmax one-hot ``[B, N, A]`` of the masked logits."""
-    a = mod.mu(mod.actor, b["obs"], b.get("avail"))
+    a = mod.mu(mod.actor, actor_obs(b), b.get("avail"))
     return gumbel_softmax_st(a) if mod.discrete else a
 
 
 def target_action(mod: Any, b: Dict[str, torch.Tensor], cfg: Any) -> torch.Tensor:
     """``mu'(o')`` of the target actor: continuous ``[B, N, K]``, with TD3's smoothing noise when
     ``target_noise > 0``; discrete: the one-hot of the masked argmax (a deterministic target policy)."""
-    a = mod.mu(mod.actor_target, b["next_obs"], b.get("next_avail"))
+    a = mod.mu(mod.actor_target, actor_obs(b, True), b.get("next_avail"))
     if mod.discrete:
         return F.one_hot(a.argmax(-1), mod.action_dim).float()
     if cfg.target_noise > 0:
@@ -157,8 +163,10 @@ def actor_network(c: Mapping[str, Any], outputs: int, **net: Any) -> torch.nn.Mo
     inputs and ``outputs`` outputs, or, for a structured observation (``c["obs_space"]``, a ``Dict``:
     :meth:`marl.mapping.PolicyMapping.obs_space`), the same MLP on the features of an
     :class:`~marl.algos.networks.encoders.ObsEncoder` (layers ``c["encoder"]``; CNN per image key, Mnih et al.
-    2015). Input ``[..., D]`` or key -> ``[..., *shape_k]``; output ``[..., outputs]``. ``net``: the MLP's sizes."""
+    2015); with ``c["recurrent"]`` a :class:`RecurrentActor` (flat observations; ``c["hidden"]`` wide). Input ``[..., D]`` or key -> ``[..., *shape_k]``; output ``[..., outputs]``. ``net``: the MLP's sizes."""
     space = c.get("obs_space")
+    if c.get("recurrent"):  # flat observations only (the trainer's check_env)
+        return RecurrentActor(int(c["obs_dim"]), outputs, int(c["hidden"]))
     if space is None:
         return MLP(int(c["obs_dim"]), outputs, init="torch", **net)
     encoder = ObsEncoder(space, c.get("encoder"))
@@ -210,6 +218,115 @@ def detached(obs: Dict[str, Any]) -> Dict[str, Any]:
     """A critic's observation inputs (module -> tensor, or key -> tensor) detached: the actor loss reads critic
     features without moving the critic's encoders."""
     return {m: {k: v.detach() for k, v in o.items()} if isinstance(o, dict) else o.detach() for m, o in obs.items()}
+
+
+# ============================================================ recurrent actors on whole episodes
+@dataclass(frozen=True)
+class EpisodeObs:
+    """What a :class:`RecurrentActor` reads on the learner: a module's observations of whole episodes ``obs [E,
+    T+1, N, D]`` (index ``t``: the observation at step ``t``; the last, the bootstrap observation) and which rows
+    to return: ``next`` false, the steps ``t = 0..T-1`` (the actions taken), true ``t = 1..T`` (the next actions
+    of the TD target)."""
+
+    obs: torch.Tensor
+    next: bool = False
+
+
+def actor_obs(b: Dict[str, Any], nxt: bool = False) -> Any:
+    """The actor's input for a module's batch ``b``: ``b["obs"]`` (``nxt``: ``b["next_obs"]``), rows ``[B, N, D]``;
+    for a batch of whole episodes (:func:`episode_rows`: ``b["episode_obs"]``) an :class:`EpisodeObs`, which a
+    :class:`RecurrentActor` unrolls from each episode's start into the same rows."""
+    if "episode_obs" in b:
+        return EpisodeObs(b["episode_obs"], nxt)
+    return b["next_obs" if nxt else "obs"]
+
+
+def episode_rows(batch: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """A learner batch of whole episodes (a :class:`~marl.engine.replay.JointEpisodeBuffer` sample: module ->
+    ``obs [E, T+1, N, D]``, ``actions [E, T, N(, K)]``, ``rewards``, ``alive [E, T, N]``, ``avail [E, T+1, N, A]``;
+    ``JOINT`` -> ``state [E, T+1, S]``, ``terminated``, ``filled [E, T]``) as the transition rows the off-policy
+    actor-critic losses read: ``B = E T`` rows of ``(o_t, a_t, r_t, o_{t+1})``, ``alive`` false on the padding after
+    each episode's end (``filled`` false), so that the losses' masked means skip it. Each module keeps its whole
+    episodes as ``episode_obs`` for its recurrent actor (:func:`actor_obs`)."""
+    j = batch[JOINT]
+    filled = j["filled"].bool()
+
+    def rows(x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(0, 1)
+
+    out: Dict[str, Dict[str, Any]] = {}
+    for m, b in batch.items():
+        if m == JOINT:
+            continue
+        cols = {
+            "obs": map_obs(lambda o: rows(o[:, :-1]), b["obs"]),
+            "next_obs": map_obs(lambda o: rows(o[:, 1:]), b["obs"]),
+            "actions": rows(b["actions"]),
+            "rewards": rows(b["rewards"]),
+            "alive": rows(b["alive"].bool() & filled.unsqueeze(-1)),
+            "episode_obs": b["obs"],
+        }
+        if "avail" in b:
+            cols.update(avail=rows(b["avail"][:, :-1]), next_avail=rows(b["avail"][:, 1:]))
+        out[m] = cols
+    out[JOINT] = {
+        "state": rows(j["state"][:, :-1]),
+        "next_state": rows(j["state"][:, 1:]),
+        "terminated": rows(j["terminated"]),
+    }
+    return out
+
+
+class RecurrentActor(torch.nn.Module):
+    """A recurrent actor: pymarl's RNN agent, ``FC(D -> H) -> ReLU -> GRU(H) -> FC(H -> outputs)`` (Rashid et al.
+    2018, arXiv 1803.11485, Sec. 6; the agent network of FACMAC's code, Peng et al. 2021, arXiv 2003.06709),
+    its state zero at each episode's start.
+
+    Acting: :meth:`step` on ``obs [B, N, D]`` and ``h [B, N, H]`` -> ``(out [B, N, outputs], h' [B, N, H])``.
+    Learning: called on an :class:`EpisodeObs` it unrolls every agent's episodes ``[E, T+1, N, D]`` from the zero
+    state and returns the rows ``[E T, N, outputs]`` of steps ``0..T-1`` (or ``1..T``), in
+    :func:`episode_rows`' order; the GRU is causal, so the padding after an episode's end changes none of its
+    steps. Stepping through an episode and unrolling it give the same outputs
+    (``tests/test_off_policy_recurrent.py``)."""
+
+    def __init__(self, obs_dim: int, outputs: int, hidden: int):
+        super().__init__()
+        self.net = RNNAgent(obs_dim, outputs, hidden, recurrent=True)
+
+    def initial_state(self, batch_shape) -> torch.Tensor:
+        """Zeros ``[*batch_shape, H]``."""
+        return self.net.initial_state(batch_shape)
+
+    def step(self, obs: torch.Tensor, h: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        B, N = obs.shape[:2]
+        out, h_next = self.net.step(obs.reshape(B * N, -1), h.reshape(B * N, -1))
+        return out.reshape(B, N, -1), h_next.reshape(B, N, -1)
+
+    def forward(self, x: EpisodeObs) -> torch.Tensor:
+        E, L, N = x.obs.shape[:3]
+        seq = x.obs.transpose(1, 2).reshape(E * N, L, -1)  # one sequence per episode and agent
+        out = self.net.unroll(seq).reshape(E, N, L, -1).transpose(1, 2)  # [E, T+1, N, outputs]
+        return (out[:, 1:] if x.next else out[:, :-1]).flatten(0, 1)
+
+
+def check_recurrent(algo: str, info: Any) -> None:
+    """Recurrent actors read flat observations (a 1-D ``Box`` per group) and learn from whole episodes, so the env
+    needs a finite ``episode_limit``.
+
+    Raises:
+        MarlError: naming the group and its observation space, or the env without an episode limit."""
+    for g in info.groups.values():
+        space = g.obs_space
+        if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+            raise MarlError(
+                f"{algo}: recurrent=True reads flat observations, but group '{g.name}' of {info.family}:{info.scenario} "
+                f"observes {space}; use recurrent: false (MLP actors read image and Dict observations through encoders)."
+            )
+    if not info.episode_limit:
+        raise MarlError(
+            f"{algo}: recurrent=True stores whole episodes and needs a finite episode_limit; {info.family}:"
+            f"{info.scenario} has none. {episode_limit_hint(info.family, info.scenario)}."
+        )
 
 
 # ============================================================ network sizes

@@ -24,7 +24,8 @@ import torch
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from marl.algos.actor_critic_parts import CriticEncoders, actor_critic_inputs, actor_network, critic_inputs
+from marl.algos.actor_critic_parts import CriticEncoders, RecurrentActor, actor_critic_inputs, actor_network
+from marl.algos.actor_critic_parts import check_recurrent, critic_inputs, episode_rows
 from marl.algos.actor_critic_parts import critic_dim, critic_target, detached, encoder_config, frozen, q_values
 from marl.algos.actor_critic_parts import gumbel_softmax_st, policy_action, smoothed, target_action
 from marl.algos.actor_critic_parts import JOINT, action_input, batch_views  # noqa: F401  (part of this family's API)
@@ -37,7 +38,7 @@ from marl.config import config_view
 from marl.env import map_obs, nest_columns
 from marl.engine.off_policy import OffPolicyLearner, OffPolicyTrainer, UpdateSchedule
 from marl.engine.off_policy import batch_module_id, make_target
-from marl.engine.replay import TransitionBuffer
+from marl.engine.replay import JointEpisodeBuffer, TransitionBuffer
 from marl.errors import MarlError, TrainingDiverged
 
 MASKED = -1e10  # logit of an unavailable discrete action (finite: no NaN in the soft sample's gradient)
@@ -113,33 +114,45 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
         """``u [..., K]`` in ``[-1, 1]`` -> ``low + (u + 1) h`` in ``[low, high]``, ``h = (high - low) / 2``."""
         return self.low + (u + 1.0) * (self.high - self.low) / 2
 
-    def initial_state(self, batch_shape) -> None:
-        return None  # MLP actors: no recurrent state
+    def initial_state(self, batch_shape) -> Optional[torch.Tensor]:
+        """The actor's zero state ``[*batch_shape, H]`` (a :class:`RecurrentActor`); ``None`` for an MLP actor."""
+        return self.actor.initial_state(batch_shape) if isinstance(self.actor, RecurrentActor) else None
 
-    def mu(self, net: torch.nn.Module, obs: Any, avail: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``obs [..., D]`` (structured: key -> ``[..., *shape_k]``) -> continuous actions ``[..., K]`` in
-        ``[low, high]`` (``low + (tanh + 1) h``), or discrete logits ``[..., A]`` with unavailable actions at
-        ``MASKED``."""
-        out = net(obs)
+    def actor_step(self, obs: Any, h: Optional[torch.Tensor]):
+        """One acting step of the actor on ``obs [B, N, D]``: its raw outputs ``[B, N, outputs]`` and the next
+        state ``[B, N, H]`` (``None`` for an MLP actor, whose ``h`` is ``None``)."""
+        return (self.actor(obs), None) if h is None else self.actor.step(obs, h)
+
+    def head(self, out: torch.Tensor, avail: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The actor's raw outputs ``[..., K]`` -> continuous actions in ``[low, high]`` (``low + (tanh + 1) h``), or
+        logits ``[..., A]`` -> the same with unavailable actions at ``MASKED``."""
         if self.discrete:
             return out if avail is None else out.masked_fill(~avail.bool(), MASKED)
         return self.to_bounds(torch.tanh(out))
+
+    def mu(self, net: torch.nn.Module, obs: Any, avail: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``obs [..., D]`` (structured: key -> ``[..., *shape_k]``; a recurrent actor's: an
+        :class:`~marl.algos.actor_critic_parts.EpisodeObs`) -> :meth:`head` of ``net``'s outputs."""
+        return self.head(net(obs), avail)
 
     @torch.no_grad()
     def act(self, obs, avail, h, explore: bool = True, noise: float = 0.0, **unused):
         """Actions for ``obs [B, N, D]``: continuous ``[B, N, K]`` float, ``mu(o)`` plus (``explore``) Gaussian
         noise of std ``noise`` half action ranges, clipped to the bounds; discrete ``[B, N]`` int64, a Gumbel-max
         sample of the masked logits (``explore``) or their argmax. Also ``logp [B, N]`` zeros (deterministic
-        policies) and ``None`` (no recurrent state)."""
-        x = self.mu(self.actor, obs, avail)
+        policies) and the actor's next state (``None`` for an MLP actor)."""
+        out, h = self.actor_step(obs, h)
+        x = self.head(out, avail)
         if self.discrete:
             a = gumbel_softmax_st(x).argmax(-1) if explore else x.argmax(-1)
         else:  # Gaussian exploration noise, unclipped, then the action clipped to the bounds
             a = smoothed(x, self.low, self.high, noise, float("inf")) if explore and noise > 0 else x
-        return a, torch.zeros(a.shape[:2]), None
+        return a, torch.zeros(a.shape[:2]), h
 
     def _forward(self, batch, **kwargs):  # RLlib's generic inference path (not used by our runner)
-        a, _, _ = self.act(map_obs(lambda x: x.unsqueeze(1), batch["obs"]), None, None, explore=False)
+        obs = map_obs(lambda x: x.unsqueeze(1), batch["obs"])
+        h = self.initial_state((obs.shape[0], 1)) if torch.is_tensor(obs) else None  # structured: MLP actors only
+        a, _, _ = self.act(obs, None, h, explore=False)
         return {"actions": a.squeeze(1)}
 
     def _forward_train(self, batch, **kwargs):
@@ -150,11 +163,13 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
 @dataclass(frozen=True)
 class DDPGLayout:
     """``run.family``: ``modules`` (ids in mapping order: the order of the joint critic inputs), ``shapes`` (module
-    -> the :class:`TransitionBuffer`'s ``{"n", "obs_dim", "obs", "n_actions" | "action_dim"}``), ``state_dim``."""
+    -> the replay buffer's ``{"n", "obs_dim", "obs", "n_actions" | "action_dim"}``), ``state_dim``, and
+    ``episode_limit`` (steps; 0: unbounded), the length of the episode buffer of recurrent actors."""
 
     modules: List[str]
     shapes: Dict[str, Dict[str, Any]]
     state_dim: int
+    episode_limit: int
 
 
 def critic_regression(mod: DDPGModule, cfg: Any, obs, state, acts, mid: str, y: torch.Tensor, alive: torch.Tensor):
@@ -253,13 +268,14 @@ class DDPGLearner(OffPolicyLearner):
     def learner_batch(self, columns):
         """The one policy batch ``"<m>/<col>"`` -> ``{m: {col: ...}, JOINT: {state, next_state, terminated}}``;
         a structured observation's ``"<m>/obs/<key>"`` columns -> ``{m: {obs: {key: ...}}}`` (a module id holds
-        no ``/``)."""
+        no ``/``). A batch of whole episodes (recurrent actors) becomes transition rows (:func:`episode_rows`)."""
         out: Dict[str, Dict[str, Any]] = {m: {} for m in self.run.family.modules}
         out[JOINT] = {}
         for k, v in next(iter(columns.values())).items():
             m, _, col = k.partition("/") if "/" in k else ("", "", k)
             out[m or JOINT][col] = v
-        return {m: nest_columns(c) for m, c in out.items()}
+        nested = {m: nest_columns(c) for m, c in out.items()}
+        return episode_rows(nested) if "filled" in nested[JOINT] else nested
 
     def compute_losses(self, *, fwd_out, batch):
         """The joint loss of :meth:`joint_losses`, its metrics logged: the loss and every metric (floats or 0-d
@@ -293,7 +309,9 @@ class DDPG(OffPolicyTrainer):
     """IDDPG / MADDPG / MATD3 on the off-policy core: each iteration samples ``T x B`` noisy actions per env
     runner, stores the transitions, and takes ``gradient_steps`` gradient steps per ``per_env_steps`` new env
     steps once the buffer holds ``max(batch_size, learning_starts)``; targets take ``tau`` of the online
-    weights after every ``policy_delay``-th step. The buffer is saved in checkpoints."""
+    weights after every ``policy_delay``-th step. The buffer is saved in checkpoints. With ``recurrent`` the
+    actors are GRUs, the buffer keeps whole episodes and ``batch_size`` / ``buffer_size`` / ``learning_starts``
+    count episodes (each gradient step on ``batch_size`` episodes' steps)."""
 
     learner_class = DDPGLearner
     module_class = DDPGModule
@@ -312,6 +330,7 @@ class DDPG(OffPolicyTrainer):
             "obs_dim": mapping.obs_dim(mid),
             "critic_dim": critic_dim(c.critic, mapping, mid, c.critic_agent_id),
             "twin": c.twin_critics,
+            "recurrent": c.recurrent,
         }
         return {**out, **nets, **encoder_config(c.critic, c.encoder, mapping, mid)}
 
@@ -319,12 +338,15 @@ class DDPG(OffPolicyTrainer):
     def check_env(cls, cfg, info) -> None:
         """Continuous actions in a 1-D ``Box`` with finite bounds, or ``Discrete``; a state for ``critic: state``.
         Observations: 1-D ``Box`` vectors, or structured (an image ``Box``, a ``Dict`` of Boxes), read through the
-        encoders (``docs/observations.md``).
+        encoders (``docs/observations.md``). Recurrent actors: flat observations and a finite episode limit (the
+        buffer keeps whole episodes).
 
         Raises:
             MarlError: naming the group and its space or bounds, and what is supported.
         """
         c = config_view(cfg)
+        if c.recurrent:
+            check_recurrent(c.algo, info)
         for g in info.groups.values():
             space, where = g.action_space, f"group '{g.name}' of {info.family}:{info.scenario}"
             if isinstance(space, gym.spaces.Box):
@@ -361,14 +383,21 @@ class DDPG(OffPolicyTrainer):
         for m, s in shapes.items():
             if not mapping.group_info(m).discrete:  # the TransitionBuffer's name of a continuous dimension
                 s["action_dim"] = s.pop("n_actions")
-        return DDPGLayout(list(mapping.modules), shapes, int(env.info.state_dim))
+        return DDPGLayout(list(mapping.modules), shapes, int(env.info.state_dim), int(env.info.episode_limit or 0))
 
     def steps_per_call(self) -> int:
+        if self.cfg.recurrent:
+            return 1  # episode batches pad to their longest episode: one gradient step's per call
         return self.chunked_steps()  # a transition buffer: one draw for many gradient steps samples alike
 
-    def make_buffer(self) -> TransitionBuffer:
-        layout = self.run.family
-        return TransitionBuffer(self.cfg.buffer_size, layout.shapes, layout.state_dim)
+    def make_buffer(self) -> Any:
+        """A :class:`TransitionBuffer` of ``buffer_size`` transitions; with recurrent actors a
+        :class:`JointEpisodeBuffer` of ``buffer_size`` whole episodes (every env copy of every runner writes one)."""
+        c, layout = self.cfg, self.run.family
+        if c.recurrent:
+            copies = self.run.num_envs * max(1, c.num_env_runners)
+            return JointEpisodeBuffer(c.buffer_size, layout.episode_limit, copies, layout.shapes, layout.state_dim)
+        return TransitionBuffer(c.buffer_size, layout.shapes, layout.state_dim)
 
     def update_schedule(self) -> UpdateSchedule:
         c = self.cfg

@@ -22,32 +22,42 @@ CRITICS = ("obs", "joint_obs", "state")  # what a critic reads beside the action
 POLICY_GRADIENTS = ("own", "joint")  # which actions the actor loss's critic reads (docs/algorithms/ddpg.md)
 
 
-def _never_in_buffer(name: str, need: int, capacity: int) -> Optional[str]:
-    if need <= capacity:
+EPISODE_BUFFER_MAX = 100_000  # episodes: a recurrent buffer allocates every slot at the episode limit (pymarl: 5000)
+
+
+def _unit(c: Any) -> str:
+    """What ``batch_size`` / ``buffer_size`` / ``learning_starts`` count: whole episodes with recurrent actors."""
+    return "episodes" if c.recurrent else "transitions"
+
+
+def _never_in_buffer(c: Any, name: str, need: int) -> Optional[str]:
+    if need <= c.buffer_size:
         return None
+    unit = _unit(c)
     return (
-        f"{name}={need} transitions can never be in a buffer of buffer_size={capacity} transitions, "
+        f"{name}={need} {unit} can never be in a buffer of buffer_size={c.buffer_size} {unit}, "
         f"so training would never start; use {name} <= buffer_size."
     )
 
 
-@rule(("batch_size", "buffer_size"), ERROR, "training waits for batch_size transitions: it would never start")
+@rule(("batch_size", "buffer_size", "recurrent"), ERROR, "training waits for batch_size entries: it would never start")
 def batch_beyond_buffer(c: Any) -> Optional[str]:
-    return _never_in_buffer("batch_size", c.batch_size, c.buffer_size)
+    return _never_in_buffer(c, "batch_size", c.batch_size)
 
 
-@rule(("learning_starts", "buffer_size"), ERROR, "training waits for learning_starts transitions: never")
+@rule(("learning_starts", "buffer_size", "recurrent"), ERROR, "training waits for learning_starts entries: never")
 def starts_beyond_buffer(c: Any) -> Optional[str]:
-    return _never_in_buffer("learning_starts", c.learning_starts, c.buffer_size)
+    return _never_in_buffer(c, "learning_starts", c.learning_starts)
 
 
-@rule(("recurrent",), ERROR, "the off-policy actor-critics have MLP actors and critics only (recurrent: not yet)")
-def recurrent_not_supported(c: Any) -> Optional[str]:
-    if not c.recurrent:
+@rule(("recurrent", "buffer_size"), ERROR, "recurrent actors keep whole episodes: buffer_size counts episodes")
+def episode_buffer_size(c: Any) -> Optional[str]:
+    if not c.recurrent or c.buffer_size <= EPISODE_BUFFER_MAX:
         return None
     return (
-        f"recurrent=True: {getattr(c, 'algo', 'this off-policy actor-critic')} has no recurrent actors or critics yet (MLP only); use recurrent: false, "
-        f"or a family with recurrent agents (qmix, mappo)."
+        f"recurrent=True keeps whole episodes, so buffer_size counts episodes: buffer_size={c.buffer_size} episodes "
+        f"would take memory for {c.buffer_size} full-length episodes; use buffer_size <= {EPISODE_BUFFER_MAX} "
+        f"(e.g. 5000, pymarl's) and batch_size in episodes (e.g. 32)."
     )
 
 
@@ -57,7 +67,7 @@ class OffPolicyACConfig(EngineConfig):
     and the SAC family, ``docs/algorithms/sac.md``): critics, targets, replay, schedule and networks."""
 
     LAYER = "off-policy actor-critic"
-    RULES = (batch_beyond_buffer, starts_beyond_buffer, recurrent_not_supported, encoder_layers)
+    RULES = (batch_beyond_buffer, starts_beyond_buffer, episode_buffer_size, encoder_layers)
 
     critic: str = key(
         "what each agent's critic reads beside actions: obs (its own obs and action: IDDPG, ISAC), joint_obs (all "
@@ -80,9 +90,11 @@ class OffPolicyACConfig(EngineConfig):
         "Polyak averaging of the targets after each actor step: theta' <- tau theta + (1-tau) theta'", gt=0, le=1
     )
     adam_eps: float = key("Adam epsilon", gt=0)
-    batch_size: int = key("transitions per gradient step", ge=1)
-    buffer_size: int = key("transitions in the replay buffer", ge=1)
-    learning_starts: int = key("transitions in the buffer before training (at least batch_size)", ge=0)
+    batch_size: int = key("transitions per gradient step (recurrent: whole episodes)", ge=1)
+    buffer_size: int = key("transitions in the replay buffer (recurrent: whole episodes)", ge=1)
+    learning_starts: int = key(
+        "transitions (recurrent: episodes) in the buffer before training (at least batch_size)", ge=0
+    )
     gradient_steps: int = key("gradient steps per per_env_steps new env steps (all env copies)", ge=1)
     per_env_steps: int = key("env steps that pay for gradient_steps gradient steps", ge=1)
     hidden: int = key("width of the actor's and the critic's hidden layers", ge=1)
@@ -90,7 +102,10 @@ class OffPolicyACConfig(EngineConfig):
     activation: str = key("activation of the hidden layers", choices=ACTIVATIONS)
     # the actor and the critics each have their own encoders (algos/actor_critic_parts.py: CriticEncoders)
     encoder: Dict[str, Dict[str, List[int]]] = key(ENCODER_HELP)
-    recurrent: bool = key("recurrent actors and critics: not supported yet (must be false)")
+    recurrent: bool = key(
+        "GRU actors (pymarl's RNN agent, hidden wide) trained on whole episodes from an episode replay; the critics "
+        "stay feed-forward on each step's inputs; batch_size, buffer_size and learning_starts then count episodes"
+    )
     checkpoint_buffer: bool = key("save the replay buffer in checkpoints (a resumed run keeps learning off-policy)")
 
 

@@ -34,6 +34,7 @@ from marl.algos.ddpg import (
     gumbel_softmax_st,
     target_action,
 )
+from marl.algos.actor_critic_parts import actor_obs
 from marl.algos.facmac_config import FACMACConfig  # noqa: F401
 from marl.algos.networks.mixers import team_reward_rule, team_rewards
 from marl.algos.value_decomp import ValueDecomp
@@ -107,7 +108,7 @@ def facmac_losses(
     seen = {m: mods[m].critic_obs(obs) for m in mids}  # each module's critic reads its own obs (through its encoder)
     q = {m: mods[m].critics[0](critic_inputs("obs", seen[m], None, acts, m)).squeeze(-1) for m in mids}
     with torch.set_grad_enabled(actor_due):  # off a delayed step the actor loss is a metric only
-        own = {m: mods[m].mu(mods[m].actor, obs[m], batch[m].get("avail")) for m in mids}
+        own = {m: mods[m].mu(mods[m].actor, actor_obs(batch[m]), batch[m].get("avail")) for m in mids}
         own = {m: gumbel_softmax_st(a) if mods[m].discrete else a for m, a in own.items()}
         q_pi = {
             m: frozen(mods[m].critics[0], critic_inputs("obs", detached(seen[m]), None, acts, m, own[m])).squeeze(-1)
@@ -187,5 +188,10 @@ class FACMAC(DDPG):
     def family_context(cls, cfg, env, mapping) -> FACMACLayout:
         base = super().family_context(cfg, env, mapping)
         return FACMACLayout(
-            base.modules, base.shapes, base.state_dim, ValueDecomp.team_layout(mapping), team_reward_rule(env.info)
+            base.modules,
+            base.shapes,
+            base.state_dim,
+            base.episode_limit,
+            ValueDecomp.team_layout(mapping),
+            team_reward_rule(env.info),
         )

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch.nn import functional as F
 
-from marl.algos.actor_critic_parts import actor_critic_inputs, detached
+from marl.algos.actor_critic_parts import actor_critic_inputs, actor_obs, detached
 from marl.algos.ddpg import DDPG, DDPGLearner, DDPGModule, batch_views, critic_inputs, critic_regression
 from marl.algos.ddpg import critic_target, frozen, gumbel_softmax_st, q_values
 from marl.algos.policy_gradient import masked_mean
@@ -89,17 +89,20 @@ class SACModule(DDPGModule):
     def get_non_inference_attributes(self):
         return super().get_non_inference_attributes() + ["log_alpha"]
 
-    def gaussian(self, obs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``obs [..., D]`` (structured: key -> ``[..., *shape_k]``) -> the pre-tanh Gaussian's ``mean, std [..., K]``
-        (``std >= MIN_STD``)."""
-        mean, scale = self.actor(obs).chunk(2, -1)
+    def gaussian(self, obs: Any, out: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``obs [..., D]`` (structured: key -> ``[..., *shape_k]``; a recurrent actor's: an
+        :class:`~marl.algos.actor_critic_parts.EpisodeObs`) -> the pre-tanh Gaussian's ``mean, std [..., K]``
+        (``std >= MIN_STD``); ``out``: the actor's outputs at ``obs`` when already computed (an acting step)."""
+        mean, scale = (self.actor(obs) if out is None else out).chunk(2, -1)
         return mean, F.softplus(scale + STD_BIAS) + MIN_STD
 
-    def sample(self, obs: Any, eps: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, obs: Any, eps: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised action ``a [..., K]`` in the bounds (``z = mean + std eps``, Haarnoja et al. 2018,
         Eq. 11) and ``log pi(a | o) [...]`` (:func:`squashed_log_prob`). ``eps``: standard normal noise
-        (default: fresh)."""
-        mean, std = self.gaussian(obs)
+        (default: fresh); ``out``: as :meth:`gaussian`."""
+        mean, std = self.gaussian(obs, out)
         z = mean + std * (torch.randn_like(mean) if eps is None else eps)
         return self.to_bounds(torch.tanh(z)), squashed_log_prob(z, mean, std, (self.high - self.low) / 2)
 
@@ -113,14 +116,15 @@ class SACModule(DDPGModule):
         """Actions for ``obs [B, N, D]``: continuous ``[B, N, K]``, a sample of ``pi`` (``explore``) or the
         squashed mean ``low + (tanh(mean) + 1) h``; discrete ``[B, N]`` int64, a sample of the masked
         categorical (Gumbel-max) or its argmax. Also ``log pi(a | o) [B, N]`` of a continuous sample (zeros
-        otherwise) and ``None`` (no recurrent state)."""
+        otherwise) and the actor's next state (``None`` for an MLP actor)."""
         if self.discrete:
             return super().act(obs, avail, h, explore=explore)
+        out, h = self.actor_step(obs, h)
         if explore:
-            a, logp = self.sample(obs)
-            return a, logp, None
-        mean, _ = self.gaussian(obs)
-        return self.to_bounds(torch.tanh(mean)), torch.zeros(mean.shape[:2]), None
+            a, logp = self.sample(obs, out=out)
+            return a, logp, h
+        mean, _ = self.gaussian(obs, out)
+        return self.to_bounds(torch.tanh(mean)), torch.zeros(mean.shape[:2]), h
 
 
 # ============================================================ losses
@@ -179,7 +183,7 @@ def sac_losses(mods: Dict[str, SACModule], batch: Dict[str, Any], cfg: Any, acto
     j, obs, acts, next_obs = batch_views(mods, batch)
     alpha = {m: mods[m].log_alpha.detach().exp() for m in mids}
     with torch.no_grad():
-        nxt = {m: policy_sample(mods[m], batch[m]["next_obs"], batch[m].get("next_avail")) for m in mids}
+        nxt = {m: policy_sample(mods[m], actor_obs(batch[m], True), batch[m].get("next_avail")) for m in mids}
         next_acts = {m: nxt[m]["a"] for m in mids}
         y = {
             m: soft_target(
@@ -189,7 +193,7 @@ def sac_losses(mods: Dict[str, SACModule], batch: Dict[str, Any], cfg: Any, acto
         }
     with torch.set_grad_enabled(actor_due):  # the actor and temperature step with the targets (policy_delay)
         joint = cfg.policy_gradient == "joint"  # the other agents' sampled one-hots are read: draw them
-        current = {m: policy_sample(mods[m], obs[m], batch[m].get("avail"), joint) for m in mids}
+        current = {m: policy_sample(mods[m], actor_obs(batch[m]), batch[m].get("avail"), joint) for m in mids}
     total, metrics = 0.0, {}
     for m, mod in mods.items():
         alive = batch[m]["alive"].bool()

@@ -8,7 +8,7 @@ import pytest
 import marl
 from marl.env import MarlError
 from test_bad_inputs import no_ray  # noqa: F401  (autouse: Ray must not start)
-from toy_envs import MultiDiscreteEnv, TargetEnv
+from toy_envs import ImageTargetEnv, MultiDiscreteEnv, TargetEnv
 
 
 def target():
@@ -32,12 +32,45 @@ def stateless():
     return env
 
 
+def unbounded():
+    env = TargetEnv(num_envs=2)
+    env.info.episode_limit = 0
+    return env
+
+
 INF = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 CASES = [
     ("maddpg", "infinite bounds", with_actions(INF), {}, ["group 'agent'", "infinite bounds", "low=[-inf, -inf]"]),
     ("iddpg", "MultiDiscrete", MultiDiscreteEnv, {}, ["MultiDiscrete", "supported: a 1-D Box", "Discrete"]),
     ("maddpg", "2-D Box", with_actions(gym.spaces.Box(-1, 1, (2, 2), np.float32)), {}, ["supported: a 1-D Box"]),
-    ("maddpg", "recurrent", target, {"recurrent": True}, ["recurrent=True", "no recurrent actors", "recurrent: false"]),
+    (
+        "maddpg",
+        "recurrent buffer of a million episodes",
+        target,
+        {"recurrent": True},
+        ["recurrent=True", "buffer_size=1000000 episodes", "buffer_size <= 100000", "batch_size in episodes"],
+    ),
+    (
+        "maddpg",
+        "recurrent actor on image observations",
+        lambda: ImageTargetEnv(num_envs=2),
+        {"recurrent": True, "buffer_size": 100, "batch_size": 8},
+        ["recurrent=True reads flat observations", "group 'agent'", "Dict(", "recurrent: false"],
+    ),
+    (
+        "iddpg",
+        "recurrent on unbounded episodes",
+        unbounded,
+        {"recurrent": True, "buffer_size": 100, "batch_size": 8},
+        ["recurrent=True stores whole episodes", "finite episode_limit", "toy:target"],
+    ),
+    (
+        "maddpg",
+        "recurrent batch beyond buffer",
+        target,
+        {"recurrent": True, "buffer_size": 16, "batch_size": 32},
+        ["batch_size=32 episodes", "buffer_size=16 episodes"],
+    ),
     ("maddpg", "critic typo", target, {"critic": "joint"}, ["critic", "joint", "joint_obs"]),
     ("maddpg", "state critic without a state", stateless, {"critic": "state"}, ["state_dim=0", "joint_obs"]),
     ("matd3", "batch beyond buffer", target, {"buffer_size": 64, "batch_size": 128}, ["batch_size=128", "never"]),

@@ -9,7 +9,7 @@ from test_bad_inputs_ddpg import INF, clear_error, stateless, target, with_actio
 from toy_envs import MultiDiscreteEnv
 
 CASES = [
-    ("masac", "recurrent", target, {"recurrent": True}, ["recurrent=True", "no recurrent actors", "recurrent: false"]),
+    ("masac", "recurrent buffer of a million episodes", target, {"recurrent": True}, ["buffer_size=1000000 episodes"]),
     ("masac", "target_entropy word", target, {"target_entropy": "high"}, ["target_entropy='high'", "'auto'", "number"]),
     ("isac", "target_entropy list", target, {"target_entropy": [1.0]}, ["target_entropy", "[1.0]"]),
     ("masac", "alpha_init 0", target, {"alpha_init": 0.0}, ["alpha_init", "0.0", "> 0"]),

@@ -19,7 +19,7 @@ from test_ddpg import brief_fit, constant_actor, linear, per_module
 from toy_envs import MatchEnv, TargetEnv
 
 BOX = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
-LAYOUT = FACMACLayout(["shared"], {}, 1, {"team": [("shared", 0), ("shared", 1)]}, "sum")
+LAYOUT = FACMACLayout(["shared"], {}, 1, 0, {"team": [("shared", 0), ("shared", 1)]}, "sum")
 
 
 ACT_ONE = math.atanh(0.5)  # pre-tanh output of an action of 1 in Box(-2, 2)

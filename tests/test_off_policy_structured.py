@@ -89,7 +89,7 @@ def random_batch(mapping, state_dim, B=16, seed=0):
 
 def losses(algo, mods, batch, cfg, actor_due):
     if algo == "facmac":  # VDN's sum over the team: no mixer module
-        layout = FACMACLayout(list(mods), {}, 0, {"team": [("shared", 0), ("shared", 1)]}, "mean")
+        layout = FACMACLayout(list(mods), {}, 0, 0, {"team": [("shared", 0), ("shared", 1)]}, "mean")
         return facmac_losses(mods, {"team": None}, {"team": None}, batch, cfg, layout, actor_due)
     return (sac_losses if algo in ("isac", "masac") else ddpg_losses)(mods, batch, cfg, actor_due)
 

@@ -174,6 +174,33 @@ class TargetEnv(MultiAgentEnv):
         self.g.set_state(state["g"])
 
 
+class RecallEnv(TargetEnv):
+    """TargetEnv where each agent's target ``c`` in ``[-1, 1]^K`` is drawn at the episode's start, kept for the whole
+    episode and shown only at its first step: the observation is ``[c, 1]`` at ``t = 0`` and ``[0, 0]`` after. The
+    global state shows every ``c`` at every step (a centralised critic can value the actions; the actors must
+    remember). Reward ``-mean_k (a_k - c_k)^2`` per agent and step, as TargetEnv: an actor without memory can do no
+    better than ``a = 0`` after the first step, ``-1/3`` per agent and step; remembering ``c``, ``0``."""
+
+    def __init__(self, num_envs=8, N=2, K=1, T=3, seed=0):
+        super().__init__(num_envs=num_envs, N=N, K=K, T=T, seed=seed)
+        self.info.groups["agent"].obs_space = gym.spaces.Box(-1.0, 1.0, (K + 1,), np.float32)
+        self.info.scenario = "recall"
+
+    def _step(self, reward, trunc):
+        step = super()._step(reward, trunc)
+        first = (self.t == 0).float().view(-1, 1, 1).expand(-1, self.N, 1)
+        step.obs = {"agent": torch.cat([self.c * first, first], -1)}
+        return step
+
+    def step(self, actions):
+        reward = -((actions["agent"] - self.c) ** 2).mean(-1)
+        self.t += 1
+        trunc = self.t >= self.T
+        self.c = torch.where(trunc.view(-1, 1, 1), self._targets(), self.c)  # a new target per new episode only
+        self.t[trunc] = 0
+        return self._step(reward, trunc)
+
+
 class ImageTargetEnv(TargetEnv):
     """TargetEnv with structured observations: each agent's target ``c`` is shown only in ``"image"``, a
     ``Box(0, 255, (S, S, K), uint8)`` whose channel ``k`` is ``round((c_k + 1) * 127.5)`` at every pixel, beside

@@ -3,7 +3,7 @@ the QMIX family's) and joint transitions (:class:`TransitionBuffer`, for off-pol
 Both are filled from :class:`~marl.engine.runner.BatchedEnvRunner` rollouts and sampled uniformly
 with a numpy ``Generator`` by :class:`~marl.engine.off_policy.OffPolicyTrainer`.
 
-Joint episode buffer (value decomposition).
+Joint episode buffer (value decomposition, and the off-policy actor-critics' recurrent actors).
 
 RLlib 2.60's ``MultiAgentEpisodeReplayBuffer`` samples single steps per module,
 not aligned across agents and not as sequences, so a recurrent agent network
@@ -29,7 +29,8 @@ array                       shape                           meaning
                                                             ``<m>/obs/<key>`` per key, in
                                                             its dtype (uint8 stays uint8)
 ``<m>/avail``               ``[C, L+1, N_m, A_m]`` bool     legal actions (discrete)
-``<m>/actions``             ``[C, L, N_m]`` int64           actions taken
+``<m>/actions``             ``[C, L, N_m]`` int64           actions taken (continuous:
+                            ``[C, L, N_m, K_m]`` float32
 ``<m>/rewards``             ``[C, L, N_m]`` float32         per-agent rewards
 ``<m>/alive``               ``[C, L, N_m]`` bool            agent acting at step t
 ``state``                   ``[C, L+1, S]`` float32         global state
@@ -76,8 +77,9 @@ class JointEpisodeBuffer:
         capacity: episodes kept; the oldest committed episode is evicted first.
         episode_limit: the longest episode ``L`` (steps); longer ones raise.
         num_envs: env copies ``B`` writing concurrently (each holds one open slot).
-        module_shapes: module id -> ``{"n": N_m, "obs_dim": D_m, "n_actions": A_m or None}``, and
-            ``"obs"`` (column -> ``(shape, numpy dtype)``, :func:`obs_columns`) for a structured observation.
+        module_shapes: module id -> ``{"n": N_m, "obs_dim": D_m}`` and ``"n_actions": A_m`` (discrete) or
+            ``"action_dim": K_m`` (continuous), and ``"obs"`` (column -> ``(shape, numpy dtype)``,
+            :func:`obs_columns`) for a structured observation.
         state_dim: ``S``.
         extra_columns: per-agent columns the env declares (``EnvInfo.extra_columns``):
             name -> ``(numpy dtype, fill value)``; stored as ``<m>/<name>`` ``[C, L, N_m]``
@@ -86,7 +88,8 @@ class JointEpisodeBuffer:
 
     Raises:
         MarlError: ``capacity`` is not larger than ``2 * num_envs`` (open slots of
-            the running episodes would be evicted before they complete).
+            the running episodes would be evicted before they complete), or a module with neither
+            or both of ``n_actions`` / ``action_dim``.
     """
 
     ITEMS = "episodes"  # what one entry is (the trainer's ``buffer_<ITEMS>`` metric)
@@ -118,7 +121,7 @@ class JointEpisodeBuffer:
             n = s["n"]
             for col, (shape, dtype) in obs_columns(s).items():
                 self.data[f"{m}/{col}"] = np.zeros((C, L + 1, n, *shape), dtype)
-            self.data[f"{m}/actions"] = np.zeros((C, L, n), np.int64)
+            self.data[f"{m}/actions"] = action_array((C, L, n), m, s)
             self.data[f"{m}/rewards"] = np.zeros((C, L, n), np.float32)
             self.data[f"{m}/alive"] = np.zeros((C, L, n), bool)
             for col, (dtype, fill) in self.extra_columns.items():
@@ -463,9 +466,7 @@ class TransitionBuffer:
             for col, (shape, dtype) in obs_columns(s).items():
                 self.data[f"{m}/{col}"] = np.zeros((C, n, *shape), dtype)
                 self.data[f"{m}/next_{col}"] = np.zeros((C, n, *shape), dtype)
-            self.data[f"{m}/actions"] = (
-                np.zeros((C, n), np.int64) if discrete else np.zeros((C, n, s["action_dim"]), np.float32)
-            )
+            self.data[f"{m}/actions"] = action_array((C, n), m, s)
             self.data[f"{m}/rewards"] = np.zeros((C, n), np.float32)
             self.data[f"{m}/alive"] = np.zeros((C, n), bool)
             if discrete:
@@ -588,13 +589,21 @@ class TransitionBuffer:
         self.transitions_added, self.episodes_added = int(state["transitions_added"]), int(state["episodes_added"])
 
 
+def action_array(lead: Tuple[int, ...], module: str, shape: Dict[str, Any]) -> np.ndarray:
+    """Zeros for module ``module``'s stored actions: ``[*lead]`` int64 indices (discrete, ``n_actions``) or
+    ``[*lead, K]`` float32 (continuous, ``action_dim`` ``K``); a :class:`MarlError` for neither or both."""
+    if _is_discrete(module, shape):
+        return np.zeros(lead, np.int64)
+    return np.zeros((*lead, int(shape["action_dim"])), np.float32)
+
+
 def _is_discrete(module: str, shape: Dict[str, Any]) -> bool:
-    """Whether module ``module`` of a :class:`TransitionBuffer` has discrete actions (``n_actions``)
+    """Whether module ``module`` of a replay buffer has discrete actions (``n_actions``)
     or continuous ones (``action_dim``); a :class:`MarlError` for neither or both."""
     discrete, continuous = bool(shape.get("n_actions")), bool(shape.get("action_dim"))
     if discrete == continuous:
         raise MarlError(
-            f"transition buffer module '{module}' needs exactly one of n_actions (discrete) or "
+            f"replay buffer module '{module}' needs exactly one of n_actions (discrete) or "
             f"action_dim (continuous), got {dict(shape)}"
         )
     return discrete
