@@ -184,6 +184,14 @@ def critic_regression(mod: DDPGModule, cfg: Any, obs, state, acts, mid: str, y: 
     return loss, {"critic_loss": loss.detach(), "q_mean": q_mean, "target_mean": y_mean}
 
 
+def td_target(mod: DDPGModule, cfg: Any, b, j, next_obs, nxt, m: str) -> torch.Tensor:
+    """``y [B, N]`` of module ``m``: :func:`critic_target` of its target critics at ``(x', mu'(o'))``, ``next_obs`` as
+    they read them (:meth:`DDPGModule.critic_obs` of the targets), ``nxt``: module -> the target actions ``mu'(o')``;
+    ``b``: the module's batch, ``j``: the ``JOINT`` one."""
+    x = critic_inputs(cfg.critic, mod.critic_obs(next_obs, True), j["next_state"], nxt, m, None, cfg.critic_agent_id)
+    return critic_target(b["rewards"], j["terminated"].bool(), q_values(mod.critic_targets, x), cfg.gamma)
+
+
 def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, actor_due: bool):
     """The critic loss ``mean (Q_k(x, a) - y)^2`` of every critic ``k`` and, when ``actor_due``, the actor
     loss ``-mean Q_1(x, a_1..mu_i(o_i)..a_N)`` (``policy_gradient: own``; ``joint``: ``-mean Q_1(x, mu_1(o_1)..
@@ -198,26 +206,7 @@ def ddpg_losses(mods: Dict[str, DDPGModule], batch: Dict[str, Any], cfg: Any, ac
     j, obs, acts, next_obs = batch_views(mods, batch)
     with torch.no_grad():  # target actions mu'(o') (smoothed in TD3), then y per module
         nxt = {m: target_action(mods[m], batch[m], cfg) for m in mids}
-        y = {
-            m: critic_target(
-                batch[m]["rewards"],
-                j["terminated"].bool(),
-                q_values(
-                    mods[m].critic_targets,
-                    critic_inputs(
-                        cfg.critic,
-                        mods[m].critic_obs(next_obs, True),
-                        j["next_state"],
-                        nxt,
-                        m,
-                        None,
-                        cfg.critic_agent_id,
-                    ),
-                ),
-                cfg.gamma,
-            )
-            for m in mids
-        }
+        y = {m: td_target(mods[m], cfg, batch[m], j, next_obs, nxt, m) for m in mids}
     with torch.set_grad_enabled(actor_due):  # off a delayed step the actor loss is a metric only
         current = {m: policy_action(mods[m], batch[m]) for m in mids}
     total, metrics = 0.0, {}

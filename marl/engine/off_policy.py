@@ -42,9 +42,8 @@ from marl.errors import MarlError
 EPISODE, ENV_STEP, GRADIENT_STEP = "episode", "env_step", "gradient_step"
 DATA_UNITS = (EPISODE, ENV_STEP)  # what the update-to-data ratio counts
 TARGET_UNITS = (EPISODE, GRADIENT_STEP)  # what the target update interval counts
-TARGET_TAU = (
-    "target_tau"  # the learners' timesteps entry: per gradient step of the call, tau of its target update (0: none)
-)
+# the learners' timesteps entry: per gradient step of the call, the tau of its target update (0: none)
+TARGET_TAU = "target_tau"
 CALL_BYTES = 32 * 2**20  # the most sampled bytes one learner call carries when a family chunks its gradient steps
 REPLAY = "replay_buffer"  # the checkpoint component with the buffer and its sampling generator
 
