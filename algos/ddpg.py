@@ -37,7 +37,7 @@ from marl.algos.q_learning import epsilon_at
 from marl.config import config_view
 from marl.env import map_obs, nest_columns
 from marl.engine.off_policy import OffPolicyLearner, OffPolicyTrainer, UpdateSchedule
-from marl.engine.off_policy import batch_module_id, make_target
+from marl.engine.off_policy import batch_module_id, make_target, mean_over_learners
 from marl.engine.replay import JointEpisodeBuffer, TransitionBuffer
 from marl.errors import MarlError, TrainingDiverged
 
@@ -254,6 +254,20 @@ class DDPGLearner(OffPolicyLearner):
         self.actor_due = actor_step_due(tau)
         super().step(batch, tau)
 
+    def gradient_step(self, batch) -> None:
+        """One gradient step: the joint loss, backward, clipping, optimiser steps; RLlib's ``forward_train`` is not
+        called. The losses call the networks themselves (across modules), so a DDP-wrapped module's forward would
+        only arm DDP's gradient hooks for the batch's module, and stall them on a step that leaves parameters without
+        a gradient (MATD3's delayed actor). :meth:`compute_gradients` averages over the learners instead."""
+        losses = self.compute_losses(fwd_out={}, batch=batch)
+        self.apply_gradients(self.postprocess_gradients(self.compute_gradients(losses)))
+
+    def compute_gradients(self, loss_per_module, **kwargs):
+        """RLlib's backward pass; with several learners each gradient is then averaged over them
+        (:func:`~marl.engine.off_policy.mean_over_learners`, once per step for every module), so every learner's
+        shard of the batch counts alike and the learners keep identical weights."""
+        return mean_over_learners(super().compute_gradients(loss_per_module, **kwargs))
+
     def learner_batch(self, columns):
         """The one policy batch ``"<m>/<col>"`` -> ``{m: {col: ...}, JOINT: {state, next_state, terminated}}``;
         a structured observation's ``"<m>/obs/<key>"`` columns -> ``{m: {obs: {key: ...}}}`` (a module id holds
@@ -353,18 +367,6 @@ class DDPG(OffPolicyTrainer):
             raise MarlError(
                 f"{c.algo}: critic='state' needs a global state; {info.family}:{info.scenario} has state_dim=0: use joint_obs."
             )
-
-    @classmethod
-    def check_mapping(cls, cfg, mapping) -> None:
-        """The checks across keys of scope ``run``; one learner only.
-
-        Raises:
-            MarlError: ``num_learners > 1`` (the losses call the networks outside RLlib's DDP wrapper).
-        """
-        super().check_mapping(cfg, mapping)
-        c = config_view(cfg)
-        if c.num_learners > 1:
-            raise MarlError(f"{c.algo}: num_learners={c.num_learners} is not supported yet; use num_learners: 0 or 1.")
 
     @classmethod
     def family_context(cls, cfg, env, mapping) -> DDPGLayout:

@@ -85,7 +85,6 @@ CASES = [
     ("maddpg", "tau above 1", target, {"tau": 1.5}, ["tau", "1.5"]),
     ("maddpg", "negative noise", target, {"exploration_noise_start": -0.1}, ["exploration_noise_start", "-0.1"]),
     ("maddpg", "activation typo", target, {"activation": "rleu"}, ["activation", "rleu", "relu"]),
-    ("maddpg", "several learners", target, {"num_learners": 2}, ["num_learners=2", "not supported"]),
     (
         "facmac",
         "centralised critic",

@@ -29,7 +29,6 @@ CASES = [
     ("masac", "batch beyond buffer", target, {"buffer_size": 64, "batch_size": 128}, ["batch_size=128", "never"]),
     ("masac", "tau above 1", target, {"tau": 1.5}, ["tau", "1.5"]),
     ("masac", "DDPG's noise key", target, {"exploration_noise_start": 0.5}, ["exploration_noise_start"]),
-    ("isac", "several learners", target, {"num_learners": 2}, ["num_learners=2", "not supported"]),
 ]
 
 

@@ -19,6 +19,7 @@ from marl.engine.off_policy import (
     UpdateSchedule,
     hard_update,
     make_target,
+    mean_over_learners,
     polyak_update,
     row_blocks,
     target_pairs,
@@ -405,3 +406,17 @@ def test_chunked_steps_cap_the_call_by_bytes_and_fall_back_to_one():
     assert OffPolicyTrainer.chunked_steps(trainer) == 1
     trainer.batch_transforms, trainer.cfg.num_learners = [], 2
     assert OffPolicyTrainer.chunked_steps(trainer) == 1
+
+
+def test_mean_over_learners_leaves_one_learner_alone_and_averages_a_group(tmp_path):
+    """No process group (or a group of one): the gradients as they are. In a ``gloo`` group of one process the
+    all-reduce runs on the flat buffer and writes every gradient back in its own shape; a ``None`` stays ``None``."""
+    grads = {0: torch.tensor([[1.0, 2.0], [3.0, 4.0]]), 1: None, 2: torch.tensor([5.0])}
+    assert mean_over_learners(grads) is grads and grads[0].tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    dist = torch.distributed
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        out = mean_over_learners(grads)
+        assert out[0].tolist() == [[1.0, 2.0], [3.0, 4.0]] and out[1] is None and out[2].tolist() == [5.0]
+    finally:
+        dist.destroy_process_group()

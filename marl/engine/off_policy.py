@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -235,6 +235,24 @@ class OffPolicyLearner(RunAccess, SeamLearner):
         for mid in self.module.keys():
             for online, target in target_pairs(self.module[mid].unwrapped()):
                 update_target(target, online, tau)
+
+
+def mean_over_learners(grads: Dict[Any, Optional[torch.Tensor]]) -> Dict[Any, Optional[torch.Tensor]]:
+    """Each gradient averaged over the learners of a ``torch.distributed`` group, in place (one all-reduce of one
+    flat buffer, as DDP's gradient buckets; Li et al. 2020, arXiv 2006.15704, Sec. 3): what DDP does for a loss
+    that calls the networks outside its wrapper (an off-policy loss spanning modules). Unchanged with one learner
+    or no group. ``grads``: parameter id -> gradient (``None``: no gradient this step, on every learner alike)."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return grads
+    present = [g for g in grads.values() if g is not None]
+    if present:
+        flat = torch.cat([g.reshape(-1) for g in present])
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        for g, mean in zip(present, flat.split([g.numel() for g in present])):
+            g.copy_(mean.view_as(g))
+    return grads
 
 
 def row_blocks(columns: Dict[str, Dict[str, Any]], k: int) -> List[Dict[str, Dict[str, Any]]]:
