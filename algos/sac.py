@@ -30,7 +30,9 @@ from marl.algos.policy_gradient import masked_mean
 from marl.algos.sac_config import AUTO, SACConfig
 from marl.config import config_view
 
-MIN_STD = 1e-4  # the smallest standard deviation of the pre-tanh Gaussian
+# the smallest standard deviation of the pre-tanh Gaussian: the min_val of tensordict's biased_softplus, which
+# BenchMARL's scale mapping uses (its NormalParamExtractor's own floor, scale_lb 1e-4, never binds above it)
+MIN_STD = 0.01
 # softplus(x + STD_BIAS) + MIN_STD is 1 at x = 0: the initial policy's std is 1 (BenchMARL's scale_mapping
 # "biased_softplus_1.0", Bettini et al. 2024, arXiv 2312.01472), and it grows only linearly for large x
 STD_BIAS = math.log(math.expm1(1.0 - MIN_STD))

@@ -69,6 +69,20 @@ def test_tanh_gaussian_log_prob_has_the_tanh_and_bounds_correction():
     assert torch.isfinite(squashed_log_prob(torch.tensor([20.0]), mean, std, half)).all()
 
 
+def test_std_is_one_at_a_zero_scale_and_never_below_benchmarls_floor():
+    """BenchMARL's ``biased_softplus_1.0``: ``softplus(s + b) + 0.01`` is 1 at ``s = 0``, ``0.01 + softplus(b)`` at
+    ``s = -b`` (hand-computed: ``b = log(e^0.99 - 1)``), and tends to its ``min_val`` 0.01 for a very negative ``s``."""
+    m = module(3, 5, BOX)
+    m.actor = constant([0.0, 0.0])  # mean 0, scale 0
+    _, std = m.gaussian(torch.zeros(1, 1, 3))
+    assert std.item() == pytest.approx(1.0, abs=1e-6)
+    b = math.log(math.expm1(0.99))
+    m.actor = constant([0.0, -b])
+    assert m.gaussian(torch.zeros(1, 1, 3))[1].item() == pytest.approx(0.01 + math.log(2.0), abs=1e-6)
+    m.actor = constant([0.0, -1e4])
+    assert m.gaussian(torch.zeros(1, 1, 3))[1].item() == pytest.approx(0.01, abs=1e-9)
+
+
 def test_policy_samples_within_bounds_and_acts_with_the_squashed_mean():
     torch.manual_seed(0)
     space = gym.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 3.0], np.float32))
