@@ -77,9 +77,8 @@ class JointEpisodeBuffer:
         capacity: episodes kept; the oldest committed episode is evicted first.
         episode_limit: the longest episode ``L`` (steps); longer ones raise.
         num_envs: env copies ``B`` writing concurrently (each holds one open slot).
-        module_shapes: module id -> ``{"n": N_m, "obs_dim": D_m}`` and ``"n_actions": A_m`` (discrete) or
-            ``"action_dim": K_m`` (continuous), and ``"obs"`` (column -> ``(shape, numpy dtype)``,
-            :func:`obs_columns`) for a structured observation.
+        module_shapes: module id -> ``{"n": N_m, "obs_dim": D_m}``, ``"action_dim": K_m`` (continuous; else
+            indices) or ``"n_actions": A_m``, and ``"obs"`` (:func:`obs_columns`) for a structured observation.
         state_dim: ``S``.
         extra_columns: per-agent columns the env declares (``EnvInfo.extra_columns``):
             name -> ``(numpy dtype, fill value)``; stored as ``<m>/<name>`` ``[C, L, N_m]``
@@ -88,8 +87,7 @@ class JointEpisodeBuffer:
 
     Raises:
         MarlError: ``capacity`` is not larger than ``2 * num_envs`` (open slots of
-            the running episodes would be evicted before they complete), or a module with neither
-            or both of ``n_actions`` / ``action_dim``.
+            the running episodes would be evicted before they complete).
     """
 
     ITEMS = "episodes"  # what one entry is (the trainer's ``buffer_<ITEMS>`` metric)
@@ -121,7 +119,7 @@ class JointEpisodeBuffer:
             n = s["n"]
             for col, (shape, dtype) in obs_columns(s).items():
                 self.data[f"{m}/{col}"] = np.zeros((C, L + 1, n, *shape), dtype)
-            self.data[f"{m}/actions"] = action_array((C, L, n), m, s)
+            self.data[f"{m}/actions"] = action_array((C, L, n), m, s, strict=False)
             self.data[f"{m}/rewards"] = np.zeros((C, L, n), np.float32)
             self.data[f"{m}/alive"] = np.zeros((C, L, n), bool)
             for col, (dtype, fill) in self.extra_columns.items():
@@ -462,14 +460,14 @@ class TransitionBuffer:
         }
         self.obs_cols = {m: list(obs_columns(s)) for m, s in module_shapes.items()}
         for m, s in module_shapes.items():
-            n, discrete = s["n"], _is_discrete(m, s)
+            n = s["n"]
             for col, (shape, dtype) in obs_columns(s).items():
                 self.data[f"{m}/{col}"] = np.zeros((C, n, *shape), dtype)
                 self.data[f"{m}/next_{col}"] = np.zeros((C, n, *shape), dtype)
-            self.data[f"{m}/actions"] = action_array((C, n), m, s)
+            self.data[f"{m}/actions"] = action_array((C, n), m, s)  # checks n_actions xor action_dim
             self.data[f"{m}/rewards"] = np.zeros((C, n), np.float32)
             self.data[f"{m}/alive"] = np.zeros((C, n), bool)
-            if discrete:
+            if s.get("n_actions"):
                 for col in ("avail", "next_avail"):
                     self.data[f"{m}/{col}"] = np.zeros((C, n, s["n_actions"]), bool)
         self.ptr = 0  # next row to write (ring)
@@ -589,21 +587,14 @@ class TransitionBuffer:
         self.transitions_added, self.episodes_added = int(state["transitions_added"]), int(state["episodes_added"])
 
 
-def action_array(lead: Tuple[int, ...], module: str, shape: Dict[str, Any]) -> np.ndarray:
+def action_array(lead: Tuple[int, ...], module: str, shape: Dict[str, Any], strict: bool = True) -> np.ndarray:
     """Zeros for module ``module``'s stored actions: ``[*lead]`` int64 indices (discrete, ``n_actions``) or
-    ``[*lead, K]`` float32 (continuous, ``action_dim`` ``K``); a :class:`MarlError` for neither or both."""
-    if _is_discrete(module, shape):
-        return np.zeros(lead, np.int64)
-    return np.zeros((*lead, int(shape["action_dim"])), np.float32)
-
-
-def _is_discrete(module: str, shape: Dict[str, Any]) -> bool:
-    """Whether module ``module`` of a replay buffer has discrete actions (``n_actions``)
-    or continuous ones (``action_dim``); a :class:`MarlError` for neither or both."""
+    ``[*lead, K]`` float32 (continuous, ``action_dim`` ``K``). ``strict`` (the transition buffer): a
+    :class:`MarlError` for neither or both keys; otherwise (the episode buffer) indices unless ``action_dim``."""
     discrete, continuous = bool(shape.get("n_actions")), bool(shape.get("action_dim"))
-    if discrete == continuous:
+    if strict and discrete == continuous:
         raise MarlError(
             f"replay buffer module '{module}' needs exactly one of n_actions (discrete) or "
             f"action_dim (continuous), got {dict(shape)}"
         )
-    return discrete
+    return np.zeros((*lead, int(shape["action_dim"])), np.float32) if continuous else np.zeros(lead, np.int64)
