@@ -220,6 +220,19 @@ def detached(obs: Dict[str, Any]) -> Dict[str, Any]:
     return {m: {k: v.detach() for k, v in o.items()} if isinstance(o, dict) else o.detach() for m, o in obs.items()}
 
 
+# ============================================================ layout
+@dataclass(frozen=True)
+class DDPGLayout:
+    """``run.family``: ``modules`` (ids in mapping order: the order of the joint critic inputs), ``shapes`` (module
+    -> the replay buffer's ``{"n", "obs_dim", "obs", "n_actions" | "action_dim"}``), ``state_dim``, and
+    ``episode_limit`` (steps; 0: unbounded), the length of the episode buffer of recurrent actors."""
+
+    modules: List[str]
+    shapes: Dict[str, Dict[str, Any]]
+    state_dim: int
+    episode_limit: int
+
+
 # ============================================================ recurrent actors on whole episodes
 @dataclass(frozen=True)
 class EpisodeObs:

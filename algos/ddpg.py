@@ -14,8 +14,7 @@ by side); a gradient step is one joint batch under one module id (:func:`~marl.e
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -25,7 +24,7 @@ from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
 from marl.algos.actor_critic_parts import CriticEncoders, RecurrentActor, actor_critic_inputs, actor_network
-from marl.algos.actor_critic_parts import check_recurrent, critic_inputs, episode_rows
+from marl.algos.actor_critic_parts import DDPGLayout, check_recurrent, critic_inputs, episode_rows
 from marl.algos.actor_critic_parts import critic_dim, critic_target, detached, encoder_config, frozen, q_values
 from marl.algos.actor_critic_parts import gumbel_softmax_st, policy_action, smoothed, target_action
 from marl.algos.actor_critic_parts import JOINT, action_input, batch_views  # noqa: F401  (part of this family's API)
@@ -160,18 +159,6 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
 
 
 # ============================================================ losses
-@dataclass(frozen=True)
-class DDPGLayout:
-    """``run.family``: ``modules`` (ids in mapping order: the order of the joint critic inputs), ``shapes`` (module
-    -> the replay buffer's ``{"n", "obs_dim", "obs", "n_actions" | "action_dim"}``), ``state_dim``, and
-    ``episode_limit`` (steps; 0: unbounded), the length of the episode buffer of recurrent actors."""
-
-    modules: List[str]
-    shapes: Dict[str, Dict[str, Any]]
-    state_dim: int
-    episode_limit: int
-
-
 def critic_regression(mod: DDPGModule, cfg: Any, obs, state, acts, mid: str, y: torch.Tensor, alive: torch.Tensor):
     """The critic loss ``sum_k mean_alive (Q_k(x, a) - y)^2`` of module ``mid``'s critics on the stored actions
     (inputs :func:`critic_inputs` of ``cfg.critic``, ``obs`` as the critics read them, :meth:`DDPGModule.critic_obs`,
