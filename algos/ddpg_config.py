@@ -61,13 +61,23 @@ def episode_buffer_size(c: Any) -> Optional[str]:
     )
 
 
+@rule(("async_sampling", "num_env_runners"), ERROR, "asynchronous sampling runs on remote env runners")
+def async_needs_runners(c: Any) -> Optional[str]:
+    if not c.async_sampling or c.num_env_runners >= 1:
+        return None
+    return (
+        "async_sampling=True samples on remote env runners while the driver's learner steps, but num_env_runners=0 "
+        "samples in the driver; use num_env_runners=1 (at most the CPUs the learner leaves) or async_sampling=False."
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class OffPolicyACConfig(EngineConfig):
     """Keys of the off-policy actor-critics on the transition buffer (the DDPG family, ``docs/algorithms/ddpg.md``,
     and the SAC family, ``docs/algorithms/sac.md``): critics, targets, replay, schedule and networks."""
 
     LAYER = "off-policy actor-critic"
-    RULES = (batch_beyond_buffer, starts_beyond_buffer, episode_buffer_size, encoder_layers)
+    RULES = (batch_beyond_buffer, starts_beyond_buffer, episode_buffer_size, async_needs_runners, encoder_layers)
 
     critic: str = key(
         "what each agent's critic reads beside actions: obs (its own obs and action: IDDPG, ISAC), joint_obs (all "
@@ -107,6 +117,10 @@ class OffPolicyACConfig(EngineConfig):
         "stay feed-forward on each step's inputs; batch_size, buffer_size and learning_starts then count episodes"
     )
     checkpoint_buffer: bool = key("save the replay buffer in checkpoints (a resumed run keeps learning off-policy)")
+    async_sampling: bool = key(
+        "sample the next rollout on the remote env runners while the learner takes this rollout's gradient steps "
+        "(needs num_env_runners >= 1); each rollout then comes from the policy of one iteration before"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

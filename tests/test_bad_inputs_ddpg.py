@@ -40,6 +40,13 @@ def unbounded():
 
 INF = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 CASES = [
+    (
+        "maddpg",
+        "async sampling in the driver",
+        target,
+        {"async_sampling": True, "num_env_runners": 0},
+        ["async_sampling=True", "num_env_runners=0", "use num_env_runners=1"],
+    ),
     ("maddpg", "infinite bounds", with_actions(INF), {}, ["group 'agent'", "infinite bounds", "low=[-inf, -inf]"]),
     ("iddpg", "MultiDiscrete", MultiDiscreteEnv, {}, ["MultiDiscrete", "supported: a 1-D Box", "Discrete"]),
     ("maddpg", "2-D Box", with_actions(gym.spaces.Box(-1, 1, (2, 2), np.float32)), {}, ["supported: a 1-D Box"]),

@@ -29,7 +29,7 @@ import re
 import sys
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import ray
 from ray.exceptions import RayError, RayTaskError
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 POLL_S = 0.5  # pause between pings while no runner is left
 PING_RESEND_S = 1.0  # a ping to a lost runner unanswered this long is replaced by a new one
+ASYNC_TAG = "marl_async"  # RLlib actor-manager tag of the calls RunnerFaults.submit starts
 
 
 def fault_tolerance_settings(cfg: Any) -> Dict[str, Any]:
@@ -107,6 +108,19 @@ class _SetWeights:
         runner.set_state(ray.get(self.ref))
 
 
+class _WithWeights:
+    """Load the weights in object ``ref`` (``{rl_module}``, no sequence number: loaded whatever the runner's) into a
+    runner, then run ``fn`` on it: the weights an asynchronous rollout samples with, whatever weight syncs RLlib's
+    own calls delivered or dropped meanwhile."""
+
+    def __init__(self, ref: ray.ObjectRef, fn: Callable[[Any], Any]):
+        self.ref, self.fn = ref, fn
+
+    def __call__(self, runner: Any) -> Any:
+        runner.set_state(ray.get(self.ref))
+        return self.fn(runner)
+
+
 def _noop(runner: Any) -> None:
     return None
 
@@ -147,6 +161,7 @@ class RunnerFaults:
         self.events: List[Dict[str, Any]] = []
         self.pids: Dict[int, int] = {}  # runner id -> process id of the incarnation that has our weights
         self._pings: Dict[int, Tuple[Any, float]] = {}  # lost runner -> (ping in flight, time sent)
+        self._submitted: Optional[Callable[[Any], Any]] = None  # the call submit() started, until collect()
         self._call_runners(self.ids, _noop, adopt=True)
 
     # ------------------------------------------------------------------ calls
@@ -174,7 +189,39 @@ class RunnerFaults:
         """Run ``fn`` on runners ``ids``; returns ``(id, result)`` of those that answered. A runner
         that answers from another process than the one marl synced (Ray restarted it since) is
         dropped and reported, unless ``adopt`` (a start or a restore: remember its process)."""
-        results = self.manager.foreach_actor(_WithPid(fn), remote_actor_ids=ids, healthy_only=True)
+        return self._answers(self.manager.foreach_actor(_WithPid(fn), remote_actor_ids=ids, healthy_only=True), adopt)
+
+    def submit(self, fn: Callable[[Any], Any]) -> None:
+        """Start ``fn`` on every healthy remote runner without waiting (asynchronous sampling), after giving each
+        the learners' current weights; :meth:`collect` returns the results. (RLlib's own weight sync, sent while a
+        runner is busy, may reach it after a later call or not at all: the call carries its weights instead.)"""
+        self._notice_unhealthy()
+        fn = _WithWeights(self.learner_weights(seq=False), fn)
+        self._submitted = fn
+        self.manager.foreach_actor_async(_WithPid(fn), tag=ASYNC_TAG, remote_actor_ids=self._healthy())
+
+    def collect(self) -> List[Tuple[int, Any]]:
+        """``(runner id, result)`` of the call :meth:`submit` started, waiting for every runner it went to.
+        Runners lost meanwhile are reported and left out; with none left, ``fn`` runs again through
+        :meth:`foreach` (which waits for a restarted runner).
+
+        Raises:
+            MarlError: nothing was submitted.
+            EnvRunnersLost, Exception: as :meth:`foreach`.
+        """
+        if self._submitted is None:
+            raise MarlError("RunnerFaults.collect() without a submit(): no asynchronous call is in flight.")
+        fn, self._submitted = self._submitted, None
+        out = self._answers(self.manager.fetch_ready_async_reqs(tags=ASYNC_TAG, timeout_seconds=None), adopt=False)
+        return out or self.foreach(fn)
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a :meth:`submit` call waits for its :meth:`collect`."""
+        return self._submitted is not None
+
+    def _answers(self, results: Any, adopt: bool) -> List[Tuple[int, Any]]:
+        """``(id, value)`` of the runners that answered in RLlib's ``results`` (:meth:`_call_runners`)."""
         out = []
         for r in results:
             if not r.ok:
@@ -253,11 +300,7 @@ class RunnerFaults:
         back = self._answered() if self.down_since else []
         if not back:
             return []
-        learners = self.trainer.learner_group
-        assert learners is not None  # RLlib types it optional; a Trainer builds it in setup()
-        state = learners.get_state(components="learner/rl_module", inference_only=True)["learner"]
-        ref = ray.put({k: v for k, v in state.items() if k in ("rl_module", "weights_seq_no")})
-        synced = [i for i, _ in self._call_runners(back, _SetWeights(ref), adopt=True)]
+        synced = [i for i, _ in self._call_runners(back, _SetWeights(self.learner_weights()), adopt=True)]
         for i in synced:
             down = time.perf_counter() - self.down_since.pop(i)
             self.restored += 1
@@ -268,6 +311,15 @@ class RunnerFaults:
                 flush=True,
             )
         return synced
+
+    def learner_weights(self, seq: bool = True) -> ray.ObjectRef:
+        """The learners' inference weights in the object store, as a runner's ``set_state`` takes them
+        (``{rl_module, weights_seq_no}``; without ``seq``, no sequence number: a runner loads them whatever its own)."""
+        learners = self.trainer.learner_group
+        assert learners is not None  # RLlib types it optional; a Trainer builds it in setup()
+        state = learners.get_state(components="learner/rl_module", inference_only=True)["learner"]
+        keep = ("rl_module", "weights_seq_no") if seq else ("rl_module",)
+        return ray.put({k: v for k, v in state.items() if k in keep})
 
     def wait_for_runner(self) -> None:
         """With no runner left: wait up to ``env_runner_restart_timeout_s`` for one to be restored.

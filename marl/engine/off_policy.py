@@ -5,7 +5,7 @@ An off-policy family (IQL / VDN / QMIX today; off-policy actor-critics on the
 and :class:`OffPolicyLearner` and keeps only what is its own: config, networks, targets and
 loss. One iteration of :meth:`OffPolicyTrainer.training_step`::
 
-    act_kwargs() -> sample_rollouts -> buffer.add_rollout -> on_episodes_committed(slots)
+    act_kwargs() -> sample_rollouts (async_sampling: next_rollout) -> buffer.add_rollout -> on_episodes_committed(slots)
     -> observe_rollout -> UpdateSchedule.updates_due -> n steps in calls of steps_per_call:
     [sample_batch of K blocks -> learner update (K x: one gradient step on a block, then the
     target update UpdateSchedule.target_tau asked for)]
@@ -46,6 +46,8 @@ TARGET_UNITS = (EPISODE, GRADIENT_STEP)  # what the target update interval count
 TARGET_TAU = "target_tau"
 CALL_BYTES = 32 * 2**20  # the most sampled bytes one learner call carries when a family chunks its gradient steps
 REPLAY = "replay_buffer"  # the checkpoint component with the buffer and its sampling generator
+ASYNC_KEY = "async_sampling"  # the config key of a family that samples during its gradient steps (next_rollout)
+PENDING_KEY = "async_rollout"  # trainer-state entry: the rollout sampled during the last gradient steps
 
 
 # ============================================================ target networks
@@ -296,6 +298,9 @@ class OffPolicyTrainer(Trainer):
         self.rng = np.random.default_rng(self.cfg.seed)
         self.schedule = self.update_schedule()
         self.progress.update(self.schedule.initial_progress())
+        # asynchronous sampling: the rollout sampled while the learners step, {"act": kwargs, "rollout": None
+        # while it is in flight on the runners}; None before the first iteration
+        self.pending: Optional[Dict[str, Any]] = None
 
     # --------------------------------------------------------------- hooks of a family
     def make_buffer(self) -> Any:
@@ -340,7 +345,9 @@ class OffPolicyTrainer(Trainer):
         """Sample one rollout, store it, take the gradient steps due; metrics: the last step's
         learner metrics, :meth:`act_kwargs`, ``buffer_<ITEMS>`` and ``updates`` (total)."""
         act = self.act_kwargs()
-        rollout = self.sample_rollouts(**act)
+        act, rollout = (
+            self.next_rollout(act) if getattr(self.cfg, ASYNC_KEY, False) else (act, self.sample_rollouts(**act))
+        )
         new = self.store(rollout)
         episodes = int(self.progress["episodes"]) + len(rollout["metrics"].get("episode_return", []))
         metrics = self.run_updates(self.schedule.updates_due(self.progress, new, len(self.buffer)), episodes)
@@ -348,6 +355,21 @@ class OffPolicyTrainer(Trainer):
         metrics[f"buffer_{self.buffer.ITEMS}"] = float(len(self.buffer))
         metrics["updates"] = float(self.progress["updates"])
         return StepOutput(rollout, metrics)
+
+    def next_rollout(self, act: Dict[str, float]) -> Tuple[Dict[str, float], Dict[str, Any]]:
+        """Asynchronous sampling (``async_sampling``): the rollout the runners sampled while the last
+        iteration's learners stepped (the first iteration samples now), with the :meth:`act_kwargs` it was
+        sampled with; before returning, the runners start the next rollout with ``act`` and the weights they
+        have, so it is sampled during this iteration's gradient steps. The policy that samples a rollout is
+        thus one iteration older than in synchronous sampling (as in Ape-X's actors, Horgan et al. 2018,
+        arXiv 1803.00933), and so is its exploration schedule."""
+        if self.pending is None:
+            used, rollout = act, self.sample_rollouts(**act)
+        else:
+            used, rollout = self.pending["act"], self.pending["rollout"] or self.collect_rollouts()
+        self.start_rollouts(**act)
+        self.pending = {"act": dict(act), "rollout": None}
+        return used, rollout
 
     def store(self, rollout: Dict[str, Any]) -> int:
         """Add ``rollout`` to the buffer, transform what it committed, observe the rollout; return
@@ -403,9 +425,15 @@ class OffPolicyTrainer(Trainer):
 
     # --------------------------------------------------------------- checkpoints
     def get_state(self, components=None, *, not_components=None, **kwargs):
+        wanted = wants_component(self, REPLAY, components, not_components)
+        if wanted and self.pending is not None and self.pending["rollout"] is None:
+            # the rollout in flight is part of the run (exact resume): wait for it before the runners' states
+            self.pending["rollout"] = self.collect_rollouts()
         state = super().get_state(components, not_components=not_components, **kwargs)
-        if not wants_component(self, REPLAY, components, not_components):
+        if not wanted:
             return state  # a component's state only (RLlib's save_to_path asks per component)
+        if self.pending is not None:
+            state[PENDING_KEY] = self.pending
         state["replay_rng"] = self.rng.bit_generator.state  # the buffer's sampling draws (exact resume)
         if self.cfg.checkpoint_buffer:
             state[REPLAY] = self.buffer.get_state()
@@ -418,4 +446,6 @@ class OffPolicyTrainer(Trainer):
             self.buffer.set_state(state[REPLAY])
         if "replay_rng" in state:
             self.rng.bit_generator.state = state["replay_rng"]
+        if PENDING_KEY in state:
+            self.pending = state[PENDING_KEY]
         self.load_replay_extras(state)

@@ -275,7 +275,31 @@ class Trainer(RunAccess, PrivateLogdir, Algorithm):
         lost, its copies are missing (:meth:`~marl.engine.replay.JointEpisodeBuffer.add_rollout`).
         """
         t0 = time.perf_counter()
-        indexed = self.foreach_runner_indexed(lambda r: r.sample(**act_kwargs))
+        return self._rollout_of(self.foreach_runner_indexed(lambda r: r.sample(**act_kwargs)), t0)
+
+    def start_rollouts(self, **act_kwargs) -> None:
+        """Start :meth:`sample_rollouts`'s rollout on the remote env runners without waiting for it
+        (asynchronous sampling, e.g. while the learners take gradient steps); :meth:`collect_rollouts`
+        returns it. The runners use the weights they have now: a weight sync sent later reaches them after
+        this rollout.
+
+        Raises:
+            MarlError: the trainer has no remote env runner (``num_env_runners: 0``).
+        """
+        if self.runner_faults is None:
+            raise MarlError("asynchronous sampling needs remote env runners (num_env_runners >= 1); the run has none.")
+        self.runner_faults.submit(lambda r: r.sample(**act_kwargs))
+
+    def collect_rollouts(self) -> Dict[str, Any]:
+        """The rollout :meth:`start_rollouts` started (waiting for it), as :meth:`sample_rollouts` returns one;
+        runners lost meanwhile are left out (with none left, the rollout is sampled again on a restarted one)."""
+        assert self.runner_faults is not None  # start_rollouts refused a run without remote runners
+        t0 = time.perf_counter()
+        return self._rollout_of([(self.runner_faults.ids.index(i), p) for i, p in self.runner_faults.collect()], t0)
+
+    def _rollout_of(self, indexed: List[Tuple[int, Dict[str, Any]]], t0: float) -> Dict[str, Any]:
+        """The rollout of the runners' parts ``indexed`` (``(runner position, part)``), seen by the callbacks and
+        rewritten by the batch transforms; the time since ``t0`` counts as sampling time."""
         rollout = _concat_rollouts([part for _, part in indexed])
         rollout["env_copies"] = torch.cat(
             [torch.arange(r * part["starts"].shape[1], (r + 1) * part["starts"].shape[1]) for r, part in indexed]
