@@ -83,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-rllib", action="store_true", help="leave out the RLlib anchor")
     p.add_argument("--skip-vmas", action="store_true", help="leave out the VMAS side")
     p.add_argument(
-        "--sequential", action="store_true", help="run ours, then RLlib (default: interleave their iterations)"
+        "--sequential",
+        action="store_true",
+        help="run ours, then the anchor (RLlib; vs-benchmarl: BenchMARL) instead of interleaving their iterations",
     )
     return p
 
@@ -138,6 +140,7 @@ def _speed(ns: argparse.Namespace) -> Any:
         iters=ns.iters,
         seconds=ns.seconds,
         algo=ns.algo or "mappo",
+        sequential=ns.sequential,
         **parse_cli_overrides(ns.set),
     )
 

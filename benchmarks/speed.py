@@ -71,7 +71,12 @@ class VsBenchmarlResult:
         lines = [
             f"marl bench vs-benchmarl: {self.settings.get('algo', 'mappo').upper()} on VMAS "
             f"{'simple_spread' if self.settings.get('algo', 'mappo') == 'mappo' else 'balance'}, env steps/s of "
-            "whole iterations, alternating one marl and one BenchMARL iteration",
+            "whole iterations, "
+            + (
+                "all of marl's iterations, then BenchMARL's"
+                if self.settings.get("mode") == "sequential"
+                else "alternating one marl and one BenchMARL iteration"
+            ),
             "settings: " + ", ".join(f"{k}={fmt(v)}" for k, v in self.settings.items()),
             side_header("side", f"{'steps/cpu_s':>12}"),
         ]
@@ -130,9 +135,10 @@ def run_vs_benchmarl(
     seconds: Optional[float] = None,
     max_steps: int = 100,
     algo: str = "mappo",
+    sequential: bool = False,
     **overrides: Any,
 ) -> VsBenchmarlResult:
-    """marl vs BenchMARL, alternating iterations: MAPPO on VMAS simple_spread, or an off-policy
+    """marl vs BenchMARL, alternating iterations (or one side after the other): MAPPO on VMAS simple_spread, or an off-policy
     actor-critic (:data:`OFF_POLICY`) on VMAS balance.
 
     MAPPO: ``B`` copies (default 512), ``T`` steps, ``E`` epochs of ``K`` minibatches, 2x64 ReLU MLPs,
@@ -151,6 +157,9 @@ def run_vs_benchmarl(
         iters: iterations per side (the first is warm-up); ``seconds``: about this long instead.
         max_steps: VMAS episode length of both sides.
         algo: ``"mappo"`` or one of :data:`OFF_POLICY`.
+        sequential: all of marl's iterations, then as many of BenchMARL's (after marl's Ray is shut down),
+            instead of alternating: needed when marl samples during its gradient steps (``async_sampling``),
+            whose remote runner would otherwise sample through BenchMARL's turn.
         **overrides: more config keys of marl's side only (e.g. ``torch_compile=True``); the settings say so.
 
     Raises:
@@ -180,14 +189,17 @@ def run_vs_benchmarl(
                 seconds=seconds,
                 family="vmas",
                 name="marl",
-                between=anchor.train_one,
+                between=None if sequential else anchor.train_one,
                 algo=algo,
                 **{**ours, **overrides},
             )
+        while len(anchor.iterations) <= side.iterations:  # sequential: BenchMARL's warm-up and as many measured
+            anchor.train_one()
         theirs = anchor.result()
     finally:
         anchor.stop()
     settings = {"algo": algo, "B": B, **settings, "max_steps": max_steps, "iters": iters, "seconds": seconds}
+    settings["mode"] = "sequential" if sequential else "alternating"
     return VsBenchmarlResult(
         sides={"marl": side, "benchmarl": theirs}, settings={**settings, "marl_overrides": dict(overrides)}
     )

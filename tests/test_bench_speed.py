@@ -195,3 +195,43 @@ def test_off_policy_side_by_side_uses_benchmarls_critic_form_for_the_centralised
     assert "critic_agent_id" not in iddpg and "policy_gradient" not in iddpg  # critic: obs, no centralised form
     with pytest.raises(MarlError, match="num_envs=7 must divide"):
         _off_policy_settings("masac", 7, 100)
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_vs_benchmarl_alternates_or_runs_benchmarl_after_marl(sequential, monkeypatch):
+    """Alternating: BenchMARL's iteration runs between marl's (``between``). Sequential (for async_sampling, whose
+    runner samples between marl's iterations): marl's iterations first, then a BenchMARL warm-up and as many
+    measured iterations as marl's."""
+    import contextlib
+
+    calls = []
+
+    class FakeAnchor:
+        def __init__(self, *a, **k):
+            self.iterations = []
+
+        def train_one(self):
+            calls.append("benchmarl")
+            self.iterations.append({})
+
+        def result(self):
+            return _side("benchmarl", 1000, 1.0)
+
+        def stop(self):
+            calls.append("stop")
+
+    def fake_ours(*a, between=None, **k):
+        for _ in range(4):  # a warm-up and 3 measured iterations
+            calls.append("marl")
+            if between is not None:
+                between()
+        return SideResult(name="marl", env_steps=3, wall_s=1.0, iterations=3, sample_s=0, learn_s=0.1, cpu_s=1)
+
+    monkeypatch.setattr("marl.benchmarks.benchmarl_anchor.BenchmarlAnchor", FakeAnchor)
+    monkeypatch.setattr(speed, "bench_ours", fake_ours)
+    monkeypatch.setattr(speed, "ray_for_bench", contextlib.nullcontext)
+    res = speed.run_vs_benchmarl(sys.executable, algo="maddpg", sequential=sequential)
+    expected = ["marl"] * 4 + ["benchmarl"] * 4 if sequential else ["marl", "benchmarl"] * 4
+    assert calls == expected + ["stop"]
+    assert res.settings["mode"] == ("sequential" if sequential else "alternating")
+    assert ("then BenchMARL's" in res.report()) == sequential
