@@ -131,7 +131,8 @@ def _scores(run: Mapping[str, Any], frames: Sequence[int]) -> Dict[str, float]:
 
 
 def side_by_side(marl_results: Mapping[str, Any], anchor_runs: Sequence[Mapping[str, Any]], task: str) -> str:
-    """The markdown table of marl's suite runs and the anchor's on ``task``.
+    """The markdown table of marl's suite runs and the anchor's on ``task``: per BenchMARL algorithm, marl's row,
+    the rows of marl's variants of it in the suite (labels ``<algo>_<variant>``, e.g. ``maddpg_async``), BenchMARL's.
 
     ``marl_results``: a suite's ``results.json``; ``anchor_runs``: :func:`to_marl_eval` outputs. The scores
     are at the evaluations both sides share, above 0 env steps (BenchMARL does not evaluate before training).
@@ -162,14 +163,15 @@ def side_by_side(marl_results: Mapping[str, Any], anchor_runs: Sequence[Mapping[
         "|---|---|---|---|---|---|",
     ]
     for algo in sorted(a[len(PREFIX) :] for a in bm):
-        for label, lib in ((algo, "marl"), (PREFIX + algo, "BenchMARL")):
+        variants = sorted(a for a in ours if a.startswith(algo + "_"))  # a suite's other settings of it: maddpg_async
+        for label, lib in [(algo, "marl"), *((v, "marl") for v in variants), (PREFIX + algo, "BenchMARL")]:
             if label not in both:
                 continue
             per_run = [_scores(run, frames) for run in both[label].values()]
             stats = {k: task_statistics({label: np.array([s[k] for s in per_run])})[label] for k in ("last", "curve")}
             cell = {k: f"{fmt(v['iqm'])} [{fmt(v['iqm_ci'][0])}, {fmt(v['iqm_ci'][1])}]" for k, v in stats.items()}
             rows.append(
-                f"| {algo} | {lib} | {len(per_run)} | {cell['last']} | {cell['curve']} | {np.mean(wall[label]):.0f} |"
+                f"| {label if lib == 'marl' else algo} | {lib} | {len(per_run)} | {cell['last']} | {cell['curve']} | {np.mean(wall[label]):.0f} |"
             )
     return f"Evaluations at env steps {frames}.\n\n" + "\n".join(rows)
 

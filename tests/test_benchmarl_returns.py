@@ -77,14 +77,19 @@ def test_side_by_side_scores_the_shared_evaluations_above_zero():
                 "maddpg": {
                     "seed_0": _marl_run([(0, [-99.0], 1.0), (6000, [-4.0], 10.0), (12000, [2.0, 4.0], 20.0)]),
                     "seed_1": _marl_run([(0, [-99.0], 1.0), (6000, [0.0], 12.0), (12000, [5.0], 22.0)]),
-                }
+                },
+                "maddpg_async": {"seed_0": _marl_run([(6000, [1.0], 5.0), (12000, [7.0], 9.0)])},
             }
         }
     }
     bm = [to_marl_eval(CHILD_OUT), to_marl_eval({**CHILD_OUT, "settings": {**SETTINGS, "seed": 2}, "wall_s": 50.0})]
     table = side_by_side(marl_results, bm, "balance")
     assert "Evaluations at env steps [6000, 12000]" in table  # step 0 is marl's only: left out
-    rows = {line.split(" | ")[1]: line for line in table.splitlines() if line.startswith("| maddpg")}
+    rows = {line.split(" | ")[1]: line for line in table.splitlines() if line.startswith("| maddpg |")}
+    # the suite's variant of maddpg comes after marl's row and before BenchMARL's
+    names = [line.split(" | ")[0][2:] for line in table.splitlines() if line.startswith("| maddpg")]
+    assert names == ["maddpg", "maddpg_async", "maddpg"]
+    assert "| maddpg_async | marl | 1 | 7.000 [7.000, 7.000] | 4.000 [4.000, 4.000] | 9 |" in table
     # marl: last = 3.0 and 5.0 (IQM of 2 runs = mean 4.0); curve = (-4 + 3) / 2 = -0.5 and (0 + 5) / 2 = 2.5 -> 1.0
     assert "| 2 | 4.000 [3.000, 5.000] | 1.000 [-0.500, 2.500] | 21 |" in rows["marl"]
     # BenchMARL, both seeds the same run: last 4 x 0.75 = 3.0, curve (-12 + 3) / 2 = -4.5; wall 30 and 50 s
