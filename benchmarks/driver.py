@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from marl.errors import MarlError, RunInterrupted
 from marl.rundir import write_json, write_yaml
@@ -227,11 +227,19 @@ def _execute(suite: Suite, out_dir: Path, runs: List[RunSpec], todo: List[RunSpe
     import ray
 
     task = ray.remote(num_cpus=suite.cpus_per_run, num_gpus=suite.gpus_per_run, max_retries=0)(runner.run_one)
-    pending = {task.remote(spec, suite, str(runner.slot_of(out_dir, spec))): spec for spec in todo}
+    queue, pending = list(todo), {}
+    limit = concurrent_runs(suite, ray.cluster_resources())
+
+    def submit() -> None:  # keep up to `limit` runs submitted (Ray's own CPU count lets more in: concurrent_runs)
+        while queue and len(pending) < limit:
+            spec = queue.pop(0)
+            pending[task.remote(spec, suite, str(runner.slot_of(out_dir, spec)))] = spec
+
+    submit()
     view = ProgressView(suite, out_dir, runs, todo, show=progress)
     try:
         with term_as_interrupt():
-            _wait(pending, view, out_dir)
+            _wait(pending, view, out_dir, submit)
     except KeyboardInterrupt:
         _cancel(pending, view)
         return True
@@ -240,8 +248,21 @@ def _execute(suite: Suite, out_dir: Path, runs: List[RunSpec], todo: List[RunSpe
     return False
 
 
-def _wait(pending: Dict[Any, RunSpec], view: "ProgressView", out_dir: Path) -> None:
-    """Collect finished runs until none is pending, refreshing the progress view."""
+def concurrent_runs(suite: Suite, resources: Dict[str, float]) -> int:
+    """How many runs of ``suite`` the cluster's ``resources`` (``ray.cluster_resources()``) hold at once: its CPUs
+    over ``cpus_per_run`` (and GPUs over ``gpus_per_run``), at least 1. The driver submits no more than this,
+    because Ray hands a task's CPUs to the next one while the task waits in ``ray.get``: a run that samples on
+    remote env runners (``num_env_runners >= 1``, e.g. ``async_sampling``) waits that way all the time: a launch
+    of three such runs with ``cpus_per_run: 2`` on a 2-CPU machine started two at once, each with its runner."""
+    fits = [int(resources.get("CPU", 0) // suite.cpus_per_run)]
+    if suite.gpus_per_run:
+        fits.append(int(resources.get("GPU", 0) // suite.gpus_per_run))
+    return max(1, min(fits))
+
+
+def _wait(pending: Dict[Any, RunSpec], view: "ProgressView", out_dir: Path, submit: Callable[[], None]) -> None:
+    """Collect finished runs until none is pending, submitting queued ones (``submit``) as slots free up and
+    refreshing the progress view."""
     import ray
 
     while pending:
@@ -249,6 +270,7 @@ def _wait(pending: Dict[Any, RunSpec], view: "ProgressView", out_dir: Path) -> N
         for ref in ready:
             spec = pending.pop(ref)
             view.finished(spec, _record_or_error(ref, runner.slot_of(out_dir, spec)))
+        submit()
         view.refresh(list(pending.values()))
 
 

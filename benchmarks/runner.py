@@ -52,6 +52,7 @@ def run_one(spec: RunSpec, suite: Suite, slot: str) -> Dict[str, Any]:
     slot_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     record: Dict[str, Any] = {"key": spec.key, "spec": dataclasses.asdict(spec), "protocol": protocol_of(suite)}
+    record["started"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t0))  # this launch's start of the run
     protocol = EvaluationProtocol(
         suite.eval_interval, suite.eval_episodes, suite.absolute_factor, seed=spec.seed, actions=suite.eval_actions
     )
@@ -61,7 +62,6 @@ def run_one(spec: RunSpec, suite: Suite, slot: str) -> Dict[str, Any]:
         {
             **record,
             "status": "running",
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "host": os.uname().nodename,
             "pid": os.getpid(),
         },

@@ -337,3 +337,46 @@ def test_sigterm_is_ctrl_c_while_runs_are_waited_on():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # the handler interrupts this
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_concurrent_runs_is_what_the_cluster_holds():
+    from marl.benchmarks.driver import concurrent_runs
+
+    suite = parse_suite({**TINY, "resources": {"cpus_per_run": 2}})
+    assert [concurrent_runs(suite, {"CPU": c}) for c in (1.0, 2.0, 5.0, 8.0)] == [1, 1, 2, 4]
+    gpu = parse_suite({**TINY, "resources": {"cpus_per_run": 1, "gpus_per_run": 1}})
+    assert concurrent_runs(gpu, {"CPU": 16.0, "GPU": 2.0}) == 2 and concurrent_runs(gpu, {"CPU": 16.0}) == 1
+
+
+def test_runs_with_remote_env_runners_take_their_turns(ray_session, tmp_path):
+    """A run that samples on a remote env runner waits in ray.get, and Ray lends its CPUs to the next task then:
+    with cpus_per_run equal to the machine's 2 CPUs the driver still runs one at a time (records' start times)."""
+    suite = {
+        **TINY,
+        "seeds": 2,
+        "budget": {"env_steps": 2000},
+        "evaluation": {"interval": 1000, "episodes": 2},
+        "resources": {"cpus_per_run": 2},
+        "envs": {"mpe": {"tasks": ["simple_spread"], "kwargs": {"continuous_actions": True, "num_envs": 4}}},
+        "algos": {
+            "maddpg_async": {
+                "algo": "maddpg",
+                "rollout_length": 25,
+                "hidden": 16,
+                "per_env_steps": 100,
+                "gradient_steps": 2,
+                "async_sampling": True,
+                "num_env_runners": 1,
+            },
+        },
+    }
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    summary = marl.benchmark(str(path), str(tmp_path / "out"), progress=False, report=False)
+    assert summary["done"] == 2 and not summary["failed"], summary
+    spans = sorted(
+        (time.mktime(time.strptime(r["started"], "%Y-%m-%dT%H:%M:%S")), r["wall_clock_s"])
+        for r in _records(tmp_path / "out").values()
+    )
+    for (start, wall), (next_start, _) in zip(spans, spans[1:]):
+        assert next_start >= start + wall - 1.0, spans  # "started" has whole seconds
