@@ -10,7 +10,7 @@ gradient clipped to norm 5, fused Adam, Polyak averaging of both targets (``torc
 step costs at least this much on the same machine: the difference is its overhead. Sizes default to VMAS
 balance's in that benchmark (4 agents, 16-d observations, 2-d actions, 128 transitions, 2x256 Tanh MLPs).
 
-    python -m marl.benchmarks.off_policy_floor [--steps 500] [--agents 4] [--obs-dim 16] ...
+    python -m marl.benchmarks.off_policy_floor [--steps 500] [--agents 4] [--obs-dim 16] ... [--compile]
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ def floor_ms_per_step(
     action_dim: int = 2,
     batch: int = 128,
     hidden: int = 256,
+    compile: bool = False,
 ) -> Dict[str, float]:
     """Milliseconds per gradient step of the plain-PyTorch MADDPG step above (one thread), after ``warmup``
-    untimed steps; returns ``{"ms_per_step", "steps", ...sizes}``."""
+    untimed steps (with ``compile``, the losses go through ``torch.compile`` and the warm-up compiles them);
+    returns ``{"ms_per_step", "steps", "compile", ...sizes}``."""
     import torch
 
     torch.set_num_threads(1)
@@ -49,16 +51,22 @@ def floor_ms_per_step(
     obs, next_obs, act, rew = torch.randn(B, N, D), torch.randn(B, N, D), torch.randn(B, N, K), torch.randn(B, N)
     frozen = {k: v.detach() for k, v in critic.named_parameters()}
 
-    def step() -> None:
+    def losses() -> torch.Tensor:
         with torch.no_grad():
             q_next = critic_t(torch.cat([next_obs.flatten(1), torch.tanh(actor_t(next_obs)).flatten(1)], -1))
             y = rew + 0.99 * q_next  # [B, N]: one Q per sample, broadcast over the agents' rewards
         critic_loss = ((critic(torch.cat([obs.flatten(1), act.flatten(1)], -1)) - y) ** 2).mean()
         x = torch.cat([obs.flatten(1), torch.tanh(actor(obs)).flatten(1)], -1)
         actor_loss = -torch.func.functional_call(critic, frozen, (x,)).mean()
+        return critic_loss + actor_loss
+
+    loss_fn = torch.compile(losses) if compile else losses  # inductor: forward and backward of the losses
+
+    def step() -> None:
+        loss = loss_fn()
         for o in opts:
             o.zero_grad(set_to_none=True)
-        (critic_loss + actor_loss).backward()
+        loss.backward()
         for net, o in zip((actor, critic), opts):
             torch.nn.utils.clip_grad_norm_(net.parameters(), 5.0)
             o.step()
@@ -72,7 +80,16 @@ def floor_ms_per_step(
     for _ in range(steps):
         step()
     ms = 1000 * (time.perf_counter() - t0) / steps
-    return {"ms_per_step": ms, "steps": steps, "agents": N, "obs_dim": D, "action_dim": K, "batch": B, "hidden": H}
+    return {
+        "ms_per_step": ms,
+        "steps": steps,
+        "compile": compile,
+        "agents": N,
+        "obs_dim": D,
+        "action_dim": K,
+        "batch": B,
+        "hidden": H,
+    }
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
@@ -84,10 +101,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
     p.add_argument("--action-dim", type=int, default=2)
     p.add_argument("--batch", type=int, default=128, help="transitions per gradient step")
     p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--compile", action="store_true", help="the losses through torch.compile (inductor)")
     a = p.parse_args(argv)
-    out = floor_ms_per_step(a.steps, a.warmup, a.agents, a.obs_dim, a.action_dim, a.batch, a.hidden)
-    print(f"plain-PyTorch MADDPG gradient step (BenchMARL's form, one thread): {out['ms_per_step']:.2f} ms")
-    print("sizes: " + ", ".join(f"{k}={v}" for k, v in out.items() if k != "ms_per_step"))
+    out = floor_ms_per_step(a.steps, a.warmup, a.agents, a.obs_dim, a.action_dim, a.batch, a.hidden, a.compile)
+    how = "torch.compile" if a.compile else "eager"
+    print(f"plain-PyTorch MADDPG gradient step (BenchMARL's form, one thread, {how}): {out['ms_per_step']:.2f} ms")
+    print("sizes: " + ", ".join(f"{k}={v}" for k, v in out.items() if k not in ("ms_per_step", "compile")))
     return out
 
 

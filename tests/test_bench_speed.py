@@ -181,6 +181,8 @@ def test_off_policy_floor_times_a_plain_pytorch_step(capsys):
     out = main(["--steps", "3", "--warmup", "1", "--hidden", "8", "--agents", "3", "--batch", "4"])
     assert out["ms_per_step"] > 0 and (out["agents"], out["hidden"], out["batch"], out["steps"]) == (3, 8, 4, 3)
     assert "plain-PyTorch MADDPG gradient step" in capsys.readouterr().out
+    compiled = main(["--steps", "2", "--warmup", "1", "--hidden", "8", "--agents", "2", "--batch", "4", "--compile"])
+    assert compiled["compile"] and compiled["ms_per_step"] > 0 and "torch.compile" in capsys.readouterr().out
 
 
 def test_off_policy_side_by_side_uses_benchmarls_critic_form_for_the_centralised_algorithms():
