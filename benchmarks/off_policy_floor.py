@@ -21,6 +21,15 @@ import time
 from typing import Dict, Optional, Sequence
 
 
+def _mlp(i: int, o: int, h: int):
+    """BenchMARL's MLP: ``i -> h -> h -> o``, Tanh between."""
+    import torch
+
+    return torch.nn.Sequential(
+        torch.nn.Linear(i, h), torch.nn.Tanh(), torch.nn.Linear(h, h), torch.nn.Tanh(), torch.nn.Linear(h, o)
+    )
+
+
 def floor_ms_per_step(
     steps: int = 500,
     warmup: int = 50,
@@ -39,13 +48,7 @@ def floor_ms_per_step(
     torch.set_num_threads(1)
     torch.manual_seed(0)
     B, N, D, K, H = batch, agents, obs_dim, action_dim, hidden
-
-    def mlp(i: int, o: int) -> torch.nn.Module:
-        return torch.nn.Sequential(
-            torch.nn.Linear(i, H), torch.nn.Tanh(), torch.nn.Linear(H, H), torch.nn.Tanh(), torch.nn.Linear(H, o)
-        )
-
-    actor, critic = mlp(D, K), mlp(N * (D + K), 1)
+    actor, critic = _mlp(D, K, H), _mlp(N * (D + K), 1, H)
     actor_t, critic_t = copy.deepcopy(actor), copy.deepcopy(critic)
     opts = [torch.optim.Adam(n.parameters(), lr=5e-5, eps=1e-6, fused=True) for n in (actor, critic)]
     obs, next_obs, act, rew = torch.randn(B, N, D), torch.randn(B, N, D), torch.randn(B, N, K), torch.randn(B, N)

@@ -5,6 +5,7 @@ continues exactly with the rollout that was in flight, and a runner lost during 
 tests/test_bad_inputs_ddpg.py)."""
 
 import copy
+import time
 
 import pytest
 import torch
@@ -72,6 +73,17 @@ def test_async_resume_is_exact_with_the_rollout_in_flight(ray_session, run_dir, 
     _one_go_vs_resumed(lambda: TargetEnv(num_envs=4), algo, 4, run_dir, num_env_runners=1, async_sampling=True, **SMALL)
 
 
+def _slow_down(env):
+    """Make every step of ``env`` take 0.3 s longer (pickled by value into the runners)."""
+    step = env.step
+
+    def slow(actions):
+        time.sleep(0.3)
+        return step(actions)
+
+    env.step = slow
+
+
 def test_runner_killed_during_an_async_rollout_is_restored_and_training_continues(ray_session, capsys):
     """Runner 1 dies while it samples the rollout in flight: the next iteration trains on runner 2's part, the
     rollout started while runner 1 was down comes from runner 2 only, and once restored both sample again."""
@@ -79,6 +91,9 @@ def test_runner_killed_during_an_async_rollout_is_restored_and_training_continue
         spread(), "maddpg", async_sampling=True, **FAULT_QUICK, **{**SMALL, "per_env_steps": 40}
     )
     try:
+        # slow steps (0.3 s, 5 a rollout): the rollout started after the first iteration is still in flight when
+        # runner 1 is killed (a rollout that ended before the kill would be collected whole)
+        trainer.foreach_env(_slow_down)
         before, degraded, after = _kill_and_recover(trainer, capsys)
         TB = 5 * 4  # steps per runner per iteration
         assert before["env_steps"] == 2 * TB and degraded["env_steps"] - before["env_steps"] == TB
