@@ -98,22 +98,12 @@ def _portable(e: Exception) -> Exception:
     return e
 
 
-class _SetWeights:
-    """Load the weights in object ``ref`` (RLlib's ``{rl_module, weights_seq_no}`` state) into a runner."""
-
-    def __init__(self, ref: ray.ObjectRef):
-        self.ref = ref
-
-    def __call__(self, runner: Any) -> None:
-        runner.set_state(ray.get(self.ref))
-
-
 class _WithWeights:
-    """Load the weights in object ``ref`` (``{rl_module}``, no sequence number: loaded whatever the runner's) into a
-    runner, then run ``fn`` on it: the weights an asynchronous rollout samples with, whatever weight syncs RLlib's
-    own calls delivered or dropped meanwhile."""
+    """Load the weights in object ``ref`` (RLlib's ``{rl_module, weights_seq_no}`` state; without a sequence number
+    a runner loads them whatever its own) into a runner, then run ``fn`` on it: a restored runner's sync, or the
+    weights an asynchronous rollout samples with, whatever weight syncs RLlib's own calls delivered or dropped."""
 
-    def __init__(self, ref: ray.ObjectRef, fn: Callable[[Any], Any]):
+    def __init__(self, ref: ray.ObjectRef, fn: Callable[[Any], Any] = lambda runner: None):
         self.ref, self.fn = ref, fn
 
     def __call__(self, runner: Any) -> Any:
@@ -215,11 +205,6 @@ class RunnerFaults:
         out = self._answers(self.manager.fetch_ready_async_reqs(tags=ASYNC_TAG, timeout_seconds=None), adopt=False)
         return out or self.foreach(fn)
 
-    @property
-    def in_flight(self) -> bool:
-        """Whether a :meth:`submit` call waits for its :meth:`collect`."""
-        return self._submitted is not None
-
     def _answers(self, results: Any, adopt: bool) -> List[Tuple[int, Any]]:
         """``(id, value)`` of the runners that answered in RLlib's ``results`` (:meth:`_call_runners`)."""
         out = []
@@ -300,7 +285,7 @@ class RunnerFaults:
         back = self._answered() if self.down_since else []
         if not back:
             return []
-        synced = [i for i, _ in self._call_runners(back, _SetWeights(self.learner_weights()), adopt=True)]
+        synced = [i for i, _ in self._call_runners(back, _WithWeights(self.learner_weights()), adopt=True)]
         for i in synced:
             down = time.perf_counter() - self.down_since.pop(i)
             self.restored += 1

@@ -359,8 +359,8 @@ class OffPolicyTrainer(Trainer):
     def next_rollout(self, act: Dict[str, float]) -> Tuple[Dict[str, float], Dict[str, Any]]:
         """Asynchronous sampling (``async_sampling``): the rollout the runners sampled while the last
         iteration's learners stepped (the first iteration samples now), with the :meth:`act_kwargs` it was
-        sampled with; before returning, the runners start the next rollout with ``act`` and the weights they
-        have, so it is sampled during this iteration's gradient steps. The policy that samples a rollout is
+        sampled with; before returning, the runners start the next rollout with ``act`` and the learners' current
+        weights, so it is sampled during this iteration's gradient steps. The policy that samples a rollout is
         thus one iteration older than in synchronous sampling (as in Ape-X's actors, Horgan et al. 2018,
         arXiv 1803.00933), and so is its exploration schedule."""
         if self.pending is None:

@@ -280,8 +280,7 @@ class Trainer(RunAccess, PrivateLogdir, Algorithm):
     def start_rollouts(self, **act_kwargs) -> None:
         """Start :meth:`sample_rollouts`'s rollout on the remote env runners without waiting for it
         (asynchronous sampling, e.g. while the learners take gradient steps); :meth:`collect_rollouts`
-        returns it. The runners use the weights they have now: a weight sync sent later reaches them after
-        this rollout.
+        returns it. Each runner first loads the learners' current weights (:meth:`RunnerFaults.submit`).
 
         Raises:
             MarlError: the trainer has no remote env runner (``num_env_runners: 0``).
