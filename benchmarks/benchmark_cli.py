@@ -35,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run only these of the suite's tasks (<task> or <env>/<task>); keep them beside earlier results "
         "with 'marl benchmark tables --import <out> --merge'",
     )
+    run.add_argument(
+        "--algos",
+        nargs="+",
+        default=None,
+        help="run only these of the suite's algorithms (their labels under 'algos'); merge as with --tasks",
+    )
     run.add_argument("--out", default=None, help="output folder (default marl_benchmarks/<suite name>)")
     run.add_argument("--address", default=None, help="Ray cluster address ('auto', 'host:6379'); default: local Ray")
     run.add_argument("--no-retry-failed", action="store_true", help="leave runs that failed earlier as they are")
@@ -109,6 +115,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             ns.out,
             seeds=ns.seeds,
             tasks=ns.tasks,
+            algos=ns.algos,
             address=ns.address,
             retry_failed=not ns.no_retry_failed,
             progress=not ns.quiet,

@@ -51,6 +51,7 @@ def benchmark(
     *,
     seeds: Optional[Sequence[int]] = None,
     tasks: Optional[Sequence[str]] = None,
+    algos: Optional[Sequence[str]] = None,
     address: Optional[str] = None,
     retry_failed: bool = True,
     progress: bool = True,
@@ -64,6 +65,7 @@ def benchmark(
             of the same suite continues it: finished runs are skipped, interrupted ones resume.
         seeds: run these seeds instead of the suite's.
         tasks: run only these of the suite's tasks (:meth:`~marl.benchmarks.suite.Suite.with_tasks`).
+        algos: run only these of the suite's algorithm labels (:meth:`~marl.benchmarks.suite.Suite.with_algos`).
         address: a Ray cluster to run on (``"auto"``, ``"<host>:6379"``); default: a local Ray.
         retry_failed: run the runs that failed in an earlier launch again.
         progress: show the live progress bar (runs done / running / failed, ETA).
@@ -79,6 +81,8 @@ def benchmark(
         suite = suite.with_seeds(seeds)
     if tasks:
         suite = suite.with_tasks(tasks)
+    if algos:
+        suite = suite.with_algos(algos)
     out_dir = Path(out or Path("marl_benchmarks") / suite.name).resolve()
     runs = suite.runs()
     check_runs(suite)
@@ -147,7 +151,8 @@ def _run_locked(
             f"Benchmark interrupted: {summary['done']} of {len(runs)} runs finished; results of those written to "
             f"{out_dir / 'results.json'}. Continue with: marl benchmark run {suite.origin or '<suite>'} --out {out_dir}"
             + (f" --seeds {' '.join(map(str, suite.seeds))}" if suite.seeds_given else "")
-            + (f" --tasks {' '.join(suite.tasks_given)}" if suite.tasks_given else ""),
+            + (f" --tasks {' '.join(suite.tasks_given)}" if suite.tasks_given else "")
+            + (f" --algos {' '.join(suite.algos_given)}" if suite.algos_given else ""),
             checkpoint=None,
             run_dir=str(out_dir),
             signal="SIGINT",

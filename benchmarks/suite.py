@@ -130,6 +130,7 @@ class Suite:
     source: Dict[str, Any] = field(default_factory=dict)
     seeds_given: bool = False  # seeds came from with_seeds (--seeds), not from the file
     tasks_given: List[str] = field(default_factory=list)  # with_tasks (--tasks): run only these tasks
+    algos_given: List[str] = field(default_factory=list)  # with_algos (--algos): run only these algorithms
     origin: str = ""  # what load_suite was given (a bundled name or a file path), for the relaunch hint
 
     def runs(self) -> List[RunSpec]:
@@ -191,6 +192,23 @@ class Suite:
             if any((env, t) in keep for t in e["tasks"])
         }
         out.tasks_given = list(tasks)
+        return out
+
+    def with_algos(self, labels: Sequence[str]) -> "Suite":
+        """A copy running only the algorithms ``labels`` of the suite's ``algos`` (``marl benchmark run
+        --algos``), e.g. to add a task for two of a suite's algorithms and keep the rest for later.
+
+        Raises:
+            MarlError: a label that is not in the suite's ``algos`` (naming them).
+        """
+        unknown = [a for a in labels if a not in self.algos]
+        if unknown:
+            raise MarlError(
+                f"--algos {unknown[0]!r} is not an algorithm of suite {self.name!r}; it has: {', '.join(self.algos)}."
+            )
+        out = copy.deepcopy(self)
+        out.algos = {label: a for label, a in self.algos.items() if label in labels}
+        out.algos_given = list(labels)
         return out
 
 

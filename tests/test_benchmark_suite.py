@@ -91,6 +91,26 @@ def test_with_tasks_runs_only_the_named_tasks():
         suite.with_tasks(["penalti"])
 
 
+def test_with_algos_runs_only_the_named_algorithms():
+    """``marl benchmark run --algos``: labels of the suite's ``algos``, in the suite's order, with their settings."""
+    raw = _with(
+        envs={"matrix": {"tasks": ["two_step"]}},
+        algos={"qmix": {}, "vdn": {}, "fast_qmix": {"algo": "qmix", "lr": 0.01}},
+    )
+    suite = parse_suite(raw)
+    two = suite.with_algos(["fast_qmix", "vdn"])
+    assert [r.key for r in two.runs() if r.seed == 0] == [
+        "matrix/two_step/vdn/seed_0",
+        "matrix/two_step/fast_qmix/seed_0",
+    ]
+    assert {r.algo: r.overrides["lr"] for r in two.runs() if r.algo_label == "fast_qmix"} == {"qmix": 0.01}
+    assert two.algos_given == ["fast_qmix", "vdn"] and len(suite.runs()) == 6  # the suite itself is unchanged
+    both = suite.with_tasks(["two_step"]).with_algos(["qmix"])
+    assert [r.key for r in both.runs()] == ["matrix/two_step/qmix/seed_0", "matrix/two_step/qmix/seed_1"]
+    with pytest.raises(MarlError, match=r"--algos 'qmx' is not an algorithm of suite .*it has: qmix, vdn, fast_qmix"):
+        suite.with_algos(["qmix", "qmx"])
+
+
 @pytest.mark.parametrize(
     "changes, words",
     [
