@@ -3,6 +3,7 @@
 marl benchmark run smoke                          # a bundled suite (configs/benchmarks/)
 marl benchmark run my_suite.yaml --seeds 0 1 2 --out results/mine
 marl benchmark run epymarl_lbf --tasks lbforaging:foraging-10x10-3p-3f-v3   # one task of a suite
+marl benchmark run benchmarl_vmas --tasks navigation --algos maddpg masac    # two of its algorithms there
 marl benchmark run mpe --address auto             # on a running Ray cluster
 marl benchmark report results/mine                # report.md, tables and figures
 marl benchmark random matrix --episodes 10000      # random play's score per task (a suite's bounds)
