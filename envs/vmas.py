@@ -23,10 +23,16 @@ terminated_truncated=True, clamp_actions=True)`` and:
 Seeding: VMAS keeps one RNG stream for the whole batch, so ``reset(seed)``
 seeds the batch with ``seed`` (copies differ because they draw successive
 numbers); the per-copy ``seed + b`` rule of the other adapters cannot apply.
+VMAS (>= 1.5) shares that stream between every env of the process: resetting
+one env with a seed restarts the draws of all the others. Each
+:class:`VmasEnv` therefore keeps a stream of its own (:meth:`VmasEnv._own_stream`),
+so that an evaluation env reset with its seed leaves the training env's episode
+starts as they would have been.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import re
@@ -114,9 +120,11 @@ class VmasEnv(MultiAgentEnv):
         num_envs = check_num_envs(num_envs)
         if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
             raise MarlError(f"max_steps must be a positive int or None, got {max_steps!r}.")
-        self._env = _make_vmas(
-            scenario, int(num_envs), bool(continuous_actions), max_steps, device, seed, scenario_kwargs
-        )
+        self._stream: Optional[List[Any]] = None  # this env's VMAS random state (_own_stream)
+        with self._own_stream():
+            self._env = _make_vmas(
+                scenario, int(num_envs), bool(continuous_actions), max_steps, device, seed, scenario_kwargs
+            )
         env = self._env
         agents = [a.name for a in env.agents]
         obs_spaces, act_spaces = {}, {}
@@ -154,7 +162,8 @@ class VmasEnv(MultiAgentEnv):
         """Reset the whole batch (VMAS stream seeded with ``seed``) and return the first :class:`Step`."""
         if seed is None:
             seed = self._default_seed
-        self._obs = self._env.reset(seed=seed)
+        with self._own_stream():
+            self._obs = self._env.reset(seed=seed)
         self._started = True
         return Step.at_reset(self._observation())
 
@@ -162,7 +171,8 @@ class VmasEnv(MultiAgentEnv):
         """Step all copies at once (see :meth:`MultiAgentEnv.step_env`)."""
         if not self._started:
             raise MarlError("Call reset() before step().")
-        self._obs, rew, terminated, truncated, _ = self._env.step(self._agent_actions(actions))
+        with self._own_stream():
+            self._obs, rew, terminated, truncated, _ = self._env.step(self._agent_actions(actions))
         B = (self.num_envs,)
         terminated = per_copy(terminated, B, self._fail("terminated")).bool()
         truncated = per_copy(truncated, B, self._fail("truncated")).bool() & ~terminated
@@ -170,22 +180,50 @@ class VmasEnv(MultiAgentEnv):
 
     def reset_rows(self, rows: torch.Tensor) -> Observation:
         """Reset the copies in ``rows``: one vectorized reset when every copy ended, else ``reset_at`` per copy."""
-        env, done = self._env, rows.to(self.device)
+        with self._own_stream():
+            self._reset_rows(rows.to(self.device))
+        return self._observation()
+
+    def _reset_rows(self, done: torch.Tensor) -> None:
+        env = self._env
         if bool(done.all()):
             self._obs = env.reset()  # one vectorized reset of every copy
-        else:
-            # VMAS resets one index per call; only the ended copies are visited
-            for i in done.nonzero().flatten().tolist():
-                env.reset_at(i, return_observations=False)
-            (fresh,) = env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=False, get_dones=False)
-            mask = done.unsqueeze(-1)
-            self._obs = {a: torch.where(mask, fresh[a], self._obs[a]) for a in self._obs}
-        return self._observation()
+            return
+        # VMAS resets one index per call; only the ended copies are visited
+        for i in done.nonzero().flatten().tolist():
+            env.reset_at(i, return_observations=False)
+        (fresh,) = env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=False, get_dones=False)
+        mask = done.unsqueeze(-1)
+        self._obs = {a: torch.where(mask, fresh[a], self._obs[a]) for a in self._obs}
 
     def close(self) -> None:
         self._env = None  # VMAS holds only tensors; drop them
 
     # ------------------------------------------------------------------ internals
+
+    @contextlib.contextmanager
+    def _own_stream(self):
+        """Run VMAS calls on this env's own random state.
+
+        VMAS (>= 1.5) swaps one process-wide random state (``Environment.vmas_random_state``: torch, numpy
+        and Python ``random`` states) in around each of its calls, shared by every VMAS env of the process.
+        A reset with a seed reseeds it for all of them, so a benchmark's evaluation env, reset with its
+        seed at every evaluation, restarted the training env's draws: after each evaluation the training
+        episodes started from the same positions again. Here the shared state holds this env's copy during
+        the call, and what it held before afterwards. The first call (building the env) starts the copy
+        from the env's seed."""
+        shared = _shared_vmas_state()
+        if shared is None:  # a VMAS without the shared state: nothing to keep apart
+            yield
+            return
+        outer = list(shared)
+        if self._stream is not None:
+            shared[:] = self._stream
+        try:
+            yield
+        finally:
+            self._stream = list(shared)
+            shared[:] = outer
 
     def _agent_actions(self, actions: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Checked group actions -> VMAS's per-agent tensors (``[B, 1]`` long for Discrete, ``[B, d]`` float)."""
@@ -231,6 +269,14 @@ class VmasEnv(MultiAgentEnv):
             terminated=terminated,
             truncated=truncated,
         )
+
+
+def _shared_vmas_state() -> Optional[List[Any]]:
+    """VMAS's process-wide random state, the list ``Environment.vmas_random_state`` (VMAS >= 1.5), or ``None``."""
+    from vmas.simulator.environment.environment import Environment
+
+    state = getattr(Environment, "vmas_random_state", None)
+    return state if isinstance(state, list) else None
 
 
 def _make_vmas(scenario, num_envs, continuous, max_steps, device, seed, kwargs) -> Any:

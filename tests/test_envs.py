@@ -320,6 +320,52 @@ def test_vmas_partial_reset_and_groups():
     check_step(env, s)
 
 
+def test_vmas_steps_exactly_as_raw_vmas_until_the_time_limit():
+    """The wrapper adds nothing to VMAS's numbers: on BenchMARL's navigation task (collisions, lidar,
+    per-agent rewards) every observation and reward of 99 steps of the same random actions equals what
+    ``vmas.make_env`` with the same seed returns, and the 100th step is a truncation, not a termination."""
+    import vmas
+
+    task = dict(n_agents=3, collisions=True, agents_with_same_goal=1, split_goals=False, observe_all_goals=False,
+                shared_rew=False, lidar_range=0.35, agent_radius=0.1)  # fmt: skip
+    env = make_env("vmas", "navigation", num_envs=4, max_steps=100, continuous_actions=True, **task)
+    raw = vmas.make_env("navigation", num_envs=4, continuous_actions=True, max_steps=100, seed=7, dict_spaces=True,
+                        terminated_truncated=True, **task)  # fmt: skip
+    names = env.info.agents
+    step, raw_obs = env.reset(seed=7), raw.reset(seed=7)
+    gen = torch.Generator().manual_seed(1)
+    for t in range(100):
+        assert torch.equal(step.obs["agent"], torch.stack([raw_obs[n] for n in names], 1)), f"obs differ at step {t}"
+        actions = torch.rand(4, 3, 2, generator=gen) * 2 - 1
+        step = env.step({"agent": actions})
+        raw_obs, raw_rew, terminated, truncated, _ = raw.step({n: actions[:, i] for i, n in enumerate(names)})
+        assert torch.equal(step.reward["agent"], torch.stack([raw_rew[n] for n in names], 1)), f"rewards differ at {t}"
+        assert step.truncated.tolist() == truncated.tolist() and not step.terminated.any()
+    assert step.truncated.all()
+
+
+def test_vmas_env_keeps_its_own_random_stream():
+    """VMAS shares one random state between all its envs in a process; an evaluation env built and reset
+    with its own seed between two training steps must not change where the training episodes restart."""
+
+    def restarts(interleave: bool) -> torch.Tensor:
+        env = make_env("vmas", "navigation", num_envs=2, max_steps=3, continuous_actions=True)
+        step = env.reset(seed=5)
+        starts = []
+        for t in range(9):  # three episodes: two auto-resets draw new positions
+            if interleave and t in (1, 4):
+                other = make_env("vmas", "navigation", num_envs=2, max_steps=3, continuous_actions=True, seed=123)
+                other.step(other.random_actions(other.reset(seed=99)))
+            step = env.step({"agent": torch.full((2, len(env.info.agents), 2), 0.5)})
+            if t % 3 == 2:
+                starts.append(step.obs["agent"][..., :2].clone())
+        return torch.stack(starts)
+
+    alone = restarts(interleave=False)
+    assert not torch.equal(alone[0], alone[1])  # the restarts draw new positions
+    assert torch.equal(restarts(interleave=True), alone)
+
+
 def test_vmas_seed_and_errors():
     a = make_env("vmas", "navigation", num_envs=4, max_steps=3).reset(seed=3)
     b = make_env("vmas", "navigation", num_envs=4, max_steps=3).reset(seed=3)
