@@ -17,7 +17,9 @@ When the run ends it prints one JSON line: ``{"settings", "evaluations": [{"fram
 mean over groups of the mean over the group's agents of each agent's summed reward.
 
 Usage: ``python benchmarl_train_child.py --algo maddpg --task balance --frames 120000 --seed 0
---eval-interval 24000 --eval-episodes 10``.
+--eval-interval 24000 --eval-episodes 10``. With ``--one-step PATH`` (``maddpg``, ``iddpg``) it trains nothing: it
+writes the inputs and outputs of one evaluation of the DDPG losses on a random batch to ``PATH``, which
+``tests/test_benchmarl_parity.py`` compares with marl's losses on the same weights and batch.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ def _parse(argv):
     p.add_argument("--task", choices=TASKS, required=True)
     for name, default in (("frames", 120_000), ("seed", 0), ("eval-interval", 24_000), ("eval-episodes", 10)):
         p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument(
+        "--one-step", metavar="PATH", help="no training: write one gradient step's inputs and outputs to PATH"
+    )
     return p.parse_args(argv)
 
 
@@ -86,6 +91,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="benchmarl_train_") as folder:
         experiment, cfg = _experiment(a, folder)
+        if a.one_step:
+            sys.stdout.write(json.dumps(_one_step(experiment, a)) + "\n")
+            return 0
         t0 = (time.perf_counter(), time.process_time())
         experiment.run()
         wall, cpu = time.perf_counter() - t0[0], time.process_time() - t0[1]
@@ -110,6 +118,61 @@ def main(argv=None) -> int:
         }
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
+
+
+ONE_STEP_BATCH = 64  # transitions of the one-step comparison's batch; the first 8 end in a terminal state
+
+
+def _one_step(experiment, a) -> dict:
+    """``--one-step``: the inputs and outputs of one loss evaluation of the DDPG losses (``maddpg``, ``iddpg``) on a
+    random batch, for ``tests/test_benchmarl_parity.py``: ``torch.save`` of ``{obs, next_obs
+    [B, N, D], actions [B, N, K], rewards [B, N], terminated [B], losses: {loss_actor, loss_value}, grads: {"<loss>/
+    <parameter>": tensor}, state: {parameter or buffer: tensor}}``. The target critic is moved off the online one
+    (``+ N(0, 0.01)``) so that the target path differs from the online path."""
+    import torch
+    from tensordict import TensorDict
+
+    if a.algo not in ("maddpg", "iddpg"):
+        raise SystemExit(f"--one-step compares the DDPG losses (maddpg, iddpg), not {a.algo}")
+    (group,) = experiment.group_map
+    loss = experiment.losses[group]
+    n, d = experiment.observation_spec[group, "observation"].shape[-2:]
+    k = experiment.action_spec[group, "action"].shape[-1]
+    g = torch.Generator().manual_seed(a.seed)
+    b = ONE_STEP_BATCH
+    obs, next_obs = torch.randn(b, n, d, generator=g), torch.randn(b, n, d, generator=g)
+    actions, rewards = torch.rand(b, n, k, generator=g) * 2 - 1, torch.randn(b, n, generator=g) * 0.1
+    terminated = torch.arange(b) < 8
+    done = terminated.view(b, 1, 1).expand(b, n, 1).clone()
+    td = TensorDict(
+        {
+            (group, "observation"): obs,
+            (group, "action"): actions,
+            ("next", group, "observation"): next_obs,
+            ("next", group, "reward"): rewards.unsqueeze(-1),
+            ("next", group, "done"): done,
+            ("next", group, "terminated"): done.clone(),
+            ("next", "done"): terminated.view(b, 1).clone(),
+            ("next", "terminated"): terminated.view(b, 1).clone(),
+        },
+        batch_size=[b],
+    )
+    td = experiment.algorithm.process_batch(group, td)
+    with torch.no_grad():
+        for name, buf in loss.named_buffers():
+            if name.startswith("target_value_network_params") and buf.dim() > 0:
+                buf.add_(torch.randn(buf.shape, generator=g) * 0.01)
+    grads, losses = {}, {}
+    for name in ("loss_actor", "loss_value"):
+        loss.zero_grad()
+        value = loss(td.clone())[name]
+        value.backward()
+        losses[name] = float(value.detach())
+        grads.update({f"{name}/{p}": v.grad.clone() for p, v in loss.named_parameters() if v.grad is not None})
+    state = {p: v.detach().clone() for p, v in [*loss.named_parameters(), *loss.named_buffers()]}
+    dump = dict(obs=obs, next_obs=next_obs, actions=actions, rewards=rewards, terminated=terminated)
+    torch.save({**dump, "losses": losses, "grads": grads, "state": state}, a.one_step)
+    return {"one_step": a.one_step, "losses": losses, "settings": vars(a)}
 
 
 def _version() -> str:
