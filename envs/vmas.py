@@ -120,7 +120,8 @@ class VmasEnv(MultiAgentEnv):
         num_envs = check_num_envs(num_envs)
         if max_steps is not None and (not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
             raise MarlError(f"max_steps must be a positive int or None, got {max_steps!r}.")
-        self._stream: Optional[List[Any]] = None  # this env's VMAS random state (_own_stream)
+        self._shared = _shared_vmas_state()  # VMAS's process-wide random state (_own_stream), looked up once
+        self._stream: Optional[List[Any]] = None  # this env's copy of it
         with self._own_stream():
             self._env = _make_vmas(
                 scenario, int(num_envs), bool(continuous_actions), max_steps, device, seed, scenario_kwargs
@@ -212,7 +213,7 @@ class VmasEnv(MultiAgentEnv):
         episodes started from the same positions again. Here the shared state holds this env's copy during
         the call, and what it held before afterwards. The first call (building the env) starts the copy
         from the env's seed."""
-        shared = _shared_vmas_state()
+        shared = self._shared
         if shared is None:  # a VMAS without the shared state: nothing to keep apart
             yield
             return

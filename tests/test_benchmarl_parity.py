@@ -29,6 +29,11 @@ LAYERS = (0, 2, 4)
 FIRST = {loss: f"{loss}/{net}_network_params.module.0.mlp.params.0.weight" for loss, net in (("loss_actor", "actor"), ("loss_value", "value"))}  # fmt: skip
 
 
+def layer_key(name: str, sep: str) -> str:
+    """BenchMARL's ``<net>_network_params.module.0.mlp.params.<j>.<weight|bias>`` -> ``<net><sep><j>.<...>``."""
+    return name.split("_network_params")[0] + sep + name.rsplit("params.", 1)[1]
+
+
 def critic_columns(n: int, d: int, k: int, centralised: bool) -> list:
     """BenchMARL's critic input column of each of marl's critic input columns."""
     if not centralised:
@@ -42,11 +47,8 @@ def marl_step(dump: dict, algo: str):
     """marl's losses and first-layer gradients (in BenchMARL's column order) on a BenchMARL-layout ``dump``."""
     state, (b, n, d), k = dump["state"], dump["obs"].shape, dump["actions"].shape[-1]
     centralised = algo == "maddpg"
-    weight = {
-        name.split("_network_params")[0] + "/" + name.rsplit("params.", 1)[1]: v
-        for name, v in state.items()
-        if "mlp.params." in name  # not torchrl's other buffers (the value estimator's gamma)
-    }
+    # not torchrl's other buffers (the value estimator's gamma)
+    weight = {layer_key(name, "/"): v for name, v in state.items() if "mlp.params." in name}
     hidden, critic_in = weight["actor/0.weight"].shape[0], weight["value/0.weight"].shape[1]
     mod = DDPGModule(
         observation_space=gym.spaces.Box(-np.inf, np.inf, (d,)),
@@ -101,30 +103,23 @@ def reference_dump(algo: str, n: int = 3, d: int = 5, k: int = 2, b: int = 16, h
         for j, (i, o) in zip(LAYERS, ((fan_in, hidden), (hidden, hidden), (hidden, out))):
             state[f"{prefix}_network_params.module.0.mlp.params.{j}.weight"] = torch.randn(o, i, generator=g) * 0.5
             state[f"{prefix}_network_params.module.0.mlp.params.{j}.bias"] = torch.randn(o, generator=g) * 0.1
-    w = {name.split("_network_params")[0] + "." + name.rsplit("params.", 1)[1]: v.clone().requires_grad_()
-         for name, v in state.items()}  # fmt: skip
+    w = {layer_key(name, "."): v.clone().requires_grad_() for name, v in state.items()}
     obs, next_obs = torch.randn(b, n, d, generator=g), torch.randn(b, n, d, generator=g)
     actions, rewards = torch.rand(b, n, k, generator=g) * 2 - 1, torch.randn(b, n, generator=g)
     terminated = torch.arange(b) < 4
 
-    def q(o, a, prefix):  # [B, N]: per agent, or the centralised value given to every agent
+    def q(o, a, prefix, weights=w):  # [B, N]: per agent, or the centralised value given to every agent
         x = torch.cat([o, a], -1)
         if algo == "maddpg":
-            return mlp(x.flatten(1), w, prefix).expand(b, n)
-        return mlp(x, w, prefix).squeeze(-1)
+            return mlp(x.flatten(1), weights, prefix).expand(b, n)
+        return mlp(x, weights, prefix).squeeze(-1)
 
     with torch.no_grad():
-        y = rewards + GAMMA * (~terminated).float().unsqueeze(-1) * q(
-            next_obs, torch.tanh(mlp(next_obs, w, "actor")), "target_value"
-        )
+        next_q = q(next_obs, torch.tanh(mlp(next_obs, w, "actor")), "target_value")
+    y = rewards + GAMMA * (~terminated).float().unsqueeze(-1) * next_q
     loss_value = ((q(obs, actions, "value") - y) ** 2).mean()
     frozen = {key: v.detach() for key, v in w.items() if key.startswith("value")}
-    current = torch.tanh(mlp(obs, w, "actor"))
-    x = torch.cat([obs, current], -1)
-    q_actor = (
-        mlp(x.flatten(1), frozen, "value").expand(b, n) if algo == "maddpg" else mlp(x, frozen, "value").squeeze(-1)
-    )
-    loss_actor = -q_actor.mean()
+    loss_actor = -q(obs, torch.tanh(mlp(obs, w, "actor")), "value", frozen).mean()
     grads = {
         FIRST["loss_actor"]: torch.autograd.grad(loss_actor, w["actor.0.weight"])[0],
         FIRST["loss_value"]: torch.autograd.grad(loss_value, w["value.0.weight"])[0],
@@ -139,9 +134,8 @@ def assert_same_step(dump: dict, algo: str, rtol: float) -> None:
     for name, want in dump["losses"].items():
         assert losses[name] == pytest.approx(want, rel=rtol, abs=1e-8), name
     for name in ("loss_actor", "loss_value"):
-        want = dump["grads"][
-            FIRST[name]
-        ]  # the first layers' gradients (an error anywhere in either network shows there)
+        # the first layers' gradients: an error anywhere in either network shows there
+        want = dump["grads"][FIRST[name]]
         assert (grads[name] - want).norm() <= rtol * want.norm(), name
 
 
