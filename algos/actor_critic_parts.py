@@ -49,6 +49,19 @@ def smoothed(action: torch.Tensor, low, high, std: float, clip: float, eps: Opti
     return torch.maximum(torch.minimum(action + noise, high), low)
 
 
+def uniform_actions(x: torch.Tensor, discrete: bool, low: Any = None, high: Any = None) -> torch.Tensor:
+    """Uniformly random actions in place of the actor's, for the actor's outputs ``x [B, N, ...]``: continuous
+    ``[B, N, K]`` uniform in ``[low, high]`` (``low``, ``high``: ``[K]``); discrete ``[B, N]`` int64, uniform over
+    the actions whose logit in ``x [B, N, A]`` (the masked logits) is not masked (an unavailable action's logit is
+    ``-1e10``). The first ``random_steps`` env steps of the off-policy actor-critics: TD3's purely exploratory start
+    (Fujimoto et al. 2018, arXiv 1802.09477, Sec. 6.1) and FACMAC's ``start_steps`` (Peng et al. 2021, arXiv
+    2003.06709; github.com/oxwhirl/facmac)."""
+    if discrete:
+        logits = torch.zeros_like(x).masked_fill(x <= -1e9, float("-inf"))
+        return torch.distributions.Categorical(logits=logits).sample()
+    return low + torch.rand(*x.shape[:2], low.shape[-1], dtype=low.dtype, device=low.device) * (high - low)
+
+
 def critic_target(rewards, terminated, q_next: List[torch.Tensor], gamma: float) -> torch.Tensor:
     """``y = r + gamma (1 - terminated) min_k Q'_k(x', mu'(o'))`` (DDPG, Lillicrap et al. 2016, arXiv 1509.02971,
     Algorithm 1; with two critics TD3's clipped double-Q, Fujimoto et al. 2018, arXiv 1802.09477, Eq. 10).

@@ -26,7 +26,7 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from marl.algos.actor_critic_parts import CriticEncoders, RecurrentActor, actor_critic_inputs, actor_network
 from marl.algos.actor_critic_parts import DDPGLayout, check_recurrent, critic_inputs, episode_rows
 from marl.algos.actor_critic_parts import critic_dim, critic_target, detached, encoder_config, frozen, q_values
-from marl.algos.actor_critic_parts import gumbel_softmax_st, policy_action, smoothed, target_action
+from marl.algos.actor_critic_parts import gumbel_softmax_st, policy_action, smoothed, target_action, uniform_actions
 from marl.algos.actor_critic_parts import JOINT, action_input, batch_views  # noqa: F401  (part of this family's API)
 from marl.algos.actor_critic_parts import joint_actions  # noqa: F401  (part of this family's API)
 from marl.algos.ddpg_config import CRITICS, DDPGConfig  # noqa: F401
@@ -135,12 +135,20 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
         return self.head(net(obs), avail)
 
     @torch.no_grad()
-    def act(self, obs, avail, h, explore: bool = True, noise: float = 0.0, **unused):
+    def act(self, obs, avail, h, explore: bool = True, noise: float = 0.0, random_actions: float = 0.0, **unused):
         """Actions for ``obs [B, N, D]``: continuous ``[B, N, K]`` float, ``mu(o)`` plus (``explore``) Gaussian
         noise of std ``noise`` half action ranges, clipped to the bounds; discrete ``[B, N]`` int64, a Gumbel-max
-        sample of the masked logits (``explore``) or their argmax. Also ``logp [B, N]`` zeros (deterministic
-        policies) and the actor's next state (``None`` for an MLP actor)."""
+        sample of the masked logits (``explore``) or their argmax. With ``explore`` and ``random_actions`` (1.0
+        during the first ``random_steps`` env steps) uniformly random actions instead (:func:`uniform_actions`; the
+        actor still steps, so a recurrent actor's state follows the episode). Also ``logp [B, N]`` zeros
+        (deterministic policies) and the actor's next state (``None`` for an MLP actor)."""
         out, h = self.actor_step(obs, h)
+        if explore and random_actions:
+            if self.discrete:
+                a = uniform_actions(self.head(out, avail), True)
+            else:
+                a = uniform_actions(out, False, self.low, self.high)
+            return a, torch.zeros(out.shape[:2]), h
         x = self.head(out, avail)
         if self.discrete:
             a = gumbel_softmax_st(x).argmax(-1) if explore else x.argmax(-1)
@@ -390,7 +398,13 @@ class DDPG(OffPolicyTrainer):
         )
 
     def act_kwargs(self) -> Dict[str, float]:
-        """The exploration ``noise`` (std, half action ranges) at the current env step (linear decay)."""
+        """The exploration ``noise`` (std, half action ranges) at the current env step (linear decay), and
+        :meth:`random_phase`."""
         c, steps = self.cfg, self.progress["env_steps"]
         start, end = c.exploration_noise_start, c.exploration_noise_end
-        return {"noise": epsilon_at(steps, start, end, c.exploration_anneal_steps)}
+        return {"noise": epsilon_at(steps, start, end, c.exploration_anneal_steps), **self.random_phase()}
+
+    def random_phase(self) -> Dict[str, float]:
+        """``random_actions``: 1.0 while the run has taken fewer than ``random_steps`` env steps (the rollout about
+        to be sampled then acts uniformly at random, :func:`uniform_actions`), else 0.0."""
+        return {"random_actions": float(self.progress["env_steps"] < self.cfg.random_steps)}

@@ -116,6 +116,12 @@ class OffPolicyACConfig(EngineConfig):
         "GRU actors (pymarl's RNN agent, hidden wide) trained on whole episodes from an episode replay; the critics "
         "stay feed-forward on each step's inputs; batch_size, buffer_size and learning_starts then count episodes"
     )
+    random_steps: int = key(
+        "env steps (all env copies) at the start of a run that take uniformly random actions instead of the "
+        "actors' (TD3's exploratory start, FACMAC's start_steps); counted per iteration: an iteration that starts "
+        "below it acts at random throughout",
+        ge=0,
+    )
     checkpoint_buffer: bool = key("save the replay buffer in checkpoints (a resumed run keeps learning off-policy)")
     async_sampling: bool = key(
         "sample the next rollout on the remote env runners while the learner takes this rollout's gradient steps "

@@ -114,13 +114,14 @@ class SACModule(DDPGModule):
         return logp.exp(), logp
 
     @torch.no_grad()
-    def act(self, obs, avail, h, explore: bool = True, **unused):
+    def act(self, obs, avail, h, explore: bool = True, random_actions: float = 0.0, **unused):
         """Actions for ``obs [B, N, D]``: continuous ``[B, N, K]``, a sample of ``pi`` (``explore``) or the
         squashed mean ``low + (tanh(mean) + 1) h``; discrete ``[B, N]`` int64, a sample of the masked
-        categorical (Gumbel-max) or its argmax. Also ``log pi(a | o) [B, N]`` of a continuous sample (zeros
+        categorical (Gumbel-max) or its argmax. With ``explore`` and ``random_actions``: uniformly random
+        actions (:meth:`DDPGModule.act`). Also ``log pi(a | o) [B, N]`` of a continuous sample (zeros
         otherwise) and the actor's next state (``None`` for an MLP actor)."""
-        if self.discrete:
-            return super().act(obs, avail, h, explore=explore)
+        if self.discrete or (explore and random_actions):
+            return super().act(obs, avail, h, explore=explore, random_actions=random_actions)
         out, h = self.actor_step(obs, h)
         if explore:
             a, logp = self.sample(obs, out=out)
@@ -278,5 +279,5 @@ class SAC(DDPG):
         return {**super().module_config(cfg, mapping, mid), "alpha_init": config_view(cfg).alpha_init}
 
     def act_kwargs(self) -> Dict[str, float]:
-        """None: the actors sample from their policies."""
-        return {}
+        """No noise: the actors sample from their policies (after ``random_steps``, :meth:`DDPG.random_phase`)."""
+        return self.random_phase()

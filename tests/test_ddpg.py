@@ -214,6 +214,47 @@ def test_acting_explores_within_bounds_and_evaluates_greedily():
     assert set(d.act(obs, avail, None, explore=False)[0].unique().tolist()) <= {1, 3}
 
 
+def test_random_actions_are_uniform_in_the_bounds_or_over_the_available_actions():
+    """``random_actions`` (the first ``random_steps``): actions uniform in each dimension's bounds whatever the
+    actor says (mean and std of U(low, high): (low + high) / 2 and (high - low) / sqrt(12)), uniform over the
+    available discrete actions although the actor strongly prefers one; greedy evaluation ignores it."""
+    torch.manual_seed(0)
+    space = gym.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 3.0], np.float32))
+    m = module(3, 5, space)
+    m.actor = constant_actor(5.0, k=2)  # tanh(5) = 0.9999: the actor's actions sit on the upper bounds
+    obs = torch.rand(4096, 2, 3)
+    a, logp, _ = m.act(obs, None, None, explore=True, noise=0.1, random_actions=1.0)
+    flat = a.reshape(-1, 2)
+    assert torch.equal(logp, torch.zeros(4096, 2))
+    assert (flat >= torch.tensor([-1.0, 0.0])).all() and (flat <= torch.tensor([1.0, 3.0])).all()
+    assert torch.allclose(flat.mean(0), torch.tensor([0.0, 1.5]), atol=0.03)
+    assert torch.allclose(flat.std(0), torch.tensor([2.0, 3.0]) / math.sqrt(12), rtol=0.03)
+    greedy = m.act(obs, None, None, explore=False, random_actions=1.0)[0]
+    assert torch.equal(greedy, m.act(obs, None, None, explore=False)[0])
+    assert (greedy > torch.tensor([0.99, 2.99])).all()
+    d = module(3, 5, gym.spaces.Discrete(4))
+    prefers_3 = torch.nn.Linear(1, 4)
+    with torch.no_grad():
+        prefers_3.weight.zero_()
+        prefers_3.bias.copy_(torch.tensor([0.0, 0.0, 0.0, 20.0]))
+    d.actor = _AnyIn(prefers_3)
+    avail = torch.tensor([True, True, False, True]).expand(4096, 2, 4)
+    counts = torch.bincount(d.act(obs, avail, None, explore=True, random_actions=1.0)[0].flatten(), minlength=4)
+    assert counts[2] == 0 and torch.allclose(counts[[0, 1, 3]] / counts.sum(), torch.full((3,), 1 / 3), atol=0.02)
+    assert (d.act(obs, avail, None, explore=True)[0] == 3).float().mean() > 0.99  # the actor's own sample
+
+
+@pytest.mark.parametrize("algo", ["maddpg", "masac"])
+def test_random_steps_act_at_random_until_the_run_has_taken_them(tmp_path, algo):
+    """20 env steps per iteration (4 copies x 5 steps) and ``random_steps=30``: the iterations that start at 0
+    and 20 env steps act at random, the one at 40 and later with the actors (``random_actions`` in the metrics)."""
+    kw = dict(rollout_length=5, batch_size=8, gradient_steps=2, per_env_steps=20, learning_starts=0, random_steps=30)
+    res = TargetEnv(num_envs=4).fit(
+        algo, stop={"iterations": 4}, log_dir=str(tmp_path), progress=False, checkpoint_every=0, eval_episodes=2, **kw
+    )
+    assert [h["random_actions"] for h in res.history] == [1.0, 1.0, 0.0, 0.0]
+
+
 # ---------------------------------------------------------------- runs
 LEARN = dict(
     rollout_length=5,

@@ -100,6 +100,11 @@ def test_policy_samples_within_bounds_and_acts_with_the_squashed_mean():
     sample, logp = m.sample(obs, eps)
     assert torch.allclose(sample, m.to_bounds(torch.tanh(mean + std * eps)))
     assert torch.allclose(logp, squashed_log_prob(mean + std * eps, mean, std, torch.tensor([1.0, 1.5])))
+    m.actor = constant([4.0, 4.0, -5.0, -5.0])  # mean tanh(4) near the upper bounds, std e^-5
+    uniform, logp, _ = m.act(torch.rand(4096, 2, 3), None, None, explore=True, random_actions=1.0)  # random_steps
+    flat = uniform.reshape(-1, 2)
+    assert (flat >= torch.tensor([-1.0, 0.0])).all() and (flat <= torch.tensor([1.0, 3.0])).all()
+    assert torch.allclose(flat.mean(0), torch.tensor([0.0, 1.5]), atol=0.03) and torch.equal(logp, torch.zeros(4096, 2))
 
 
 # ---------------------------------------------------------------- discrete: exact expectations
