@@ -135,7 +135,7 @@ def _run_locked(
 ) -> Dict[str, Any]:
     write_yaml(out_dir / "suite.yaml", {**suite.source, "name": suite.name, "seeds": suite.seeds})
     todo = _todo(out_dir, runs, retry_failed)
-    t0 = time.time()
+    t0, commit = time.time(), _git_commit()  # the code the runs start from, even if the checkout moves meanwhile
     with guarded():  # a SIGKILL of this process takes Ray and the runs with it (marl.benchmarks.guardian)
         started = _start_ray(address)
         try:
@@ -145,7 +145,7 @@ def _run_locked(
                 import ray
 
                 ray.shutdown()
-    summary = write_results(suite, out_dir, runs, time.time() - t0)
+    summary = write_results(suite, out_dir, runs, time.time() - t0, commit)
     if interrupted:
         raise RunInterrupted(
             f"Benchmark interrupted: {summary['done']} of {len(runs)} runs finished; results of those written to "
@@ -376,15 +376,18 @@ class ProgressView:
 
 
 # ------------------------------------------------------------------ results and provenance
-def write_results(suite: Suite, out_dir: Path, runs: List[RunSpec], wall_clock_s: float) -> Dict[str, Any]:
-    """Write ``results.json`` (marl-eval format, finished runs) and ``provenance.json``; returns a summary."""
+def write_results(
+    suite: Suite, out_dir: Path, runs: List[RunSpec], wall_clock_s: float, commit: Optional[str] = None
+) -> Dict[str, Any]:
+    """Write ``results.json`` (marl-eval format, finished runs) and ``provenance.json`` (``commit``: the git commit
+    the launch started from; default: the current one); returns a summary."""
     from marl.benchmarks.report import validate_marl_eval
 
     records = runner.collect(out_dir, runs)
     data = runner.to_marl_eval(records)
     validate_marl_eval(data)
     write_json(out_dir / "results.json", data)
-    write_json(out_dir / "provenance.json", provenance(records, wall_clock_s))
+    write_json(out_dir / "provenance.json", provenance(records, wall_clock_s, commit))
     done = sum(r.get("status") == "done" for r in records.values())
     failed = {k: r.get("error", "") for k, r in records.items() if r.get("status") == "failed"}
     return {
@@ -396,9 +399,10 @@ def write_results(suite: Suite, out_dir: Path, runs: List[RunSpec], wall_clock_s
     }
 
 
-def provenance(records: Dict[str, Dict[str, Any]], wall_clock_s: float) -> Dict[str, Any]:
-    """Versions of marl, Ray, torch and the env packages, git commit, hardware, wall-clock of
-    this launch, and every run's status, wall-clock and full config."""
+def provenance(records: Dict[str, Dict[str, Any]], wall_clock_s: float, commit: Optional[str] = None) -> Dict[str, Any]:
+    """Versions of marl, Ray, torch and the env packages, git commit (``commit``, taken when the launch started;
+    default: the current one), hardware, wall-clock of this launch, and every run's status, wall-clock and full
+    config."""
     import importlib.metadata as md
 
     versions = {}
@@ -412,7 +416,7 @@ def provenance(records: Dict[str, Dict[str, Any]], wall_clock_s: float) -> Dict[
         "ray_version": versions["ray"],
         "torch_version": versions["torch"],
         "packages": versions,
-        "git_commit": _git_commit(),
+        "git_commit": commit or _git_commit(),
         "python": sys.version.split()[0],
         "hardware": _hardware(),
         "wall_clock_s": round(wall_clock_s, 1),

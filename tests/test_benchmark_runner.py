@@ -75,9 +75,17 @@ def test_smoke_suite_runs_reports_and_relaunch_skips_finished_runs(ray_session, 
     assert json.loads((out / "results.json").read_text()) == data
 
 
-def test_a_failing_run_is_recorded_and_the_others_finish(ray_session, tmp_path):
+def test_a_failing_run_is_recorded_and_the_others_finish(ray_session, tmp_path, monkeypatch):
+    """Also: the provenance names the commit the launch started from, though the checkout moves during it."""
+    from marl.benchmarks import driver
+
+    def head():  # the checkout moves once a run has finished
+        return "moved-checkout" if list((tmp_path / "b").glob("runs/*/*/*/*/record.json")) else "launch-start"
+
+    monkeypatch.setattr(driver, "_git_commit", head)
     raw = {**TINY, "seeds": 1, "algos": {"mappo": {"rollout_length": 8}, "qmix": {"q_abs_max": 1e-9}}}
     summary = marl.benchmark(parse_suite(raw), str(tmp_path / "b"), progress=False, report=False)
+    assert json.loads((tmp_path / "b" / "provenance.json").read_text())["git_commit"] == "launch-start"
     assert summary["done"] == 1
     assert list(summary["failed"]) == ["matrix/two_step/qmix/seed_0"]
     assert "q_abs_max" in summary["failed"]["matrix/two_step/qmix/seed_0"]
