@@ -144,10 +144,11 @@ class DDPGModule(TorchRLModule, InferenceOnlyAPI):
         (deterministic policies) and the actor's next state (``None`` for an MLP actor)."""
         out, h = self.actor_step(obs, h)
         if explore and random_actions:
-            if self.discrete:
-                a = uniform_actions(self.head(out, avail), True)
-            else:
-                a = uniform_actions(out, False, self.low, self.high)
+            a = (
+                uniform_actions(self.head(out, avail), True)
+                if self.discrete
+                else uniform_actions(out, False, self.low, self.high)
+            )
             return a, torch.zeros(out.shape[:2]), h
         x = self.head(out, avail)
         if self.discrete:
@@ -398,13 +399,8 @@ class DDPG(OffPolicyTrainer):
         )
 
     def act_kwargs(self) -> Dict[str, float]:
-        """The exploration ``noise`` (std, half action ranges) at the current env step (linear decay), and
-        :meth:`random_phase`."""
+        """The exploration ``noise`` (std, half action ranges; linear decay) and ``random_actions``: 1.0 (act
+        uniformly, :func:`uniform_actions`) below ``random_steps`` env steps, else 0.0."""
         c, steps = self.cfg, self.progress["env_steps"]
-        start, end = c.exploration_noise_start, c.exploration_noise_end
-        return {"noise": epsilon_at(steps, start, end, c.exploration_anneal_steps), **self.random_phase()}
-
-    def random_phase(self) -> Dict[str, float]:
-        """``random_actions``: 1.0 while the run has taken fewer than ``random_steps`` env steps (the rollout about
-        to be sampled then acts uniformly at random, :func:`uniform_actions`), else 0.0."""
-        return {"random_actions": float(self.progress["env_steps"] < self.cfg.random_steps)}
+        noise = epsilon_at(steps, c.exploration_noise_start, c.exploration_noise_end, c.exploration_anneal_steps)
+        return {"noise": noise, "random_actions": float(steps < c.random_steps)}

@@ -279,5 +279,5 @@ class SAC(DDPG):
         return {**super().module_config(cfg, mapping, mid), "alpha_init": config_view(cfg).alpha_init}
 
     def act_kwargs(self) -> Dict[str, float]:
-        """No noise: the actors sample from their policies (after ``random_steps``, :meth:`DDPG.random_phase`)."""
-        return self.random_phase()
+        """No noise: the actors sample from their policies; ``random_actions`` as :meth:`DDPG.act_kwargs`."""
+        return {"random_actions": float(self.progress["env_steps"] < self.cfg.random_steps)}
